@@ -1,0 +1,64 @@
+"""prioritylock: distributed locks with priorities and preemption, leased in object stores.
+
+One small JSON lease document per lock, changed only by create-if-absent and compare-and-swap
+on the store's version token; no lock server. Start with :class:`LockBuilder`.
+"""
+
+import logging
+
+from prioritylock._builder import LockBuilder, LockConfig
+from prioritylock._clock import Clock, FakeClock, SystemClock
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    CorruptLease,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+    NotLockOwner,
+    PreemptionDenied,
+    PreemptionTimeout,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock._heartbeat import Heartbeat
+from prioritylock._info import LockInfo
+from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
+from prioritylock._listener import CleanupNotice, LockListener
+from prioritylock._lock import Lock
+
+__version__ = "0.1.0"
+
+# A library logs; the application decides where logs go.
+logging.getLogger("prioritylock").addHandler(logging.NullHandler())
+
+__all__ = [
+    "MAX_PRIORITY",
+    "OVERRIDE_PRIORITY",
+    "CleanupNotice",
+    "Clock",
+    "ConditionFailed",
+    "ConfigError",
+    "CorruptLease",
+    "FakeClock",
+    "Heartbeat",
+    "Lock",
+    "LockBuilder",
+    "LockConfig",
+    "LockHeld",
+    "LockInfo",
+    "LockListener",
+    "LockLost",
+    "LockTimeout",
+    "NotLockOwner",
+    "PreemptionDenied",
+    "PreemptionTimeout",
+    "PriorityLockError",
+    "StoreAccessError",
+    "StoreError",
+    "StoreUnavailable",
+    "SystemClock",
+    "__version__",
+]

@@ -1,0 +1,284 @@
+"""LockBuilder: options in, a validated and frozen LockConfig out, then a Lock."""
+
+from __future__ import annotations
+
+import getpass
+import math
+import os
+import socket
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from prioritylock._clock import SYSTEM_CLOCK, Clock
+from prioritylock._errors import ConfigError
+from prioritylock._lease import MAX_MESSAGE_CHARS, MAX_OWNER_CHARS, MAX_PRIORITY, OVERRIDE_PRIORITY
+from prioritylock._listener import LockListener
+from prioritylock.stores._base import ObjectStore
+from prioritylock.stores._url import open_store
+from scopes import LockScope
+
+if TYPE_CHECKING:
+    from prioritylock._heartbeat import Heartbeat
+    from prioritylock._lock import Lock
+
+__all__ = ["LockBuilder", "LockConfig"]
+
+DEFAULT_LEASE_TIMEOUT = 30.0
+DEFAULT_CLEANUP_TIMEOUT = 10.0
+DEFAULT_WAITING_TIMEOUT = 30.0
+DEFAULT_MAX_CLOCK_DRIFT = 0.5
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_STORE_TIMEOUT = 10.0
+MIN_WATCH_INTERVAL = 0.01
+
+
+def default_owner() -> str:
+    """``user@host:pid``: a readable default owner id."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+@attrs.frozen
+class LockConfig:
+    """Everything a Lock needs, validated. Change a copy with ``attrs.evolve``."""
+
+    store: ObjectStore
+    scope: LockScope
+    owner: str
+    message: str = ""
+    priority: int = 0
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    cleanup_timeout: float = DEFAULT_CLEANUP_TIMEOUT
+    waiting_timeout: float = DEFAULT_WAITING_TIMEOUT
+    forceful: bool = False
+    listener: LockListener | None = None
+    renew_interval: float = DEFAULT_LEASE_TIMEOUT / 3
+    watch_interval: float = DEFAULT_LEASE_TIMEOUT / 3
+    max_clock_drift: float = DEFAULT_MAX_CLOCK_DRIFT
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    store_timeout: float = DEFAULT_STORE_TIMEOUT
+    clock: Clock = SYSTEM_CLOCK
+    heartbeat: Heartbeat | None = None
+
+    @property
+    def key(self) -> str:
+        """The store key of the lease document."""
+        return self.scope.key
+
+    @property
+    def override(self) -> bool:
+        return self.priority == OVERRIDE_PRIORITY
+
+
+class LockBuilder:
+    """Builds a :class:`~prioritylock.Lock`; every setter returns the builder.
+
+    ::
+
+        lock = (LockBuilder().store("file:///var/lib/locks").path("jobs/nightly")
+                .owner("worker-1").message("nightly compaction").lease_timeout(30).build())
+
+    :raises ConfigError: from a setter given an invalid value, or from :meth:`build` when a
+        store or a scope is missing or options contradict each other; the message names the option.
+    """
+
+    def __init__(self) -> None:
+        self._opts: dict[str, Any] = {}
+
+    # -- where -------------------------------------------------------------------------------
+
+    def store(self, store: ObjectStore | str) -> LockBuilder:
+        """The store (an object, or a URL for :func:`~prioritylock.stores.open_store`)."""
+        if isinstance(store, str):
+            store = open_store(store)
+        elif not isinstance(store, ObjectStore):
+            raise ConfigError(f"store: expected an ObjectStore or a URL, got {type(store).__name__}")
+        self._opts["store"] = store
+        return self
+
+    def path(self, path: str, *more: str) -> LockBuilder:
+        """Name the lock by a plain path, e.g. ``"jobs/nightly"``."""
+        try:
+            self._opts["scope"] = LockScope.path(path, *more)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"path: {exc}") from exc
+        return self
+
+    def scope(self, scope: LockScope) -> LockBuilder:
+        """Name the lock by a :class:`scopes.LockScope`."""
+        if not isinstance(scope, LockScope):
+            raise ConfigError(f"scope: expected a LockScope, got {type(scope).__name__}")
+        self._opts["scope"] = scope
+        return self
+
+    # -- who ---------------------------------------------------------------------------------
+
+    def owner(self, owner: str) -> LockBuilder:
+        """The client's name, shown to others (default ``user@host:pid``)."""
+        self._opts["owner"] = _text("owner", owner, MAX_OWNER_CHARS, empty=False)
+        return self
+
+    def message(self, message: str) -> LockBuilder:
+        """Why this client holds the lock, shown to others."""
+        self._opts["message"] = _text("message", message, MAX_MESSAGE_CHARS, empty=True)
+        return self
+
+    def listener(self, listener: LockListener) -> LockBuilder:
+        if not isinstance(listener, LockListener):
+            raise ConfigError(f"listener: expected a LockListener, got {type(listener).__name__}")
+        self._opts["listener"] = listener
+        return self
+
+    # -- priority ----------------------------------------------------------------------------
+
+    def priority(self, priority: int) -> LockBuilder:
+        """0..2147483646 (higher wins; 2147483647 is the emergency override's)."""
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ConfigError(f"priority: must be an integer, got {priority!r}")
+        if priority == OVERRIDE_PRIORITY:
+            raise ConfigError(
+                "priority: 2147483647 is reserved for the operators' emergency override; "
+                "use LockBuilder.emergency_override(message=...)"
+            )
+        if not 0 <= priority <= MAX_PRIORITY:
+            raise ConfigError(f"priority: must be in 0..{MAX_PRIORITY}, got {priority}")
+        self._opts["priority"] = priority
+        return self
+
+    def forceful(self, forceful: bool = True) -> LockBuilder:
+        """Take the lock when the wait runs out, cleanup finished or not."""
+        if not isinstance(forceful, bool):
+            raise ConfigError(f"forceful: must be True or False, got {forceful!r}")
+        self._opts["forceful"] = forceful
+        return self
+
+    def emergency_override(self, message: str) -> LockBuilder:
+        """The operators' override: priority 2147483647, forceful, no wait; needs a message."""
+        text = _text("message", message, MAX_MESSAGE_CHARS, empty=False)
+        self._opts.update(
+            priority=OVERRIDE_PRIORITY, forceful=True, waiting_timeout=0.0, message=text
+        )
+        return self
+
+    # -- time --------------------------------------------------------------------------------
+
+    def lease_timeout(self, seconds: float) -> LockBuilder:
+        """How long a lease lives without renewal (default 30 s)."""
+        self._opts["lease_timeout"] = _seconds("lease_timeout", seconds, zero=False)
+        return self
+
+    def cleanup_timeout(self, seconds: float) -> LockBuilder:
+        """How long this client, as holder, may take to clean up when preempted (0: no cleanup)."""
+        self._opts["cleanup_timeout"] = _seconds("cleanup_timeout", seconds, zero=True)
+        return self
+
+    def waiting_timeout(self, seconds: float) -> LockBuilder:
+        """How long this client, as requestor, waits for a holder's cleanup (0: take it now)."""
+        self._opts["waiting_timeout"] = _seconds("waiting_timeout", seconds, zero=True)
+        return self
+
+    def renew_interval(self, seconds: float) -> LockBuilder:
+        """How often the heartbeat renews (default a third of the lease timeout)."""
+        self._opts["renew_interval"] = _seconds("renew_interval", seconds, zero=False)
+        return self
+
+    def watch_interval(self, seconds: float) -> LockBuilder:
+        """How often a holder reads its lease to hear of requests (default: the renew interval,
+        or half the cleanup timeout when that is shorter)."""
+        self._opts["watch_interval"] = _seconds("watch_interval", seconds, zero=False)
+        return self
+
+    def max_clock_drift(self, seconds: float) -> LockBuilder:
+        """Slack added to a waiter's wait before it takes over an expired lease (default 0.5 s)."""
+        self._opts["max_clock_drift"] = _seconds("max_clock_drift", seconds, zero=True)
+        return self
+
+    def poll_interval(self, seconds: float) -> LockBuilder:
+        """The longest a blocked waiter sleeps between reads (default 1 s; each read is a
+        request you pay for)."""
+        self._opts["poll_interval"] = _seconds("poll_interval", seconds, zero=False)
+        return self
+
+    def store_timeout(self, seconds: float) -> LockBuilder:
+        """How long one store call is retried on throttling or 5xx before giving up (default 10 s)."""
+        self._opts["store_timeout"] = _seconds("store_timeout", seconds, zero=False)
+        return self
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def clock(self, clock: Clock) -> LockBuilder:
+        """The clock to read (tests pass a fake clock)."""
+        if not isinstance(clock, Clock):
+            raise ConfigError("clock: expected a Clock")
+        self._opts["clock"] = clock
+        return self
+
+    def heartbeat(self, heartbeat: Heartbeat) -> LockBuilder:
+        """The scheduler that renews this lock (default: the process-wide one)."""
+        self._opts["heartbeat"] = heartbeat
+        return self
+
+    def config(self) -> LockConfig:
+        """The validated, frozen configuration.
+
+        :raises ConfigError: a store or a scope is missing, or options contradict each other.
+        """
+        opts = dict(self._opts)
+        for required in ("store", "scope"):
+            if required not in opts:
+                raise ConfigError(f"{required}: not set; call .{required}(...) before build()")
+        opts.setdefault("owner", default_owner())
+        lease = opts.setdefault("lease_timeout", DEFAULT_LEASE_TIMEOUT)
+        cleanup = opts.setdefault("cleanup_timeout", DEFAULT_CLEANUP_TIMEOUT)
+        renew = opts.setdefault("renew_interval", lease / 3)
+        if renew >= lease:
+            raise ConfigError(
+                f"renew_interval: {renew} s must be shorter than lease_timeout ({lease} s)"
+            )
+        if "watch_interval" not in opts:
+            watch = renew if cleanup <= 0 else min(renew, cleanup / 2)
+            opts["watch_interval"] = max(MIN_WATCH_INTERVAL, watch)
+        drift = opts.get("max_clock_drift", DEFAULT_MAX_CLOCK_DRIFT)
+        if drift >= lease:
+            raise ConfigError(
+                f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)"
+            )
+        return LockConfig(**opts)
+
+    def build(self) -> Lock:
+        """A new :class:`~prioritylock.Lock` (not yet acquired).
+
+        :raises ConfigError: see :meth:`config`.
+        """
+        from prioritylock._lock import Lock
+
+        return Lock(self.config())
+
+
+def _seconds(option: str, value: float, *, zero: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{option}: must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ConfigError(f"{option}: must be finite, got {value!r}")
+    if seconds < 0 or (seconds == 0 and not zero):
+        need = "zero or positive" if zero else "positive"
+        raise ConfigError(f"{option}: must be {need}, got {value!r}")
+    return seconds
+
+
+def _text(option: str, value: str, limit: int, *, empty: bool) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{option}: must be a string, got {type(value).__name__}")
+    if not empty and not value.strip():
+        raise ConfigError(f"{option}: must not be empty")
+    if len(value) > limit:
+        raise ConfigError(f"{option}: longer than {limit} characters ({len(value)})")
+    if any(unicodedata.category(ch) == "Cc" and ch not in "\t\n" for ch in value):
+        raise ConfigError(f"{option}: contains control characters")
+    return value

@@ -1,0 +1,108 @@
+"""The demo behind ``./scripts/demo``: contention, then preemption, on the local-directory store.
+
+Run ``python -m prioritylock._demo [DIRECTORY]`` (default: a fresh temporary directory).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import threading
+import time
+
+from prioritylock._builder import LockBuilder
+from prioritylock._info import LockInfo
+from prioritylock._listener import CleanupNotice, LockListener
+from prioritylock._lock import Lock
+
+__all__ = ["main"]
+
+
+def _show(label: str, info: LockInfo | None) -> None:
+    if info is None:
+        print(f"  [{label}] no lease document yet")
+        return
+    holder = f"held by {info.owner!r} (priority {info.priority})" if info.held else "free"
+    line = f"  [{label}] fence={info.fence} {holder}; last event: {info.last_event}"
+    if info.requestor_owner:
+        line += f"; pending request from {info.requestor_owner!r} (priority {info.requestor_priority})"
+    print(line)
+
+
+def _contention(url: str) -> None:
+    print("1. Two clients contend for one lock")
+    first = LockBuilder().store(url).path("demo", "nightly").owner("client-1").lease_timeout(5).build()
+    second = LockBuilder().store(url).path("demo", "nightly").owner("client-2").lease_timeout(5).build()
+    first.lock()
+    print(f"  client-1 holds the lock, fencing token {first.fencing_token}")
+    _show("info", second.info())
+    print(f"  client-2 try_lock() -> {second.try_lock()}")
+    got = threading.Event()
+
+    def wait_for_it() -> None:
+        second.lock(timeout=10)
+        got.set()
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    time.sleep(0.3)  # a moment of client-1's work, so the wait is visible
+    print("  client-1 releases")
+    first.unlock()
+    waiter.join(10)
+    assert got.is_set()
+    print(f"  client-2 holds the lock, fencing token {second.fencing_token} (higher: fenced)")
+    _show("info", second.info())
+    second.unlock()
+    first.close()
+    second.close()
+
+
+class _Cleaner(LockListener):
+    def on_cleanup_notification(self, notice: CleanupNotice) -> None:
+        left = notice.deadline - time.monotonic()
+        print(
+            f"  low-priority job: {notice.requestor_owner!r} (priority {notice.requestor_priority}) "
+            f"asks for the lock; cleaning up ({left:.1f} s left in the window)"
+        )
+        time.sleep(0.2)  # the job rolls back its partial work
+        print("  low-priority job: cleanup done, handing over")
+
+    def on_lock_lost(self, lock: Lock, reason: str) -> None:
+        print(f"  low-priority job: told it no longer holds the lock ({reason})")
+
+
+def _preemption(url: str) -> None:
+    print("2. A higher-priority job preempts a low-priority holder")
+    low = (
+        LockBuilder().store(url).path("demo", "compaction").owner("batch-job").priority(1)
+        .cleanup_timeout(5).watch_interval(0.1).listener(_Cleaner()).build()
+    )
+    high = (
+        LockBuilder().store(url).path("demo", "compaction").owner("urgent-job").priority(10)
+        .waiting_timeout(10).build()
+    )
+    low.lock()
+    print(f"  batch-job holds the lock, fencing token {low.fencing_token}")
+    started = time.monotonic()
+    acquired = high.try_lock()
+    took = time.monotonic() - started
+    print(f"  urgent-job try_lock() -> {acquired} after {took:.2f} s, fencing token {high.fencing_token}")
+    _show("info", high.info())
+    high.unlock()
+    low.close()
+    high.close()
+
+
+def main(argv: list[str]) -> int:
+    with tempfile.TemporaryDirectory(prefix="prioritylock-demo-") as tmp:
+        directory = argv[0] if argv else tmp
+        url = f"file://{directory}"
+        print(f"prioritylock demo on the local-directory store {url}\n")
+        _contention(url)
+        print()
+        _preemption(url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,244 @@
+"""One scheduler per process that renews and watches every held lease.
+
+The scheduler keeps a heap of due times and runs each due task on a small worker pool, so the
+renewals of different locks on a slow network store don't queue behind each other. A task
+returns when it next wants to run (or None to stop); it never runs twice at once.
+
+User callbacks (listeners, signal receivers) run on a separate notifier thread, never on the
+scheduler's own threads, so a slow or raising receiver can't delay a renewal. A test can build a
+``Heartbeat(clock, threaded=False)`` and step it with :meth:`Heartbeat.run_due`; callbacks then run
+inline, deterministically.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from prioritylock._clock import SYSTEM_CLOCK, Clock
+
+__all__ = ["Heartbeat", "ScheduledTask", "default_heartbeat"]
+
+log = logging.getLogger("prioritylock")
+
+Task = Callable[[], "float | None"]
+
+
+class ScheduledTask:
+    """A handle on a scheduled task; cancel it with :meth:`Heartbeat.cancel`."""
+
+    __slots__ = ("cancelled", "name", "running", "task", "when")
+
+    def __init__(self, task: Task, when: float, name: str) -> None:
+        self.task = task
+        self.when = when
+        self.name = name
+        self.cancelled = False
+        self.running = False
+
+
+class Heartbeat:
+    """Runs scheduled tasks at their due times on the given clock."""
+
+    def __init__(
+        self,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        threaded: bool = True,
+        workers: int = 8,
+        name: str = "prioritylock-heartbeat",
+    ) -> None:
+        self.clock = clock
+        self.threaded = threaded
+        self._name = name
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, ScheduledTask]] = []
+        self._seq = itertools.count()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._workers = workers
+        self._notices: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._notifier: threading.Thread | None = None
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def schedule(self, task: Task, when: float, name: str = "task") -> ScheduledTask:
+        """Run ``task`` at ``when`` (monotonic seconds on this heartbeat's clock)."""
+        entry = ScheduledTask(task, when, name)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("heartbeat is closed")
+            self._push(entry, when)
+            self._start_locked()
+        return entry
+
+    def reschedule(self, entry: ScheduledTask, when: float) -> None:
+        """Run ``entry`` at ``when`` instead, if that is sooner than planned."""
+        with self._cond:
+            if entry.cancelled or entry.running or when >= entry.when:
+                return
+            self._push(entry, when)
+
+    def cancel(self, entry: ScheduledTask) -> None:
+        """Stop ``entry`` from running again (a run in progress finishes)."""
+        with self._cond:
+            entry.cancelled = True
+            self._cond.notify_all()
+
+    def _push(self, entry: ScheduledTask, when: float) -> None:
+        entry.when = when
+        heapq.heappush(self._heap, (when, next(self._seq), entry))
+        self._cond.notify_all()
+
+    def _pop_due_locked(self, now: float) -> ScheduledTask | None:
+        while self._heap:
+            when, _, entry = self._heap[0]
+            if entry.cancelled or entry.running or when != entry.when:
+                heapq.heappop(self._heap)  # cancelled, or superseded by a sooner push
+                continue
+            if when > now:
+                return None
+            heapq.heappop(self._heap)
+            entry.running = True
+            return entry
+        return None
+
+    def _next_due_locked(self) -> float | None:
+        while self._heap:
+            when, _, entry = self._heap[0]
+            if entry.cancelled or entry.running or when != entry.when:
+                heapq.heappop(self._heap)
+                continue
+            return when
+        return None
+
+    def _run(self, entry: ScheduledTask) -> None:
+        try:
+            nxt = entry.task()
+        except Exception:
+            # A task is expected to handle its own failures; if one escapes, try again soon
+            # rather than let a lease go unrenewed silently.
+            log.exception("prioritylock: heartbeat task %s failed; retrying in 0.1 s", entry.name)
+            nxt = self.clock.monotonic() + 0.1
+        with self._cond:
+            entry.running = False
+            if nxt is not None and not entry.cancelled and not self._closed:
+                self._push(entry, nxt)
+
+    def run_due(self) -> float | None:
+        """Run every task that is due now (manual mode); return the next due time, if any."""
+        while True:
+            with self._cond:
+                entry = self._pop_due_locked(self.clock.monotonic())
+                if entry is None:
+                    return self._next_due_locked()
+            self._run(entry)
+
+    @property
+    def pending(self) -> int:
+        """How many tasks are scheduled."""
+        with self._cond:
+            return len({id(e) for _, _, e in self._heap if not e.cancelled})
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def _start_locked(self) -> None:
+        if not self.threaded or self._thread is not None:
+            return
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=f"{self._name}-worker")
+        self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        assert self._pool is not None
+        while True:
+            with self._cond:
+                if self._closed:
+                    return
+                entry = self._pop_due_locked(self.clock.monotonic())
+                if entry is None:
+                    nxt = self._next_due_locked()
+                    timeout = None if nxt is None else max(0.0, nxt - self.clock.monotonic())
+                    self._cond.wait(timeout)
+                    continue
+            try:
+                self._pool.submit(self._run, entry)
+            except RuntimeError:  # pool shut down at interpreter exit
+                return
+
+    # -- callbacks -----------------------------------------------------------------------------
+
+    def dispatch(self, callback: Callable[[], None]) -> None:
+        """Run a user callback off the scheduler's threads (inline in manual mode)."""
+        if not self.threaded:
+            _safely(callback)
+            return
+        with self._cond:
+            if self._notifier is None:
+                self._notifier = threading.Thread(
+                    target=self._notify_loop, name=f"{self._name}-notifier", daemon=True
+                )
+                self._notifier.start()
+        self._notices.put(callback)
+
+    def spawn(self, callback: Callable[[], None], name: str) -> None:
+        """Run a long callback (a holder's cleanup) on its own thread (inline in manual mode)."""
+        if not self.threaded:
+            _safely(callback)
+            return
+        threading.Thread(target=_safely, args=(callback,), name=name, daemon=True).start()
+
+    def _notify_loop(self) -> None:
+        while True:
+            callback = self._notices.get()
+            if callback is None:
+                return
+            _safely(callback)
+
+    def close(self) -> None:
+        """Stop the threads; scheduled tasks no longer run."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            pool = self._pool
+        self._notices.put(None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+
+def _safely(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("prioritylock: a listener or signal receiver raised; ignored")
+
+
+_default: Heartbeat | None = None
+_default_lock = threading.Lock()
+
+
+def default_heartbeat() -> Heartbeat:
+    """The process-wide scheduler, started on first use."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Heartbeat()
+        return _default
+
+
+def _after_fork() -> None:
+    # A forked child inherits the parent's heartbeat object but none of its threads.
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,289 @@
+"""The lease document: what one lock's JSON object holds, and its strict encoding.
+
+One document per lock, never deleted by normal use (releasing marks it free, so the fencing
+counter survives). Every write carries a fresh ``nonce``, so no two writes produce the same bytes
+(S3 and fake-GCS ETags are content hashes: equal bytes would mean equal versions, an ABA hazard).
+
+Times in the document are wall-clock seconds for people to read; no decision rests on them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from typing import Any
+
+import attrs
+
+from prioritylock._errors import CorruptLease
+
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_MESSAGE_CHARS",
+    "MAX_OWNER_CHARS",
+    "MAX_PRIORITY",
+    "OVERRIDE_PRIORITY",
+    "SCHEMA",
+    "Event",
+    "Holder",
+    "Lease",
+    "Requestor",
+    "decode",
+    "encode",
+    "new_lock_id",
+    "new_nonce",
+]
+
+SCHEMA = 1
+MAX_DOCUMENT_BYTES = 64 * 1024
+MAX_OWNER_CHARS = 256
+MAX_MESSAGE_CHARS = 4096
+#: The highest priority an ordinary client may use.
+MAX_PRIORITY = 2_147_483_646
+#: INT_MAX: reserved for the operators' emergency override.
+OVERRIDE_PRIORITY = 2_147_483_647
+
+#: Kinds of ``Event``: how the current state came about.
+EVENT_KINDS = frozenset(
+    {
+        "acquired",  # a free or absent lock was taken
+        "expired_takeover",  # the holder's lease ran out and another client took over
+        "handover",  # the holder finished cleanup and passed the lock to the requestor
+        "preempted",  # a higher request took over at once (zero cleanup or waiting timeout)
+        "forceful_takeover",  # a forceful requestor's wait ran out and it took the lock
+        "override",  # the operators' emergency override (priority INT_MAX)
+        "released",  # the holder released it
+        "force_unlock",  # an operator freed it
+        "request",  # a higher-priority request was recorded
+        "withdrawn",  # a request was withdrawn
+    }
+)
+
+
+def new_nonce() -> str:
+    """A fresh 128-bit nonce for one write."""
+    return secrets.token_hex(16)
+
+
+def new_lock_id() -> str:
+    """A fresh, unguessable lock id (192 random bits) for one acquisition."""
+    return secrets.token_urlsafe(24)
+
+
+@attrs.frozen
+class Holder:
+    """Who holds the lock, on what terms (Helix's LockInfo holder fields)."""
+
+    lock_id: str
+    owner: str
+    message: str
+    priority: int
+    lease_timeout: float
+    cleanup_timeout: float
+    forceful: bool
+    acquired_at: float
+    renewed_at: float
+    #: Counts renewals of this holding; a waiter judges expiry by how long (lock_id, beat)
+    #: stays unchanged, so requests written into the lease never extend a dead holder's life.
+    beat: int = 0
+
+
+@attrs.frozen
+class Requestor:
+    """The one pending higher-priority request, and the terms it would hold the lock on."""
+
+    requestor_id: str
+    owner: str
+    message: str
+    priority: int
+    waiting_timeout: float
+    forceful: bool
+    requested_at: float
+    lease_timeout: float
+    cleanup_timeout: float
+
+
+@attrs.frozen
+class Event:
+    """The last change of holder or request: kept so break-glass paths stay on record."""
+
+    kind: str
+    at: float
+    by: str
+    message: str = ""
+
+
+@attrs.frozen
+class Lease:
+    """One lease document."""
+
+    name: str
+    fence: int
+    nonce: str
+    holder: Holder | None = None
+    requestor: Requestor | None = None
+    event: Event | None = None
+    schema: int = SCHEMA
+
+    def rewritten(self, **changes: Any) -> Lease:
+        """A copy with ``changes`` and a fresh nonce: the only way the lock makes a new version."""
+        return attrs.evolve(self, nonce=new_nonce(), **changes)
+
+
+def encode(lease: Lease) -> bytes:
+    """The document's bytes: compact, sorted JSON."""
+    body = {
+        "schema": lease.schema,
+        "name": lease.name,
+        "fence": lease.fence,
+        "nonce": lease.nonce,
+        "holder": None if lease.holder is None else attrs.asdict(lease.holder),
+        "requestor": None if lease.requestor is None else attrs.asdict(lease.requestor),
+        "event": None if lease.event is None else attrs.asdict(lease.event),
+    }
+    data = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise CorruptLease(lease.name, f"document would be {len(data)} bytes (max {MAX_DOCUMENT_BYTES})")
+    return data
+
+
+def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:
+    """Parse and validate a lease document read from ``key``.
+
+    :param name: the lock name the document must carry; a document for another lock is foreign.
+    :raises CorruptLease: too large, not JSON, an unknown schema, a foreign name, or missing or
+        mistyped fields. The document is left untouched.
+    """
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise CorruptLease(key, f"document is {len(data)} bytes (max {MAX_DOCUMENT_BYTES})")
+    try:
+        body = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptLease(key, f"not a JSON document ({exc})") from exc
+    if not isinstance(body, dict):
+        raise CorruptLease(key, "not a JSON object")
+    schema = body.get("schema")
+    if schema != SCHEMA:
+        raise CorruptLease(key, f"unknown schema {schema!r} (this library reads schema {SCHEMA})")
+    reader = _Reader(key, body)
+    lease_name = reader.text("name", limit=2048)
+    if name is not None and lease_name != name:
+        raise CorruptLease(key, f"document is for lock {lease_name!r}, not {name!r}")
+    fence = reader.integer("fence")
+    if fence < 0:
+        raise CorruptLease(key, f"negative fence {fence}")
+    lease = Lease(
+        name=lease_name,
+        fence=fence,
+        nonce=reader.text("nonce", limit=128),
+        holder=_holder(key, body.get("holder")),
+        requestor=_requestor(key, body.get("requestor")),
+        event=_event(key, body.get("event")),
+    )
+    if lease.holder is not None and fence == 0:
+        raise CorruptLease(key, "a held lease must have a fence of at least 1")
+    return lease
+
+
+def _reject_constant(value: str) -> Any:
+    raise ValueError(f"{value} is not allowed")
+
+
+class _Reader:
+    """Typed field access that turns every surprise into CorruptLease."""
+
+    def __init__(self, key: str, body: dict[str, Any], where: str = "") -> None:
+        self.key = key
+        self.body = body
+        self.where = where
+
+    def _get(self, field: str) -> Any:
+        if field not in self.body:
+            raise CorruptLease(self.key, f"missing field {self.where}{field}")
+        return self.body[field]
+
+    def text(self, field: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:
+        value = self._get(field)
+        if not isinstance(value, str) or len(value) > limit:
+            raise CorruptLease(self.key, f"field {self.where}{field} must be a string of <= {limit} chars")
+        return value
+
+    def integer(self, field: str) -> int:
+        value = self._get(field)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise CorruptLease(self.key, f"field {self.where}{field} must be an integer")
+        return value
+
+    def number(self, field: str) -> float:
+        value = self._get(field)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise CorruptLease(self.key, f"field {self.where}{field} must be a finite number")
+        if value < 0:
+            raise CorruptLease(self.key, f"field {self.where}{field} must not be negative")
+        return float(value)
+
+    def flag(self, field: str) -> bool:
+        value = self._get(field)
+        if not isinstance(value, bool):
+            raise CorruptLease(self.key, f"field {self.where}{field} must be true or false")
+        return value
+
+    def priority(self, field: str) -> int:
+        value = self.integer(field)
+        if not 0 <= value <= OVERRIDE_PRIORITY:
+            raise CorruptLease(self.key, f"field {self.where}{field} out of range: {value}")
+        return value
+
+
+def _section(key: str, value: Any, where: str) -> _Reader | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise CorruptLease(key, f"field {where} must be an object or null")
+    return _Reader(key, value, where + ".")
+
+
+def _holder(key: str, value: Any) -> Holder | None:
+    r = _section(key, value, "holder")
+    if r is None:
+        return None
+    return Holder(
+        lock_id=r.text("lock_id", limit=128),
+        owner=r.text("owner", limit=MAX_OWNER_CHARS),
+        message=r.text("message"),
+        priority=r.priority("priority"),
+        lease_timeout=r.number("lease_timeout"),
+        cleanup_timeout=r.number("cleanup_timeout"),
+        forceful=r.flag("forceful"),
+        acquired_at=r.number("acquired_at"),
+        renewed_at=r.number("renewed_at"),
+        beat=r.integer("beat"),
+    )
+
+
+def _requestor(key: str, value: Any) -> Requestor | None:
+    r = _section(key, value, "requestor")
+    if r is None:
+        return None
+    return Requestor(
+        requestor_id=r.text("requestor_id", limit=128),
+        owner=r.text("owner", limit=MAX_OWNER_CHARS),
+        message=r.text("message"),
+        priority=r.priority("priority"),
+        waiting_timeout=r.number("waiting_timeout"),
+        forceful=r.flag("forceful"),
+        requested_at=r.number("requested_at"),
+        lease_timeout=r.number("lease_timeout"),
+        cleanup_timeout=r.number("cleanup_timeout"),
+    )
+
+
+def _event(key: str, value: Any) -> Event | None:
+    r = _section(key, value, "event")
+    if r is None:
+        return None
+    kind = r.text("kind", limit=64)
+    if kind not in EVENT_KINDS:
+        raise CorruptLease(key, f"unknown event kind {kind!r}")
+    return Event(kind=kind, at=r.number("at"), by=r.text("by", limit=MAX_OWNER_CHARS), message=r.text("message"))

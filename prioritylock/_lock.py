@@ -1,0 +1,767 @@
+"""The synchronous lock: drives the pure protocol (``_protocol``) against a store and a clock.
+
+Three rules hold everywhere in this module:
+
+- Every write carries a fresh nonce, and any write whose outcome is unclear (a timeout, a lost
+  response, a 412 that may follow an SDK retry of a write that landed) is settled by reading the
+  document back: if it carries our nonce, the write landed.
+- Store I/O for one lock object happens under its ``_io`` lock, so the heartbeat and the user's
+  own calls never interleave their compare-and-swaps; callbacks and signals run outside it.
+- A holder believes it holds the lock only until ``start of its last successful renew +
+  lease_timeout`` on its own monotonic clock, whatever the store says later.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import weakref
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import attrs
+from blinker import Signal
+
+from prioritylock import _protocol as proto
+from prioritylock import signals
+from prioritylock._builder import LockConfig
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+    NotLockOwner,
+    PreemptionTimeout,
+    StoreUnavailable,
+)
+from prioritylock._heartbeat import Heartbeat, ScheduledTask, default_heartbeat
+from prioritylock._info import LockInfo
+from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, decode, encode, new_lock_id
+from prioritylock._listener import CleanupNotice
+
+__all__ = ["Lock"]
+
+log = logging.getLogger("prioritylock")
+
+T = TypeVar("T")
+
+#: Reasons a holder loses its lock, by the event that took it.
+_LOSS_REASONS = {
+    "expired_takeover": "expired",
+    "preempted": "preempted",
+    "forceful_takeover": "preempted",
+    "handover": "preempted",
+    "override": "overridden",
+    "force_unlock": "forced",
+    "acquired": "expired",
+    "released": "expired",
+}
+
+
+@attrs.frozen
+class _Seen:
+    """A document as read: the lease (None: absent) and its version."""
+
+    lease: Lease | None
+    version: str | None
+
+
+@attrs.define
+class _Holding:
+    """What a lock object knows while it holds the lock."""
+
+    lock_id: str
+    lease: Lease
+    version: str
+    deadline: float
+    next_renew: float
+    next_watch: float
+    entry: ScheduledTask | None = None
+    lost: str | None = None
+    ended: bool = False
+    notified: str | None = None  # requestor id whose cleanup we started
+    request_seen: proto.Sighting | None = None
+
+    @property
+    def fence(self) -> int:
+        return self.lease.fence
+
+
+class _Wakeups:
+    """In-process wakeups: a release sets the event waiters of the same lock wait on."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: weakref.WeakValueDictionary[tuple[int, str], threading.Event] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def current(self, store: object, key: str) -> threading.Event:
+        with self._lock:
+            event = self._events.get((id(store), key))
+            if event is None:
+                event = threading.Event()
+                self._events[(id(store), key)] = event
+            return event
+
+    def fire(self, store: object, key: str) -> None:
+        with self._lock:
+            event = self._events.pop((id(store), key), None)
+        if event is not None:
+            event.set()
+
+
+_wakeups = _Wakeups()
+
+
+class Lock:
+    """A distributed lock on one lease document. Build it with :class:`~prioritylock.LockBuilder`.
+
+    Not reentrant. One lock object holds the lock at most once at a time; use one object per
+    client (threads that contend should each build their own).
+    """
+
+    def __init__(self, config: LockConfig) -> None:
+        self._cfg = config
+        self._store = config.store
+        self._key = config.key
+        self._clock = config.clock
+        self._hb: Heartbeat = config.heartbeat or default_heartbeat()
+        self._io = threading.RLock()
+        self._seen: _Seen | None = None
+        self._holder_seen: proto.Sighting | None = None
+        self._request_seen: proto.Sighting | None = None
+        self._holding: _Holding | None = None
+        self._closed = False
+        self._loss_lock = threading.Lock()
+
+    # -- public API ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LockConfig:
+        return self._cfg
+
+    @property
+    def key(self) -> str:
+        """The store key of this lock's lease document."""
+        return self._key
+
+    def try_lock(self) -> bool:
+        """Take the lock if that can be done now; return whether this object holds it.
+
+        A client whose priority is strictly higher than the holder's records a request and waits
+        for the handover (at most min(its waiting timeout, the holder's cleanup timeout)); equal
+        or lower priority returns False at once.
+
+        :raises LockHeld: this lock object already holds the lock.
+        :raises PreemptionTimeout: a non-forceful request's wait ran out; it was withdrawn.
+        :raises CorruptLease: the lease document can't be trusted; it was left untouched.
+        :raises StoreError: the store failed past the store timeout.
+        """
+        self._check_open()
+        if self.is_current_owner():
+            raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
+        return self._acquire(blocking=False, deadline=None)
+
+    def lock(self, timeout: float | None = None) -> None:
+        """Wait until this object holds the lock.
+
+        :param timeout: seconds to wait (None: forever).
+        :raises LockTimeout: not acquired within ``timeout``.
+        :raises LockHeld: this lock object already holds the lock.
+        :raises CorruptLease: the lease document can't be trusted.
+        :raises StoreError: the store failed past the store timeout.
+        """
+        self._check_open()
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+                raise ConfigError(f"timeout: must be None or a non-negative number, got {timeout!r}")
+        if self.is_current_owner():
+            raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
+        deadline = None if timeout is None else self._clock.monotonic() + float(timeout)
+        if not self._acquire(blocking=True, deadline=deadline):
+            raise LockTimeout(f"{self._key!r}: not acquired within {timeout} s")
+
+    def renew(self) -> None:
+        """Renew the lease now (the heartbeat also does this on its own).
+
+        :raises NotLockOwner: this object does not hold the lock.
+        :raises LockLost: it held the lock and lost it.
+        """
+        with self._io:
+            holding = self._require_holding()
+            self._renew(holding)
+            self._raise_if_lost(holding)
+
+    def unlock(self) -> None:
+        """Release the lock; with a higher-priority request pending, pass it to the requestor.
+
+        :raises NotLockOwner: this object does not hold the lock.
+        :raises LockLost: it held the lock and lost it before this call.
+        :raises StoreUnavailable: the release could not land within the store timeout; it is
+            retried in the background until it lands or the lease is no longer ours.
+        """
+        with self._io:
+            holding = self._require_holding()
+            self._release(holding, cleanup_done=False)
+
+    def info(self) -> LockInfo | None:
+        """The lease as stored now (one read), or None if the lock was never taken.
+
+        :raises CorruptLease: the document can't be trusted.
+        :raises StoreError: the store failed.
+        """
+        with self._io:
+            seen = self._read()
+        return None if seen.lease is None else LockInfo.from_lease(seen.lease)
+
+    def is_current_owner(self) -> bool:
+        """Whether this object holds the lock now, judged on its own clock (no request)."""
+        holding = self._holding
+        if holding is None or holding.ended or holding.lost is not None:
+            return False
+        if self._clock.monotonic() >= holding.deadline:
+            self._lose(holding, "expired")
+            return False
+        return True
+
+    @property
+    def fencing_token(self) -> int:
+        """The fence of the current holding: pass it to the resource you protect.
+
+        :raises NotLockOwner: not held. :raises LockLost: held and lost.
+        """
+        return self._require_holding().fence
+
+    @property
+    def lock_id(self) -> str:
+        """The unguessable id of the current holding, made by the library.
+
+        :raises NotLockOwner: not held. :raises LockLost: held and lost.
+        """
+        return self._require_holding().lock_id
+
+    def force_unlock(self, message: str, *, by: str | None = None) -> LockInfo | None:
+        """Free the lock whoever holds it (break-glass; recorded with ``message``; fence + 1).
+
+        :returns: the lease as it was before, or None if the lock was never taken.
+        :raises ConfigError: no message.
+        """
+        if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
+            raise ConfigError("message: force_unlock needs a message saying why")
+        who = by or self._cfg.owner
+        with self._io:
+            seen = self._read()
+            while seen.lease is not None:
+                before = seen.lease
+                freed = proto.forced_free(before, by=who, message=message, wall=self._clock.time())
+                result = self._write(freed, seen.version, create=False, deadline=self._op_deadline())
+                if isinstance(result, str):
+                    log.warning("prioritylock: %r force-unlocked by %s: %s", self._key, who, message)
+                    return LockInfo.from_lease(before)
+                seen = result
+        return None
+
+    def close(self) -> None:
+        """Release the lock if held and stop renewing; the object is not used afterwards."""
+        if self._closed:
+            return
+        holding = self._holding
+        try:
+            if holding is not None and not holding.ended and holding.lost is None:
+                try:
+                    self.unlock()
+                except NotLockOwner:
+                    pass
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> Lock:
+        self.lock()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.unlock()
+        except LockLost:
+            if exc is None:
+                raise
+        except Exception:
+            if exc is None:
+                raise
+            log.exception("prioritylock: unlock of %r failed while leaving a with-block", self._key)
+
+    def __repr__(self) -> str:
+        state = "held" if self.is_current_owner() else "not held"
+        return f"<Lock {self._key!r} owner={self._cfg.owner!r} priority={self._cfg.priority} {state}>"
+
+    # -- acquiring -------------------------------------------------------------------------------
+
+    def _claim(self) -> proto.Claim:
+        cfg = self._cfg
+        return proto.Claim(
+            lock_id=new_lock_id(),
+            owner=cfg.owner,
+            message=cfg.message,
+            priority=cfg.priority,
+            lease_timeout=cfg.lease_timeout,
+            cleanup_timeout=cfg.cleanup_timeout,
+            waiting_timeout=cfg.waiting_timeout,
+            forceful=cfg.forceful,
+        )
+
+    def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
+        claim = self._claim()
+        mine: proto.MyRequest | None = None
+        delay = _Backoff(self._cfg.poll_interval)
+        with self._io:
+            seen = self._seen if self._seen is not None else self._read()
+        while True:
+            wake = _wakeups.current(self._store, self._key)
+            with self._io:
+                now = self._clock.monotonic()
+                self._sight(seen.lease, now)
+                step = proto.acquire_step(
+                    seen.lease,
+                    self._key,
+                    claim,
+                    now=now,
+                    wall=self._clock.time(),
+                    drift=self._cfg.max_clock_drift,
+                    holder_seen=self._holder_seen,
+                    request_seen=self._request_seen,
+                    mine=mine,
+                )
+                if isinstance(step, proto.Write):
+                    started = self._clock.monotonic()
+                    result = self._write(
+                        step.lease, seen.version, create=step.create, deadline=self._op_deadline()
+                    )
+                    if not isinstance(result, str):
+                        seen = result  # lost a race: decide again on what is there now
+                        continue
+                    seen = _Seen(step.lease, result)
+                    if step.outcome == "acquired":
+                        self._become_holder(claim, step.lease, result, started)
+                        break
+                    if step.outcome == "requested":
+                        assert step.lease.holder is not None
+                        wait = proto.request_wait(claim.waiting_timeout, step.lease.holder.cleanup_timeout)
+                        mine = proto.MyRequest(started, wait)
+                        continue
+                    raise PreemptionTimeout(
+                        f"{self._key!r}: holder {_holder_name(step.lease)} did not hand over within "
+                        f"{mine.wait if mine else 0:g} s; the request was withdrawn"
+                    )
+                if isinstance(step, proto.Owned):
+                    # Handed over to us. Our lease clock must start at a write of our own.
+                    assert seen.lease is not None and seen.version is not None
+                    started = self._clock.monotonic()
+                    beat = proto.renewed(seen.lease, self._clock.time())
+                    result = self._write(beat, seen.version, create=False, deadline=self._op_deadline())
+                    if not isinstance(result, str):
+                        seen = result
+                        continue
+                    self._become_holder(claim, beat, result, started)
+                    break
+                if isinstance(step, proto.Refused):
+                    mine = None
+                    self._notify_denied(seen.lease)
+                    if not blocking:
+                        return False
+                    step = proto.Wait(None, "busy")
+                if step.reason == "busy" and not blocking:
+                    return False
+                now = self._clock.monotonic()
+                if deadline is not None and now >= deadline:
+                    if mine is not None:
+                        won = self._withdraw(claim, seen)
+                        if won is not None:
+                            self._become_holder(claim, won[0], won[1], won[2])
+                            break
+                    return False
+            pause = delay.next()
+            if step.until is not None:
+                pause = min(pause, max(0.0, step.until - now))
+            if deadline is not None:
+                pause = min(pause, max(0.0, deadline - now))
+            self._clock.wait(wake, pause)
+            with self._io:
+                seen = self._read()
+        self._announce_acquired()
+        return True
+
+    def _withdraw(self, claim: proto.Claim, seen: _Seen) -> tuple[Lease, str, float] | None:
+        """Take our pending request back (our own deadline ran out). If the lock was handed to us
+        meanwhile, confirm it and return (lease, version, started)."""
+        while seen.lease is not None:
+            lease = seen.lease
+            if lease.holder is not None and lease.holder.lock_id == claim.lock_id:
+                started = self._clock.monotonic()
+                beat = proto.renewed(lease, self._clock.time())
+                result = self._write(beat, seen.version, create=False, deadline=self._op_deadline())
+                if isinstance(result, str):
+                    return beat, result, started
+                seen = result
+                continue
+            if lease.requestor is None or lease.requestor.requestor_id != claim.lock_id:
+                return None
+            event = attrs.evolve(lease.event, kind="withdrawn") if lease.event else None
+            withdrawn = lease.rewritten(requestor=None, event=event)
+            result = self._write(withdrawn, seen.version, create=False, deadline=self._op_deadline())
+            if isinstance(result, str):
+                self._seen = _Seen(withdrawn, result)
+                return None
+            seen = result
+        return None
+
+    def _sight(self, lease: Lease | None, now: float) -> None:
+        self._holder_seen = proto.sight(self._holder_seen, proto.heartbeat_ident(lease), now)
+        self._request_seen = proto.sight(self._request_seen, proto.request_ident(lease), now)
+
+    def _become_holder(self, claim: proto.Claim, lease: Lease, version: str, started: float) -> None:
+        cfg = self._cfg
+        holding = _Holding(
+            lock_id=claim.lock_id,
+            lease=lease,
+            version=version,
+            deadline=started + cfg.lease_timeout,
+            next_renew=started + cfg.renew_interval,
+            next_watch=started + cfg.watch_interval,
+        )
+        self._holding = holding
+        self._seen = _Seen(lease, version)
+        holding.entry = self._hb.schedule(
+            lambda: self._beat(holding), min(holding.next_renew, holding.next_watch), f"lease {self._key}"
+        )
+
+    def _announce_acquired(self) -> None:
+        holding = self._holding
+        if holding is None:
+            return
+        info = LockInfo.from_lease(holding.lease)
+        _send(signals.acquired, self, info=info, fence=holding.fence)
+        if self._cfg.listener is not None:
+            _call_safely(self._cfg.listener.on_acquired, self, info)
+
+    def _notify_denied(self, lease: Lease | None) -> None:
+        info = None if lease is None else LockInfo.from_lease(lease)
+        listener = self._cfg.listener
+
+        def tell() -> None:
+            _send(signals.denied, self, info=info)
+            if listener is not None:
+                listener.on_denied(self, info)
+
+        self._hb.dispatch(tell)
+
+    # -- holding -----------------------------------------------------------------------------------
+
+    def _require_holding(self) -> _Holding:
+        holding = self._holding
+        if holding is None or holding.ended:
+            raise NotLockOwner(f"{self._key!r}: this lock object does not hold the lock")
+        if not self.is_current_owner():
+            self._raise_if_lost(holding)
+        return holding
+
+    def _raise_if_lost(self, holding: _Holding) -> None:
+        if holding.lost is not None:
+            raise LockLost(f"{self._key!r}: lock lost ({holding.lost})", reason=holding.lost)
+
+    def _beat(self, holding: _Holding) -> float | None:
+        """The heartbeat task for one holding: renew when due, watch in between."""
+        with self._io:
+            if holding.ended or holding.lost is not None or self._holding is not holding:
+                return None
+            now = self._clock.monotonic()
+            if now >= holding.deadline:
+                self._lose(holding, "expired")
+                return None
+            try:
+                if now >= holding.next_renew:
+                    self._renew(holding)
+                elif now >= holding.next_watch:
+                    self._watch(holding)
+            except StoreUnavailable as exc:
+                retry = min(holding.deadline, now + min(1.0, self._cfg.renew_interval / 4))
+                log.warning("prioritylock: heartbeat of %r failed (%s); retrying", self._key, exc)
+                return retry
+            except Exception as exc:
+                # Anything else (a corrupt document, a credential problem) means we can no
+                # longer prove ownership: say so rather than believe it silently.
+                log.error("prioritylock: heartbeat of %r cannot go on: %s", self._key, exc)
+                self._lose(holding, f"heartbeat failed: {exc}")
+                return None
+            if holding.ended or holding.lost is not None:
+                return None
+            return min(holding.next_renew, holding.next_watch, holding.deadline)
+
+    def _renew(self, holding: _Holding) -> None:
+        for _ in range(8):
+            started = self._clock.monotonic()
+            if started >= holding.deadline:
+                self._lose(holding, "expired")
+                return
+            beat = proto.renewed(holding.lease, self._clock.time())
+            result = self._write(beat, holding.version, create=False, deadline=holding.deadline)
+            if isinstance(result, str):
+                holding.lease, holding.version = beat, result
+                self._seen = _Seen(beat, result)
+                holding.deadline = started + self._cfg.lease_timeout
+                holding.next_renew = started + self._cfg.renew_interval
+                holding.next_watch = started + self._cfg.watch_interval
+                self._hb.dispatch(lambda: _send(signals.renewed, self, fence=holding.fence))
+                return
+            if not self._examine(holding, result):
+                return
+        raise StoreUnavailable(f"{self._key!r}: renewal kept losing races")
+
+    def _watch(self, holding: _Holding) -> None:
+        seen = self._read()
+        holding.next_watch = self._clock.monotonic() + self._cfg.watch_interval
+        self._examine(holding, seen)
+
+    def _examine(self, holding: _Holding, seen: _Seen) -> bool:
+        """Look at a fresh read as holder: still ours? A request to clean up for?"""
+        lease = seen.lease
+        if lease is None or lease.holder is None or lease.holder.lock_id != holding.lock_id:
+            kind = lease.event.kind if lease is not None and lease.event is not None else "released"
+            self._lose(holding, _LOSS_REASONS.get(kind, kind))
+            return False
+        assert seen.version is not None
+        holding.lease, holding.version = lease, seen.version
+        now = self._clock.monotonic()
+        holding.request_seen = proto.sight(holding.request_seen, proto.request_ident(lease), now)
+        request = proto.pending_request_for(lease, lease.holder.priority)
+        if request is not None and holding.notified != request.requestor_id:
+            holding.notified = request.requestor_id
+            self._start_cleanup(holding, lease, now)
+        return True
+
+    def _start_cleanup(self, holding: _Holding, lease: Lease, now: float) -> None:
+        assert lease.requestor is not None and lease.holder is not None
+        r = lease.requestor
+        window = proto.request_wait(r.waiting_timeout, lease.holder.cleanup_timeout)
+        notice = CleanupNotice(
+            lock=self,
+            requestor_owner=r.owner,
+            requestor_priority=r.priority,
+            requestor_message=r.message,
+            forceful=r.forceful,
+            deadline=now + window,
+            deadline_wall=self._clock.time() + window,
+        )
+        listener = self._cfg.listener
+
+        def cleanup() -> None:
+            _send(signals.cleanup_requested, self, notice=notice)
+            if listener is None:
+                return  # not cooperating: we keep the lock until unlock() or a forceful takeover
+            try:
+                listener.on_cleanup_notification(notice)
+            except Exception:
+                log.exception("prioritylock: cleanup listener of %r raised; handing over", self._key)
+            with self._io:
+                if holding.ended or holding.lost is not None or self._holding is not holding:
+                    return
+                try:
+                    self._release(holding, cleanup_done=True)
+                except Exception:
+                    log.exception("prioritylock: handover of %r after cleanup failed", self._key)
+
+        self._hb.spawn(cleanup, f"prioritylock-cleanup {self._key}")
+
+    def _release(self, holding: _Holding, *, cleanup_done: bool) -> None:
+        """Write the release (or the handover, with a request pending). Caller holds ``_io``."""
+        self._raise_if_lost(holding)
+        deadline = self._op_deadline()
+        while True:
+            now = self._clock.monotonic()
+            if now >= holding.deadline and not cleanup_done:
+                self._lose(holding, "expired")
+                self._raise_if_lost(holding)
+            lease = holding.lease
+            nxt = proto.after_cleanup(
+                lease, now=now, wall=self._clock.time(), drift=self._cfg.max_clock_drift,
+                request_seen=holding.request_seen,
+            )
+            try:
+                result = self._write(nxt, holding.version, create=False, deadline=deadline)
+            except StoreUnavailable:
+                self._end(holding)
+                self._retry_release_later(holding)
+                raise
+            if isinstance(result, str):
+                self._seen = _Seen(nxt, result)
+                handed = nxt.holder is not None
+                self._end(holding)
+                if handed:
+                    self._lose(holding, "preempted", force=True)
+                else:
+                    self._announce_released()
+                return
+            if not self._examine(holding, result):
+                self._raise_if_lost(holding)
+                return
+
+    def _retry_release_later(self, holding: _Holding) -> None:
+        """Keep trying to release a holding whose release could not land (never drop it)."""
+        log.warning("prioritylock: release of %r did not land; retrying in the background", self._key)
+
+        def retry() -> float | None:
+            with self._io:
+                try:
+                    seen = self._read()
+                    lease = seen.lease
+                    if lease is None or lease.holder is None or lease.holder.lock_id != holding.lock_id:
+                        return None  # no longer ours: nothing to release
+                    assert seen.version is not None
+                    nxt = proto.released(lease, self._clock.time())
+                    result = self._write(nxt, seen.version, create=False, deadline=self._op_deadline())
+                    if isinstance(result, str):
+                        log.info("prioritylock: background release of %r landed", self._key)
+                        return None
+                    return self._clock.monotonic()
+                except StoreUnavailable as exc:
+                    log.warning("prioritylock: background release of %r failed again: %s", self._key, exc)
+                    return self._clock.monotonic() + 1.0
+                except Exception:
+                    log.exception("prioritylock: background release of %r gave up", self._key)
+                    return None
+
+        self._hb.schedule(retry, self._clock.monotonic() + 0.5, f"release {self._key}")
+
+    def _end(self, holding: _Holding) -> None:
+        holding.ended = True
+        if holding.entry is not None:
+            self._hb.cancel(holding.entry)
+        _wakeups.fire(self._store, self._key)
+
+    def _announce_released(self) -> None:
+        _send(signals.released, self, info=None, handed_over=False)
+        if self._cfg.listener is not None:
+            _call_safely(self._cfg.listener.on_released, self)
+
+    def _lose(self, holding: _Holding, reason: str, *, force: bool = False) -> None:
+        """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
+        with self._loss_lock:
+            if holding.lost is not None or (holding.ended and not force):
+                return
+            holding.lost = reason
+            holding.ended = True
+        if holding.entry is not None:
+            self._hb.cancel(holding.entry)
+        listener = self._cfg.listener
+        info = LockInfo.from_lease(holding.lease)
+        log.warning("prioritylock: lost %r (%s)", self._key, reason)
+
+        def tell() -> None:
+            _send(signals.lock_lost, self, reason=reason, info=info)
+            if listener is not None:
+                listener.on_lock_lost(self, reason)
+
+        self._hb.dispatch(tell)
+
+    # -- store access ------------------------------------------------------------------------------
+
+    def _op_deadline(self) -> float:
+        return self._clock.monotonic() + self._cfg.store_timeout
+
+    def _read(self) -> _Seen:
+        """Read and decode the document, retrying transient failures until the store timeout."""
+        deadline = self._op_deadline()
+        found = self._retrying(lambda: self._store.read(self._key), deadline)
+        if found is None:
+            seen = _Seen(None, None)
+        else:
+            seen = _Seen(decode(self._key, found.data, name=self._key), found.version)
+        self._seen = seen
+        return seen
+
+    def _write(self, lease: Lease, version: str | None, *, create: bool, deadline: float) -> str | _Seen:
+        """Write ``lease`` conditionally. Returns the new version, or what is there instead.
+
+        Unknown outcomes are settled by reading back and looking for our nonce.
+        """
+        data = encode(lease)
+        backoff = _Backoff(1.0, start=0.02)
+        while True:
+            try:
+                if create or version is None:
+                    return self._store.create(self._key, data)
+                return self._store.replace(self._key, data, version)
+            except ConditionFailed:
+                fresh = self._read()
+                if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
+                    assert fresh.version is not None
+                    return fresh.version  # it landed; the 412 answered a retry of it
+                return fresh
+            except StoreUnavailable:
+                if self._clock.monotonic() >= deadline:
+                    raise
+                self._clock.sleep(min(backoff.next(), max(0.0, deadline - self._clock.monotonic())))
+                fresh = self._read()
+                if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
+                    assert fresh.version is not None
+                    return fresh.version
+                if fresh.version != version:
+                    return fresh  # unchanged means it did not land: try again; else re-decide
+
+    def _retrying(self, call: Callable[[], T], deadline: float) -> T:
+        backoff = _Backoff(1.0, start=0.02)
+        while True:
+            try:
+                return call()
+            except StoreUnavailable as exc:
+                now = self._clock.monotonic()
+                if now >= deadline:
+                    raise
+                pause = min(backoff.next(), deadline - now)
+                log.info("prioritylock: store busy on %r (%s); retrying in %.3f s", self._key, exc, pause)
+                self._clock.sleep(pause)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError(f"{self._key!r}: this lock object is closed")
+
+
+class _Backoff:
+    """Exponential backoff with jitter (each pause in [d/2, d]), capped."""
+
+    def __init__(self, cap: float, *, start: float = 0.005) -> None:
+        self._cap = cap
+        self._next = min(start, cap)
+
+    def next(self) -> float:
+        current = self._next
+        self._next = min(self._cap, current * 2)
+        return current / 2 + random.random() * current / 2
+
+
+def _holder_name(lease: Lease) -> str:
+    return repr(lease.holder.owner) if lease.holder is not None else "(none)"
+
+
+def _send(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send a signal; a receiver that raises is logged, the others still run."""
+    for receiver in signal.receivers_for(sender):
+        try:
+            receiver(sender, **kwargs)
+        except Exception:
+            log.exception("prioritylock: a receiver of %s raised; ignored", signal.name)
+
+
+def _call_safely(fn: Callable[..., None], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("prioritylock: a listener raised; ignored")

@@ -1,0 +1,326 @@
+"""The lease protocol's decisions, pure: no I/O, no sleeping, no reading of clocks.
+
+Every function takes what a client has observed (the lease it read, and when it first saw the
+holder's heartbeat or the pending request, on *its own* monotonic clock) and returns what to do
+next: write a new document, wait until a moment, or stop with an outcome. The driver in
+``_lock.py`` runs these against a store and a clock.
+
+How expiry is judged (PROTOCOL.md, guarantee 1): a holder believes it holds the lock until
+``start of its last successful renew + lease_timeout``. A waiter starts counting when it first
+*sees* a holder's heartbeat ``(lock_id, beat)`` and takes over only after that heartbeat stayed
+unchanged for ``lease_timeout + max_clock_drift``. The heartbeat landed after the holder started
+its renew and before the waiter saw it, so with sane clock *rates* the holder always gives up
+first. Requests written into the lease change its version but not the heartbeat, so they never
+extend a dead holder's life.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from prioritylock._lease import (
+    OVERRIDE_PRIORITY,
+    Event,
+    Holder,
+    Lease,
+    Requestor,
+    new_nonce,
+)
+
+__all__ = [
+    "Claim",
+    "MyRequest",
+    "Owned",
+    "Refused",
+    "Sighting",
+    "Step",
+    "Wait",
+    "Write",
+    "acquire_step",
+    "after_cleanup",
+    "expires_at",
+    "forced_free",
+    "pending_request_for",
+    "released",
+    "renewed",
+    "request_wait",
+    "sight",
+]
+
+
+@attrs.frozen
+class Claim:
+    """What a client asks for when it tries to take the lock."""
+
+    lock_id: str
+    owner: str
+    message: str
+    priority: int
+    lease_timeout: float
+    cleanup_timeout: float
+    waiting_timeout: float
+    forceful: bool
+
+    @property
+    def override(self) -> bool:
+        return self.priority == OVERRIDE_PRIORITY
+
+    def as_holder(self, wall: float) -> Holder:
+        return Holder(
+            lock_id=self.lock_id,
+            owner=self.owner,
+            message=self.message,
+            priority=self.priority,
+            lease_timeout=self.lease_timeout,
+            cleanup_timeout=self.cleanup_timeout,
+            forceful=self.forceful,
+            acquired_at=wall,
+            renewed_at=wall,
+            beat=0,
+        )
+
+    def as_requestor(self, wall: float) -> Requestor:
+        return Requestor(
+            requestor_id=self.lock_id,
+            owner=self.owner,
+            message=self.message,
+            priority=self.priority,
+            waiting_timeout=self.waiting_timeout,
+            forceful=self.forceful,
+            requested_at=wall,
+            lease_timeout=self.lease_timeout,
+            cleanup_timeout=self.cleanup_timeout,
+        )
+
+
+@attrs.frozen
+class Sighting:
+    """When this client first saw something (a heartbeat, a request), on its own clock."""
+
+    ident: str
+    since: float
+
+
+def sight(previous: Sighting | None, ident: str | None, now: float) -> Sighting | None:
+    """Keep the first sighting of ``ident``; start a new one when it changed."""
+    if ident is None:
+        return None
+    if previous is not None and previous.ident == ident:
+        return previous
+    return Sighting(ident, now)
+
+
+def heartbeat_ident(lease: Lease | None) -> str | None:
+    """What identifies the holder's current heartbeat: its lock id and renewal count."""
+    if lease is None or lease.holder is None:
+        return None
+    return f"{lease.holder.lock_id}#{lease.holder.beat}"
+
+
+def request_ident(lease: Lease | None) -> str | None:
+    if lease is None or lease.requestor is None:
+        return None
+    return lease.requestor.requestor_id
+
+
+def expires_at(lease: Lease, seen: Sighting, drift: float) -> float:
+    """The moment (on the observer's clock) after which the observed holder is surely gone."""
+    assert lease.holder is not None
+    return seen.since + lease.holder.lease_timeout + drift
+
+
+def request_wait(waiting_timeout: float, cleanup_timeout: float) -> float:
+    """How long a request waits: min(its waiting timeout, the holder's cleanup timeout)."""
+    return min(waiting_timeout, cleanup_timeout)
+
+
+@attrs.frozen
+class MyRequest:
+    """A request this client wrote: when it started writing it, and how long it may wait."""
+
+    started: float
+    wait: float
+
+
+# -- steps -------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Write:
+    """Write ``lease`` (create it when ``create``); ``outcome`` says what a success means.
+
+    outcomes: ``acquired`` (we hold it), ``requested`` (our request is recorded),
+    ``withdrawn`` (our request timed out and is removed).
+    """
+
+    lease: Lease
+    create: bool
+    outcome: str
+
+
+@attrs.frozen
+class Owned:
+    """The lease names us as holder (a handover, or a write of ours that landed)."""
+
+
+@attrs.frozen
+class Wait:
+    """Nothing to write now. ``until`` is when the state changes by itself (expiry, the end of
+    our request's wait), or None; ``reason`` is ``busy`` (held, we can't preempt) or
+    ``handover`` (our request is pending)."""
+
+    until: float | None
+    reason: str
+
+
+@attrs.frozen
+class Refused:
+    """Stop: ``denied`` (a higher request displaced ours)."""
+
+    reason: str
+
+
+Step = Write | Owned | Wait | Refused
+
+
+def acquire_step(
+    lease: Lease | None,
+    name: str,
+    me: Claim,
+    *,
+    now: float,
+    wall: float,
+    drift: float,
+    holder_seen: Sighting | None,
+    request_seen: Sighting | None,
+    mine: MyRequest | None,
+) -> Step:
+    """Decide the next move of a client trying to take the lock.
+
+    :param lease: the document as last read (None: absent).
+    :param holder_seen: when we first saw the current heartbeat (see :func:`sight`).
+    :param request_seen: when we first saw the pending request.
+    :param mine: our own pending request, if we wrote one in this attempt.
+    """
+    if lease is None:
+        holder = me.as_holder(wall)
+        event = Event("acquired", wall, me.owner, me.message)
+        return Write(Lease(name, 1, new_nonce(), holder, None, event), create=True, outcome="acquired")
+    holder_now = lease.holder
+    if holder_now is None:
+        return _take(lease, me, wall, "acquired")
+    if holder_now.lock_id == me.lock_id:
+        return Owned()
+    if me.override:
+        return _take(lease, me, wall, "override")
+    assert holder_seen is not None, "the driver sights every heartbeat it reads"
+    expiry = expires_at(lease, holder_seen, drift)
+    if now >= expiry:
+        return _take(lease, me, wall, "expired_takeover")
+    if me.priority <= holder_now.priority:
+        return Wait(expiry, "busy")
+
+    pending = lease.requestor
+    if pending is not None and pending.requestor_id == me.lock_id:
+        assert mine is not None, "our request can only be pending if we wrote it"
+        deadline = mine.started + mine.wait
+        if now >= deadline:
+            if me.forceful:
+                return _take(lease, me, wall, "forceful_takeover")
+            withdrawn = lease.rewritten(
+                requestor=None, event=Event("withdrawn", wall, me.owner, me.message)
+            )
+            return Write(withdrawn, create=False, outcome="withdrawn")
+        return Wait(min(expiry, deadline), "handover")
+    if mine is not None and pending is not None:
+        return Refused("denied")  # another request took the slot: it beat ours
+    if pending is not None:
+        assert request_seen is not None, "the driver sights every request it reads"
+        stale_at = request_seen.since + request_wait(pending.waiting_timeout, holder_now.cleanup_timeout) + drift
+        if now < stale_at and me.priority <= pending.priority:
+            return Wait(min(expiry, stale_at), "busy")
+    if request_wait(me.waiting_timeout, holder_now.cleanup_timeout) <= 0:
+        return _take(lease, me, wall, "preempted")
+    requested = lease.rewritten(
+        requestor=me.as_requestor(wall), event=Event("request", wall, me.owner, me.message)
+    )
+    return Write(requested, create=False, outcome="requested")
+
+
+def _take(lease: Lease, me: Claim, wall: float, kind: str) -> Write:
+    taken = lease.rewritten(
+        fence=lease.fence + 1,
+        holder=me.as_holder(wall),
+        requestor=None,
+        event=Event(kind, wall, me.owner, me.message),
+    )
+    return Write(taken, create=False, outcome="acquired")
+
+
+# -- the holder's side -------------------------------------------------------------------------
+
+
+def renewed(lease: Lease, wall: float) -> Lease:
+    """The holder's next heartbeat: same holder, ``beat + 1``."""
+    assert lease.holder is not None
+    holder = attrs.evolve(lease.holder, renewed_at=wall, beat=lease.holder.beat + 1)
+    return lease.rewritten(holder=holder)
+
+
+def released(lease: Lease, wall: float) -> Lease:
+    """The holder lets go with nobody waiting: free, fence kept (the next holder bumps it)."""
+    assert lease.holder is not None
+    event = Event("released", wall, lease.holder.owner, lease.holder.message)
+    return lease.rewritten(holder=None, requestor=None, event=event)
+
+
+def handed_over(lease: Lease, wall: float) -> Lease:
+    """The holder passes the lock to the pending requestor: fence + 1, no gap for a third client."""
+    assert lease.holder is not None and lease.requestor is not None
+    r = lease.requestor
+    holder = Holder(
+        lock_id=r.requestor_id,
+        owner=r.owner,
+        message=r.message,
+        priority=r.priority,
+        lease_timeout=r.lease_timeout,
+        cleanup_timeout=r.cleanup_timeout,
+        forceful=r.forceful,
+        acquired_at=wall,
+        renewed_at=wall,
+        beat=0,
+    )
+    event = Event("handover", wall, lease.holder.owner, f"to {r.owner}")
+    return lease.rewritten(fence=lease.fence + 1, holder=holder, requestor=None, event=event)
+
+
+def pending_request_for(lease: Lease, holder_priority: int) -> Requestor | None:
+    """The pending request that outranks the holder, if any."""
+    r = lease.requestor
+    if r is None or r.priority <= holder_priority:
+        return None
+    return r
+
+
+def after_cleanup(
+    lease: Lease, *, now: float, wall: float, drift: float, request_seen: Sighting | None
+) -> Lease:
+    """What the holder writes when its cleanup returns (or it unlocks with a request pending).
+
+    The lock passes to the requestor unless the request is surely stale (the requestor's wait
+    ended, by our clock, more than the drift allowance ago): then it is simply released.
+    """
+    assert lease.holder is not None
+    r = lease.requestor
+    if r is None:
+        return released(lease, wall)
+    wait = request_wait(r.waiting_timeout, lease.holder.cleanup_timeout)
+    if request_seen is not None and now >= request_seen.since + wait + drift:
+        return released(lease, wall)
+    return handed_over(lease, wall)
+
+
+def forced_free(lease: Lease, *, by: str, message: str, wall: float) -> Lease:
+    """An operator frees the lock: recorded, fence + 1 so the old holder's writes are fenced off."""
+    event = Event("force_unlock", wall, by, message)
+    return lease.rewritten(fence=lease.fence + 1, holder=None, requestor=None, event=event)

@@ -1,0 +1,43 @@
+"""Blinker signals sent by every lock in this process.
+
+Connect with ``weak=False`` (blinker's weak default silently drops closures)::
+
+    from prioritylock import signals
+
+    @signals.lock_lost.connect_via(signals.ANY, weak=False)   # or .connect(fn, weak=False)
+    def on_lost(lock, info, reason): ...
+
+Every signal's sender is the :class:`~prioritylock.Lock`; keyword arguments are listed per
+signal. Receivers run outside the library's internal locks; one that raises is logged and never
+stops the heartbeat.
+"""
+
+from __future__ import annotations
+
+from blinker import ANY, Namespace
+
+__all__ = [
+    "ANY",
+    "acquired",
+    "cleanup_requested",
+    "denied",
+    "lock_lost",
+    "released",
+    "renewed",
+]
+
+_ns = Namespace()
+
+#: The lock was acquired. kwargs: ``info`` (LockInfo), ``fence`` (int).
+acquired = _ns.signal("acquired")
+#: The lock was released by its holder (or handed over). kwargs: ``info``, ``handed_over`` (bool).
+released = _ns.signal("released")
+#: The holder's lease was renewed. kwargs: ``fence``.
+renewed = _ns.signal("renewed")
+#: The holder lost the lock: expired, preempted, forcefully taken, overridden, forced free,
+#: or renewals failed past the deadline. Sent once per holding. kwargs: ``reason`` (str), ``info``.
+lock_lost = _ns.signal("lock_lost")
+#: A higher-priority request asks the holder to clean up. kwargs: ``notice`` (CleanupNotice).
+cleanup_requested = _ns.signal("cleanup_requested")
+#: Our pending request was displaced by a higher one. kwargs: ``info``.
+denied = _ns.signal("denied")

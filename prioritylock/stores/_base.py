@@ -1,0 +1,197 @@
+"""The store seam: five conditional operations on keys, and what every store shares.
+
+A store knows nothing of leases. It stores opaque bytes under keys and changes them only through
+create-if-absent and compare-and-swap on an opaque version token. A failed condition is always
+:class:`~prioritylock.ConditionFailed`; any other failure is a :class:`~prioritylock.StoreError`.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from prioritylock._errors import ConfigError
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "ObjectStore",
+    "StoreCapabilities",
+    "StoreStats",
+    "Versioned",
+    "validate_key",
+]
+
+MAX_KEY_BYTES = 1024
+_BAD_KEY_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+@attrs.frozen
+class Versioned:
+    """Bytes read from a store with the version token they were read at."""
+
+    data: bytes
+    version: str
+
+
+@attrs.frozen
+class StoreCapabilities:
+    """What a store can promise (tooz's driver characteristics).
+
+    :ivar shared_across_processes: other processes on this machine see the same objects.
+    :ivar shared_across_hosts: other machines see the same objects.
+    :ivar conditional_delete: delete-if-version-matches is enforced by the store.
+    """
+
+    shared_across_processes: bool
+    shared_across_hosts: bool
+    conditional_delete: bool = True
+
+
+_KINDS = ("reads", "creates", "replaces", "deletes", "lists")
+
+
+class StoreStats:
+    """Thread-safe counts of the requests a store has sent, by kind.
+
+    Every attempt counts, retries included: requests are what users pay for.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(_KINDS, 0)
+
+    def count(self, kind: str) -> None:
+        with self._lock:
+            self._counts[kind] += 1
+
+    @property
+    def reads(self) -> int:
+        return self._counts["reads"]
+
+    @property
+    def creates(self) -> int:
+        return self._counts["creates"]
+
+    @property
+    def replaces(self) -> int:
+        return self._counts["replaces"]
+
+    @property
+    def deletes(self) -> int:
+        return self._counts["deletes"]
+
+    @property
+    def lists(self) -> int:
+        return self._counts["lists"]
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+    @property
+    def writes(self) -> int:
+        with self._lock:
+            return self._counts["creates"] + self._counts["replaces"] + self._counts["deletes"]
+
+    def snapshot(self) -> dict[str, int]:
+        """The counts now, as a plain dict (``total`` included)."""
+        with self._lock:
+            snap = dict(self._counts)
+        snap["total"] = sum(snap.values())
+        return snap
+
+    def reset(self) -> None:
+        with self._lock:
+            for kind in _KINDS:
+                self._counts[kind] = 0
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v}" for k, v in self.snapshot().items())
+        return f"StoreStats({inner})"
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """Five operations on keys; every store in prioritylock implements exactly these.
+
+    Keys are ``/``-separated relative paths (see :func:`validate_key`). Version tokens are opaque
+    strings: compare them for equality, never order them.
+    """
+
+    @property
+    def stats(self) -> StoreStats: ...
+
+    @property
+    def capabilities(self) -> StoreCapabilities: ...
+
+    def read(self, key: str) -> Versioned | None:
+        """The object's bytes and version, or ``None`` when absent.
+
+        :raises StoreError: the store failed.
+        """
+        ...
+
+    def create(self, key: str, data: bytes) -> str:
+        """Store ``data`` only if ``key`` is absent; return the new version.
+
+        :raises ConditionFailed: the key exists.
+        :raises StoreError: the store failed (``StoreUnavailable.outcome_unknown`` if it may have landed).
+        """
+        ...
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        """Store ``data`` only if the object is at ``version``; return the new version.
+
+        :raises ConditionFailed: absent or at another version.
+        :raises StoreError: the store failed.
+        """
+        ...
+
+    def delete(self, key: str, version: str) -> None:
+        """Delete the object only if it is at ``version``.
+
+        :raises ConditionFailed: absent or at another version.
+        :raises StoreError: the store failed.
+        """
+        ...
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key that starts with ``prefix``, sorted.
+
+        :raises StoreError: the store failed.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release clients and connections; the store is not used afterwards."""
+        ...
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a valid store key.
+
+    :raises ConfigError: empty, absolute, with empty, ``.`` or ``..`` segments, control
+        characters or backslashes, or longer than :data:`MAX_KEY_BYTES` bytes in UTF-8.
+    """
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f"store key must be a non-empty string, got {key!r}")
+    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ConfigError(f"store key is longer than {MAX_KEY_BYTES} bytes: {key[:60]!r}...")
+    if _BAD_KEY_CHARS.search(key):
+        raise ConfigError(f"store key contains control characters or backslashes: {key!r}")
+    for part in key.split("/"):
+        if part in ("", ".", ".."):
+            raise ConfigError(f"store key has an empty, '.' or '..' segment: {key!r}")
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is usable with ``list``: empty, or a key-like string."""
+    if prefix == "":
+        return prefix
+    validate_key(prefix.rstrip("/") or "x")
+    return prefix

@@ -1,0 +1,97 @@
+"""MemoryStore: the in-process store, thread-safe, with the same guarantees as every other store."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+from prioritylock._errors import ConditionFailed
+from prioritylock.stores._base import (
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    validate_key,
+    validate_prefix,
+)
+
+__all__ = ["MemoryStore"]
+
+# Versions come from one process-wide counter, so a key deleted and created again never gets a
+# version it had before (no ABA across delete/create).
+_versions = itertools.count(1)
+
+
+class MemoryStore:
+    """Objects in a dict behind one lock; shared by every thread of this process that holds it.
+
+    ``open_store("memory://NAME")`` returns the same instance for the same name.
+    """
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._objects: dict[str, tuple[bytes, str]] = {}
+        self._stats = StoreStats()
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return StoreCapabilities(
+            shared_across_processes=False, shared_across_hosts=False, conditional_delete=True
+        )
+
+    def read(self, key: str) -> Versioned | None:
+        validate_key(key)
+        self._stats.count("reads")
+        with self._lock:
+            found = self._objects.get(key)
+        return None if found is None else Versioned(found[0], found[1])
+
+    def create(self, key: str, data: bytes) -> str:
+        validate_key(key)
+        self._stats.count("creates")
+        with self._lock:
+            if key in self._objects:
+                raise ConditionFailed(key, "already exists")
+            version = str(next(_versions))
+            self._objects[key] = (bytes(data), version)
+        return version
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        validate_key(key)
+        self._stats.count("replaces")
+        with self._lock:
+            found = self._objects.get(key)
+            if found is None:
+                raise ConditionFailed(key, "absent")
+            if found[1] != version:
+                raise ConditionFailed(key, "version changed")
+            new_version = str(next(_versions))
+            self._objects[key] = (bytes(data), new_version)
+        return new_version
+
+    def delete(self, key: str, version: str) -> None:
+        validate_key(key)
+        self._stats.count("deletes")
+        with self._lock:
+            found = self._objects.get(key)
+            if found is None:
+                raise ConditionFailed(key, "absent")
+            if found[1] != version:
+                raise ConditionFailed(key, "version changed")
+            del self._objects[key]
+
+    def list(self, prefix: str) -> list[str]:
+        validate_prefix(prefix)
+        self._stats.count("lists")
+        with self._lock:
+            return sorted(k for k in self._objects if k.startswith(prefix))
+
+    def close(self) -> None:
+        """Nothing to release; the objects stay for other holders of this instance."""
+
+    def __repr__(self) -> str:
+        return f"MemoryStore(name={self.name!r})"

@@ -1,0 +1,18 @@
+# Sourced by the scripts: make .venv (once) and install the project into it.
+# Usage: . scripts/_venv.sh EXTRAS   (e.g. "dev,all" or "")
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="$root/.venv"
+extras=${1:-}
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+fi
+stamp="$venv/.installed-$(printf '%s' "$extras" | tr ',' '-')"
+if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+  spec="$root"
+  [ -n "$extras" ] && spec="$root[$extras]"
+  "$venv/bin/python" -m pip install --quiet -e "$spec"
+  touch "$stamp"
+fi
+export PATH="$venv/bin:$PATH"
