@@ -35,8 +35,6 @@ __version__ = "0.1.0"
 logging.getLogger("prioritylock").addHandler(logging.NullHandler())
 
 __all__ = [
-    "MAX_PRIORITY",
-    "OVERRIDE_PRIORITY",
     "CleanupNotice",
     "Clock",
     "ConditionFailed",
@@ -52,7 +50,9 @@ __all__ = [
     "LockListener",
     "LockLost",
     "LockTimeout",
+    "MAX_PRIORITY",
     "NotLockOwner",
+    "OVERRIDE_PRIORITY",
     "PreemptionDenied",
     "PreemptionTimeout",
     "PriorityLockError",

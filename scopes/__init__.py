@@ -1,0 +1,15 @@
+"""Helix-style lock scopes: what a lock protects, and the one store key that names it.
+
+>>> from scopes import LockScope
+>>> scope = LockScope.resource("prod", "orders-db")
+>>> scope.key
+'v1/resource/prod/orders-db'
+>>> LockScope.from_key(scope.key) == scope
+True
+
+Pure naming: no I/O, and no dependency on ``prioritylock``.
+"""
+
+from scopes._scope import LockScope, ScopeKind
+
+__all__ = ["LockScope", "ScopeKind"]
