@@ -97,7 +97,9 @@ class LockBuilder:
         if isinstance(store, str):
             store = open_store(store)
         elif not isinstance(store, ObjectStore):
-            raise ConfigError(f"store: expected an ObjectStore or a URL, got {type(store).__name__}")
+            raise ConfigError(
+                f"store: expected an ObjectStore or a URL, got {type(store).__name__}"
+            )
         self._opts["store"] = store
         return self
 
@@ -205,7 +207,7 @@ class LockBuilder:
         return self
 
     def store_timeout(self, seconds: float) -> LockBuilder:
-        """How long one store call is retried on throttling or 5xx before giving up (default 10 s)."""
+        """How long one store call is retried on throttling or 5xx (default 10 s)."""
         self._opts["store_timeout"] = _seconds("store_timeout", seconds, zero=False)
         return self
 

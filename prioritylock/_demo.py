@@ -25,14 +25,20 @@ def _show(label: str, info: LockInfo | None) -> None:
     holder = f"held by {info.owner!r} (priority {info.priority})" if info.held else "free"
     line = f"  [{label}] fence={info.fence} {holder}; last event: {info.last_event}"
     if info.requestor_owner:
-        line += f"; pending request from {info.requestor_owner!r} (priority {info.requestor_priority})"
+        line += (
+            f"; pending request from {info.requestor_owner!r} (priority {info.requestor_priority})"
+        )
     print(line)
 
 
 def _contention(url: str) -> None:
     print("1. Two clients contend for one lock")
-    first = LockBuilder().store(url).path("demo", "nightly").owner("client-1").lease_timeout(5).build()
-    second = LockBuilder().store(url).path("demo", "nightly").owner("client-2").lease_timeout(5).build()
+    first = (
+        LockBuilder().store(url).path("demo", "nightly").owner("client-1").lease_timeout(5).build()
+    )
+    second = (
+        LockBuilder().store(url).path("demo", "nightly").owner("client-2").lease_timeout(5).build()
+    )
     first.lock()
     print(f"  client-1 holds the lock, fencing token {first.fencing_token}")
     _show("info", second.info())
@@ -61,8 +67,9 @@ class _Cleaner(LockListener):
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         left = notice.deadline - time.monotonic()
         print(
-            f"  low-priority job: {notice.requestor_owner!r} (priority {notice.requestor_priority}) "
-            f"asks for the lock; cleaning up ({left:.1f} s left in the window)"
+            f"  low-priority job: {notice.requestor_owner!r} "
+            f"(priority {notice.requestor_priority}) asks for the lock; "
+            f"cleaning up ({left:.1f} s left in the window)"
         )
         time.sleep(0.2)  # the job rolls back its partial work
         print("  low-priority job: cleanup done, handing over")
@@ -74,19 +81,34 @@ class _Cleaner(LockListener):
 def _preemption(url: str) -> None:
     print("2. A higher-priority job preempts a low-priority holder")
     low = (
-        LockBuilder().store(url).path("demo", "compaction").owner("batch-job").priority(1)
-        .cleanup_timeout(5).watch_interval(0.1).listener(_Cleaner()).build()
+        LockBuilder()
+        .store(url)
+        .path("demo", "compaction")
+        .owner("batch-job")
+        .priority(1)
+        .cleanup_timeout(5)
+        .watch_interval(0.1)
+        .listener(_Cleaner())
+        .build()
     )
     high = (
-        LockBuilder().store(url).path("demo", "compaction").owner("urgent-job").priority(10)
-        .waiting_timeout(10).build()
+        LockBuilder()
+        .store(url)
+        .path("demo", "compaction")
+        .owner("urgent-job")
+        .priority(10)
+        .waiting_timeout(10)
+        .build()
     )
     low.lock()
     print(f"  batch-job holds the lock, fencing token {low.fencing_token}")
     started = time.monotonic()
     acquired = high.try_lock()
     took = time.monotonic() - started
-    print(f"  urgent-job try_lock() -> {acquired} after {took:.2f} s, fencing token {high.fencing_token}")
+    print(
+        f"  urgent-job try_lock() -> {acquired} after {took:.2f} s, "
+        f"fencing token {high.fencing_token}"
+    )
     _show("info", high.info())
     high.unlock()
     low.close()

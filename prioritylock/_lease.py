@@ -144,7 +144,9 @@ def encode(lease: Lease) -> bytes:
     }
     data = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     if len(data) > MAX_DOCUMENT_BYTES:
-        raise CorruptLease(lease.name, f"document would be {len(data)} bytes (max {MAX_DOCUMENT_BYTES})")
+        raise CorruptLease(
+            lease.name, f"document would be {len(data)} bytes (max {MAX_DOCUMENT_BYTES})"
+        )
     return data
 
 
@@ -206,7 +208,9 @@ class _Reader:
     def text(self, field: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:
         value = self._get(field)
         if not isinstance(value, str) or len(value) > limit:
-            raise CorruptLease(self.key, f"field {self.where}{field} must be a string of <= {limit} chars")
+            raise CorruptLease(
+                self.key, f"field {self.where}{field} must be a string of <= {limit} chars"
+            )
         return value
 
     def integer(self, field: str) -> int:
@@ -217,7 +221,11 @@ class _Reader:
 
     def number(self, field: str) -> float:
         value = self._get(field)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise CorruptLease(self.key, f"field {self.where}{field} must be a finite number")
         if value < 0:
             raise CorruptLease(self.key, f"field {self.where}{field} must not be negative")
@@ -286,4 +294,9 @@ def _event(key: str, value: Any) -> Event | None:
     kind = r.text("kind", limit=64)
     if kind not in EVENT_KINDS:
         raise CorruptLease(key, f"unknown event kind {kind!r}")
-    return Event(kind=kind, at=r.number("at"), by=r.text("by", limit=MAX_OWNER_CHARS), message=r.text("message"))
+    return Event(
+        kind=kind,
+        at=r.number("at"),
+        by=r.text("by", limit=MAX_OWNER_CHARS),
+        message=r.text("message"),
+    )

@@ -13,6 +13,7 @@ Three rules hold everywhere in this module:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -88,6 +89,10 @@ class _Holding:
     @property
     def fence(self) -> int:
         return self.lease.fence
+
+    @property
+    def active(self) -> bool:
+        return not self.ended and self.lost is None
 
 
 class _Wakeups:
@@ -176,9 +181,10 @@ class Lock:
         :raises StoreError: the store failed past the store timeout.
         """
         self._check_open()
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-                raise ConfigError(f"timeout: must be None or a non-negative number, got {timeout!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+        ):
+            raise ConfigError(f"timeout: must be None or a non-negative number, got {timeout!r}")
         if self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
         deadline = None if timeout is None else self._clock.monotonic() + float(timeout)
@@ -258,9 +264,13 @@ class Lock:
             while seen.lease is not None:
                 before = seen.lease
                 freed = proto.forced_free(before, by=who, message=message, wall=self._clock.time())
-                result = self._write(freed, seen.version, create=False, deadline=self._op_deadline())
+                result = self._write(
+                    freed, seen.version, create=False, deadline=self._op_deadline()
+                )
                 if isinstance(result, str):
-                    log.warning("prioritylock: %r force-unlocked by %s: %s", self._key, who, message)
+                    log.warning(
+                        "prioritylock: %r force-unlocked by %s: %s", self._key, who, message
+                    )
                     return LockInfo.from_lease(before)
                 seen = result
         return None
@@ -272,10 +282,8 @@ class Lock:
         holding = self._holding
         try:
             if holding is not None and not holding.ended and holding.lost is None:
-                try:
+                with contextlib.suppress(NotLockOwner):
                     self.unlock()
-                except NotLockOwner:
-                    pass
         finally:
             self._closed = True
 
@@ -301,7 +309,9 @@ class Lock:
 
     def __repr__(self) -> str:
         state = "held" if self.is_current_owner() else "not held"
-        return f"<Lock {self._key!r} owner={self._cfg.owner!r} priority={self._cfg.priority} {state}>"
+        return (
+            f"<Lock {self._key!r} owner={self._cfg.owner!r} priority={self._cfg.priority} {state}>"
+        )
 
     # -- acquiring -------------------------------------------------------------------------------
 
@@ -323,6 +333,9 @@ class Lock:
         mine: proto.MyRequest | None = None
         delay = _Backoff(self._cfg.poll_interval)
         with self._io:
+            # A cached document is only a guess: good enough to attempt a conditional write
+            # (the store checks it), never enough to refuse or wait on.
+            cached = self._seen is not None
             seen = self._seen if self._seen is not None else self._read()
         while True:
             wake = _wakeups.current(self._store, self._key)
@@ -354,19 +367,28 @@ class Lock:
                         break
                     if step.outcome == "requested":
                         assert step.lease.holder is not None
-                        wait = proto.request_wait(claim.waiting_timeout, step.lease.holder.cleanup_timeout)
+                        wait = proto.request_wait(
+                            claim.waiting_timeout, step.lease.holder.cleanup_timeout
+                        )
                         mine = proto.MyRequest(started, wait)
                         continue
                     raise PreemptionTimeout(
-                        f"{self._key!r}: holder {_holder_name(step.lease)} did not hand over within "
-                        f"{mine.wait if mine else 0:g} s; the request was withdrawn"
+                        f"{self._key!r}: holder {_holder_name(step.lease)} did not hand over "
+                        f"within {mine.wait if mine else 0:g} s; the request was withdrawn"
                     )
+                if cached:
+                    cached = False
+                    if not isinstance(step, proto.Write):
+                        seen = self._read()
+                        continue
                 if isinstance(step, proto.Owned):
                     # Handed over to us. Our lease clock must start at a write of our own.
                     assert seen.lease is not None and seen.version is not None
                     started = self._clock.monotonic()
                     beat = proto.renewed(seen.lease, self._clock.time())
-                    result = self._write(beat, seen.version, create=False, deadline=self._op_deadline())
+                    result = self._write(
+                        beat, seen.version, create=False, deadline=self._op_deadline()
+                    )
                     if not isinstance(result, str):
                         seen = result
                         continue
@@ -416,7 +438,9 @@ class Lock:
                 return None
             event = attrs.evolve(lease.event, kind="withdrawn") if lease.event else None
             withdrawn = lease.rewritten(requestor=None, event=event)
-            result = self._write(withdrawn, seen.version, create=False, deadline=self._op_deadline())
+            result = self._write(
+                withdrawn, seen.version, create=False, deadline=self._op_deadline()
+            )
             if isinstance(result, str):
                 self._seen = _Seen(withdrawn, result)
                 return None
@@ -427,7 +451,9 @@ class Lock:
         self._holder_seen = proto.sight(self._holder_seen, proto.heartbeat_ident(lease), now)
         self._request_seen = proto.sight(self._request_seen, proto.request_ident(lease), now)
 
-    def _become_holder(self, claim: proto.Claim, lease: Lease, version: str, started: float) -> None:
+    def _become_holder(
+        self, claim: proto.Claim, lease: Lease, version: str, started: float
+    ) -> None:
         cfg = self._cfg
         holding = _Holding(
             lock_id=claim.lock_id,
@@ -440,7 +466,9 @@ class Lock:
         self._holding = holding
         self._seen = _Seen(lease, version)
         holding.entry = self._hb.schedule(
-            lambda: self._beat(holding), min(holding.next_renew, holding.next_watch), f"lease {self._key}"
+            lambda: self._beat(holding),
+            min(holding.next_renew, holding.next_watch),
+            f"lease {self._key}",
         )
 
     def _announce_acquired(self) -> None:
@@ -467,10 +495,12 @@ class Lock:
 
     def _require_holding(self) -> _Holding:
         holding = self._holding
+        if holding is not None and not holding.ended:
+            self.is_current_owner()  # notices an expired lease
+        if holding is not None:
+            self._raise_if_lost(holding)
         if holding is None or holding.ended:
             raise NotLockOwner(f"{self._key!r}: this lock object does not hold the lock")
-        if not self.is_current_owner():
-            self._raise_if_lost(holding)
         return holding
 
     def _raise_if_lost(self, holding: _Holding) -> None:
@@ -501,7 +531,7 @@ class Lock:
                 log.error("prioritylock: heartbeat of %r cannot go on: %s", self._key, exc)
                 self._lose(holding, f"heartbeat failed: {exc}")
                 return None
-            if holding.ended or holding.lost is not None:
+            if not holding.active:
                 return None
             return min(holding.next_renew, holding.next_watch, holding.deadline)
 
@@ -569,7 +599,9 @@ class Lock:
             try:
                 listener.on_cleanup_notification(notice)
             except Exception:
-                log.exception("prioritylock: cleanup listener of %r raised; handing over", self._key)
+                log.exception(
+                    "prioritylock: cleanup listener of %r raised; handing over", self._key
+                )
             with self._io:
                 if holding.ended or holding.lost is not None or self._holding is not holding:
                     return
@@ -591,7 +623,10 @@ class Lock:
                 self._raise_if_lost(holding)
             lease = holding.lease
             nxt = proto.after_cleanup(
-                lease, now=now, wall=self._clock.time(), drift=self._cfg.max_clock_drift,
+                lease,
+                now=now,
+                wall=self._clock.time(),
+                drift=self._cfg.max_clock_drift,
                 request_seen=holding.request_seen,
             )
             try:
@@ -615,24 +650,34 @@ class Lock:
 
     def _retry_release_later(self, holding: _Holding) -> None:
         """Keep trying to release a holding whose release could not land (never drop it)."""
-        log.warning("prioritylock: release of %r did not land; retrying in the background", self._key)
+        log.warning(
+            "prioritylock: release of %r did not land; retrying in the background", self._key
+        )
 
         def retry() -> float | None:
             with self._io:
                 try:
                     seen = self._read()
                     lease = seen.lease
-                    if lease is None or lease.holder is None or lease.holder.lock_id != holding.lock_id:
+                    if (
+                        lease is None
+                        or lease.holder is None
+                        or lease.holder.lock_id != holding.lock_id
+                    ):
                         return None  # no longer ours: nothing to release
                     assert seen.version is not None
                     nxt = proto.released(lease, self._clock.time())
-                    result = self._write(nxt, seen.version, create=False, deadline=self._op_deadline())
+                    result = self._write(
+                        nxt, seen.version, create=False, deadline=self._op_deadline()
+                    )
                     if isinstance(result, str):
                         log.info("prioritylock: background release of %r landed", self._key)
                         return None
                     return self._clock.monotonic()
                 except StoreUnavailable as exc:
-                    log.warning("prioritylock: background release of %r failed again: %s", self._key, exc)
+                    log.warning(
+                        "prioritylock: background release of %r failed again: %s", self._key, exc
+                    )
                     return self._clock.monotonic() + 1.0
                 except Exception:
                     log.exception("prioritylock: background release of %r gave up", self._key)
@@ -687,7 +732,9 @@ class Lock:
         self._seen = seen
         return seen
 
-    def _write(self, lease: Lease, version: str | None, *, create: bool, deadline: float) -> str | _Seen:
+    def _write(
+        self, lease: Lease, version: str | None, *, create: bool, deadline: float
+    ) -> str | _Seen:
         """Write ``lease`` conditionally. Returns the new version, or what is there instead.
 
         Unknown outcomes are settled by reading back and looking for our nonce.
@@ -726,7 +773,9 @@ class Lock:
                 if now >= deadline:
                     raise
                 pause = min(backoff.next(), deadline - now)
-                log.info("prioritylock: store busy on %r (%s); retrying in %.3f s", self._key, exc, pause)
+                log.info(
+                    "prioritylock: store busy on %r (%s); retrying in %.3f s", self._key, exc, pause
+                )
                 self._clock.sleep(pause)
 
     def _check_open(self) -> None:
@@ -757,7 +806,7 @@ def _send(signal: Signal, sender: Any, **kwargs: Any) -> None:
         try:
             receiver(sender, **kwargs)
         except Exception:
-            log.exception("prioritylock: a receiver of %s raised; ignored", signal.name)
+            log.exception("prioritylock: a signal receiver raised; ignored")
 
 
 def _call_safely(fn: Callable[..., None], *args: Any) -> None:

@@ -205,7 +205,9 @@ def acquire_step(
     if lease is None:
         holder = me.as_holder(wall)
         event = Event("acquired", wall, me.owner, me.message)
-        return Write(Lease(name, 1, new_nonce(), holder, None, event), create=True, outcome="acquired")
+        return Write(
+            Lease(name, 1, new_nonce(), holder, None, event), create=True, outcome="acquired"
+        )
     holder_now = lease.holder
     if holder_now is None:
         return _take(lease, me, wall, "acquired")
@@ -236,7 +238,11 @@ def acquire_step(
         return Refused("denied")  # another request took the slot: it beat ours
     if pending is not None:
         assert request_seen is not None, "the driver sights every request it reads"
-        stale_at = request_seen.since + request_wait(pending.waiting_timeout, holder_now.cleanup_timeout) + drift
+        stale_at = (
+            request_seen.since
+            + request_wait(pending.waiting_timeout, holder_now.cleanup_timeout)
+            + drift
+        )
         if now < stale_at and me.priority <= pending.priority:
             return Wait(min(expiry, stale_at), "busy")
     if request_wait(me.waiting_timeout, holder_now.cleanup_timeout) <= 0:

@@ -139,7 +139,8 @@ class ObjectStore(Protocol):
         """Store ``data`` only if ``key`` is absent; return the new version.
 
         :raises ConditionFailed: the key exists.
-        :raises StoreError: the store failed (``StoreUnavailable.outcome_unknown`` if it may have landed).
+        :raises StoreError: the store failed (``StoreUnavailable.outcome_unknown`` if the
+            write may have landed).
         """
         ...
 

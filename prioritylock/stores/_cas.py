@@ -7,9 +7,7 @@ from prioritylock.stores._base import ObjectStore, Versioned
 __all__ = ["replace_if_unchanged"]
 
 
-def replace_if_unchanged(
-    store: ObjectStore, key: str, data: bytes, seen: Versioned | None
-) -> str:
+def replace_if_unchanged(store: ObjectStore, key: str, data: bytes, seen: Versioned | None) -> str:
     """Write ``data`` at ``key`` only if the object is still what ``seen`` was.
 
     ``seen`` is what you read (``store.read(key)``): ``None`` means "only if it is still absent".

@@ -82,8 +82,8 @@ def open_store(url: str) -> ObjectStore:
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ConfigError(
-                f"{scheme}:// stores need an optional dependency: pip install 'prioritylock[{extra}]'"
-                f" ({exc})"
+                f"{scheme}:// stores need an optional dependency: "
+                f"pip install 'prioritylock[{extra}]' ({exc})"
             ) from exc
         from_url: _FromUrl = module.store_from_url
         return from_url(parts, options)
@@ -100,7 +100,5 @@ def _redact(url: str) -> str:
     except ValueError:
         return "<unparseable URL>"
     netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = "&".join(
-        f"{k}=***" for k in urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-    )
+    query = "&".join(f"{k}=***" for k in urllib.parse.parse_qs(parts.query, keep_blank_values=True))
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))

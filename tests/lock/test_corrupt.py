@@ -1,0 +1,61 @@
+"""Corrupt or foreign lease documents: a typed error naming the key, and nothing overwritten."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prioritylock import CorruptLease
+from prioritylock._lease import MAX_DOCUMENT_BYTES
+from prioritylock.stores import ObjectStore
+from tests.lock.helpers import make
+
+pytestmark = pytest.mark.timeout(60)
+
+_GOOD = {
+    "schema": 1,
+    "name": "v1/path/jobs/test",
+    "fence": 3,
+    "nonce": "abc",
+    "holder": None,
+    "requestor": None,
+    "event": None,
+}
+
+BAD_DOCUMENTS = {
+    "not-json": b"{this is not json",
+    "not-utf8": b"\xff\xfe\x00",
+    "not-an-object": b"[1, 2, 3]",
+    "unknown-schema": json.dumps({**_GOOD, "schema": 99}).encode(),
+    "no-schema": json.dumps({k: v for k, v in _GOOD.items() if k != "schema"}).encode(),
+    "foreign-name": json.dumps({**_GOOD, "name": "v1/path/other"}).encode(),
+    "missing-fence": json.dumps({k: v for k, v in _GOOD.items() if k != "fence"}).encode(),
+    "string-fence": json.dumps({**_GOOD, "fence": "3"}).encode(),
+    "holder-not-object": json.dumps({**_GOOD, "holder": "me"}).encode(),
+    "holder-missing-fields": json.dumps({**_GOOD, "holder": {"lock_id": "x"}}).encode(),
+    "nan": b'{"schema": 1, "fence": NaN}',
+    "too-large": json.dumps({**_GOOD, "pad": "x" * MAX_DOCUMENT_BYTES}).encode(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
+def test_corrupt_document_is_refused_and_left_alone(store: ObjectStore, kind: str) -> None:
+    lock = make(store)
+    key = lock.key
+    store.create(key, BAD_DOCUMENTS[kind])
+    before = store.read(key)
+    for call in (lock.try_lock, lock.info, lambda: lock.lock(timeout=0.1)):
+        with pytest.raises(CorruptLease) as caught:
+            call()
+        assert caught.value.key == key
+    assert store.read(key) == before  # same bytes, same version: nothing overwritten
+
+
+def test_force_unlock_refuses_a_corrupt_document_too(store: ObjectStore) -> None:
+    lock = make(store)
+    store.create(lock.key, b"garbage")
+    with pytest.raises(CorruptLease):
+        lock.force_unlock("clean up")
+    found = store.read(lock.key)
+    assert found is not None and found.data == b"garbage"
