@@ -212,7 +212,9 @@ class Lock:
         """
         with self._io:
             holding = self._require_holding()
-            self._release(holding, cleanup_done=False)
+            announce = self._release(holding, cleanup_done=False)
+        if announce is not None:
+            announce()
 
     def info(self) -> LockInfo | None:
         """The lease as stored now (one read), or None if the lock was never taken.
@@ -602,18 +604,24 @@ class Lock:
                 log.exception(
                     "prioritylock: cleanup listener of %r raised; handing over", self._key
                 )
+            announce = None
             with self._io:
-                if holding.ended or holding.lost is not None or self._holding is not holding:
+                if not holding.active or self._holding is not holding:
                     return
                 try:
-                    self._release(holding, cleanup_done=True)
+                    announce = self._release(holding, cleanup_done=True)
                 except Exception:
                     log.exception("prioritylock: handover of %r after cleanup failed", self._key)
+            if announce is not None:
+                announce()
 
         self._hb.spawn(cleanup, f"prioritylock-cleanup {self._key}")
 
-    def _release(self, holding: _Holding, *, cleanup_done: bool) -> None:
-        """Write the release (or the handover, with a request pending). Caller holds ``_io``."""
+    def _release(self, holding: _Holding, *, cleanup_done: bool) -> Callable[[], None] | None:
+        """Write the release (or the handover, with a request pending). Caller holds ``_io``.
+
+        Returns the announcement to make once ``_io`` is released.
+        """
         self._raise_if_lost(holding)
         deadline = self._op_deadline()
         while True:
@@ -639,14 +647,13 @@ class Lock:
                 self._seen = _Seen(nxt, result)
                 handed = nxt.holder is not None
                 self._end(holding)
-                if handed:
+                if handed and cleanup_done:
                     self._lose(holding, "preempted", force=True)
-                else:
-                    self._announce_released()
-                return
+                    return None
+                return lambda: self._announce_released(handed)
             if not self._examine(holding, result):
                 self._raise_if_lost(holding)
-                return
+                return None
 
     def _retry_release_later(self, holding: _Holding) -> None:
         """Keep trying to release a holding whose release could not land (never drop it)."""
@@ -691,8 +698,8 @@ class Lock:
             self._hb.cancel(holding.entry)
         _wakeups.fire(self._store, self._key)
 
-    def _announce_released(self) -> None:
-        _send(signals.released, self, info=None, handed_over=False)
+    def _announce_released(self, handed_over: bool) -> None:
+        _send(signals.released, self, info=None, handed_over=handed_over)
         if self._cfg.listener is not None:
             _call_safely(self._cfg.listener.on_released, self)
 
