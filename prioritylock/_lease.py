@@ -44,7 +44,8 @@ MAX_PRIORITY = 2_147_483_646
 #: INT_MAX: reserved for the operators' emergency override.
 OVERRIDE_PRIORITY = 2_147_483_647
 
-#: Kinds of ``Event``: how the current state came about.
+#: Kinds of ``Event``: how the current holder got the lock (or how it was freed). Requests have
+#: their own fields and leave the event alone, so a break-glass takeover stays on record.
 EVENT_KINDS = frozenset(
     {
         "acquired",  # a free or absent lock was taken
@@ -55,8 +56,6 @@ EVENT_KINDS = frozenset(
         "override",  # the operators' emergency override (priority INT_MAX)
         "released",  # the holder released it
         "force_unlock",  # an operator freed it
-        "request",  # a higher-priority request was recorded
-        "withdrawn",  # a request was withdrawn
     }
 )
 

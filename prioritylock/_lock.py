@@ -338,9 +338,11 @@ class Lock:
             # A cached document is only a guess: good enough to attempt a conditional write
             # (the store checks it), never enough to refuse or wait on.
             cached = self._seen is not None
+            # Take the wakeup event before reading, so a release that lands after our read
+            # still wakes us.
+            wake = _wakeups.current(self._store, self._key)
             seen = self._seen if self._seen is not None else self._read()
         while True:
-            wake = _wakeups.current(self._store, self._key)
             with self._io:
                 now = self._clock.monotonic()
                 self._sight(seen.lease, now)
@@ -418,6 +420,7 @@ class Lock:
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - now))
             self._clock.wait(wake, pause)
+            wake = _wakeups.current(self._store, self._key)
             with self._io:
                 seen = self._read()
         self._announce_acquired()
@@ -438,8 +441,7 @@ class Lock:
                 continue
             if lease.requestor is None or lease.requestor.requestor_id != claim.lock_id:
                 return None
-            event = attrs.evolve(lease.event, kind="withdrawn") if lease.event else None
-            withdrawn = lease.rewritten(requestor=None, event=event)
+            withdrawn = lease.rewritten(requestor=None)
             result = self._write(
                 withdrawn, seen.version, create=False, deadline=self._op_deadline()
             )

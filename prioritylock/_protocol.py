@@ -229,9 +229,7 @@ def acquire_step(
         if now >= deadline:
             if me.forceful:
                 return _take(lease, me, wall, "forceful_takeover")
-            withdrawn = lease.rewritten(
-                requestor=None, event=Event("withdrawn", wall, me.owner, me.message)
-            )
+            withdrawn = lease.rewritten(requestor=None)
             return Write(withdrawn, create=False, outcome="withdrawn")
         return Wait(min(expiry, deadline), "handover")
     if mine is not None and pending is not None:
@@ -247,9 +245,7 @@ def acquire_step(
             return Wait(min(expiry, stale_at), "busy")
     if request_wait(me.waiting_timeout, holder_now.cleanup_timeout) <= 0:
         return _take(lease, me, wall, "preempted")
-    requested = lease.rewritten(
-        requestor=me.as_requestor(wall), event=Event("request", wall, me.owner, me.message)
-    )
+    requested = lease.rewritten(requestor=me.as_requestor(wall))
     return Write(requested, create=False, outcome="requested")
 
 

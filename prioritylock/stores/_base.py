@@ -180,7 +180,11 @@ def validate_key(key: str) -> str:
     """
     if not isinstance(key, str) or not key:
         raise ConfigError(f"store key must be a non-empty string, got {key!r}")
-    if len(key.encode("utf-8")) > MAX_KEY_BYTES:
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"store key is not valid Unicode text: {key!r}") from exc
+    if size > MAX_KEY_BYTES:
         raise ConfigError(f"store key is longer than {MAX_KEY_BYTES} bytes: {key[:60]!r}...")
     if _BAD_KEY_CHARS.search(key):
         raise ConfigError(f"store key contains control characters or backslashes: {key!r}")
@@ -194,5 +198,10 @@ def validate_prefix(prefix: str) -> str:
     """Return ``prefix`` if it is usable with ``list``: empty, or a key-like string."""
     if prefix == "":
         return prefix
-    validate_key(prefix.rstrip("/") or "x")
+    # Every segment but the last is complete and must be valid; the last may be any start of one
+    # (".", "a/." are prefixes of ".x" and "a/.hidden").
+    *complete, _ = prefix.split("/")
+    if complete:
+        validate_key("/".join(complete))
+    validate_key(prefix.replace("/", "-") + "x")  # characters and length
     return prefix

@@ -41,7 +41,8 @@ def open_store(url: str) -> ObjectStore:
     :raises ConfigError: malformed URL, unknown scheme, or a missing optional dependency.
     """
     if not isinstance(url, str) or not url.strip():
-        raise ConfigError(f"store URL must be a non-empty string, got {url!r}")
+        shown = repr(url) if not isinstance(url, str) else "an empty string"
+        raise ConfigError(f"store URL must be a non-empty string, got {shown}")
     try:
         parts = urllib.parse.urlsplit(url)
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
@@ -59,7 +60,9 @@ def open_store(url: str) -> ObjectStore:
         )
     if scheme == "memory":
         if parts.path not in ("", "/") or options:
-            raise ConfigError(f"memory store URL takes only a name: memory://NAME, got {url!r}")
+            raise ConfigError(
+                f"memory store URL takes only a name: memory://NAME, got {_redact(url)!r}"
+            )
         name = parts.netloc
         if not name:
             return MemoryStore()
@@ -68,11 +71,13 @@ def open_store(url: str) -> ObjectStore:
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ConfigError(
-                f"file store URL must be file:///ABSOLUTE/PATH (no host), got {url!r}"
+                f"file store URL must be file:///ABSOLUTE/PATH (no host), got {_redact(url)!r}"
             )
         path = urllib.parse.unquote(parts.path)
         if not path.startswith("/") or path == "/":
-            raise ConfigError(f"file store URL needs an absolute directory path, got {url!r}")
+            raise ConfigError(
+                f"file store URL needs an absolute directory path, got {_redact(url)!r}"
+            )
         if options:
             raise ConfigError(f"file store URL takes no options, got {sorted(options)}")
         return LocalStore(path)
@@ -95,10 +100,14 @@ def open_store(url: str) -> ObjectStore:
 
 def _redact(url: str) -> str:
     """The URL with any user-info and query values hidden (they may hold credentials)."""
+    if "://" not in url:
+        return "<a URL without a scheme>"
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
     netloc = parts.netloc.rsplit("@", 1)[-1]
+    if "@" in parts.netloc:
+        netloc = "***@" + netloc
     query = "&".join(f"{k}=***" for k in urllib.parse.parse_qs(parts.query, keep_blank_values=True))
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))

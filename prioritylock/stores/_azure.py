@@ -1,0 +1,682 @@
+"""AzureBlobStore: lease documents in an Azure Blob Storage container, changed by ETag conditions.
+
+The five seam operations map onto Blob service requests:
+
+==========  ===========================================================  ================
+operation   request                                                      version token
+==========  ===========================================================  ================
+read        Get Blob (the first ranged GET carries bytes and ETag)       the ``ETag``
+create      Put Blob with ``If-None-Match: *`` (409 ``BlobAlreadyExists``)  the new ``ETag``
+replace     Put Blob with ``If-Match: <etag>`` (412 ``ConditionNotMet``)   the new ``ETag``
+delete      Delete Blob with ``If-Match: <etag>``                         --
+list        List Blobs with ``prefix``, one request per page              --
+==========  ===========================================================  ================
+
+Decisions that shape this module:
+
+- **The SDK never retries.** Every call passes ``retry_total=0`` (the SDK's default is ten
+  retries): a retried conditional write whose first attempt landed comes back as a failed
+  condition. Failures that may hide a landed write raise ``StoreUnavailable(outcome_unknown=True)``
+  and the lock reads the document back; ``ServiceRequestError`` (the SDK's "no request was sent")
+  is the one transport failure whose outcome is known.
+- **Errors are translated in one place**, :func:`_translate`, and always chained. Azure's error
+  codes tell a missing container (``ContainerNotFound``) from a missing blob (``BlobNotFound``) on
+  every request, so a missing container is :class:`~prioritylock.StoreAccessError` everywhere.
+- **No secret leaves the SDK.** Account keys, SAS tokens and connection strings are handed to the
+  SDK and never kept, formatted or logged here: messages name the account, the container and the
+  error code, never the server's message or a URL with a query. The SDK's own request log redacts
+  SAS query values, but urllib3 logs every request line at DEBUG, SAS signature included: the
+  first store made adds a filter to urllib3's loggers that blanks ``sig=`` values.
+
+ETags are used exactly as Azure returns them (quoted, e.g. ``"0x8DC..."``); they change on every
+write, even of identical bytes. A read of an empty blob takes two requests (the SDK's ranged GET
+answers 416 and it asks again without a range); both are counted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import re
+import threading
+import urllib.parse
+from typing import Any, TypeAlias
+
+try:
+    from azure.core import MatchConditions
+    from azure.core.credentials import (
+        AzureNamedKeyCredential,
+        AzureSasCredential,
+        TokenCredential,
+    )
+    from azure.core.exceptions import (
+        AzureError,
+        ClientAuthenticationError,
+        DecodeError,
+        HttpResponseError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+    from azure.storage.blob import BlobType, ContainerClient
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        f"Azure stores need azure-storage-blob: pip install 'prioritylock[azure]' ({_exc})"
+    ) from _exc
+
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores._base import (
+    MAX_KEY_BYTES,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    validate_key,
+    validate_prefix,
+)
+
+__all__ = ["AzureBlobStore", "Credential", "store_from_url"]
+
+Credential: TypeAlias = (
+    str | dict[str, str] | AzureNamedKeyCredential | AzureSasCredential | TokenCredential
+)
+"""What the SDK accepts as a credential: account key, SAS token, named key, SAS or token object."""
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+DEFAULT_READ_TIMEOUT = 10.0
+
+CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
+ACCOUNT_ENV = "AZURE_STORAGE_ACCOUNT"
+KEY_ENV = "AZURE_STORAGE_KEY"
+SAS_ENV = "AZURE_STORAGE_SAS_TOKEN"
+
+# 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter or digit.
+_CONTAINER_RE = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+_ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
+_ETAG_RE = re.compile(r"^[\x21-\x7e]{1,256}$")  # printable ASCII, as a header value must be
+_WRITES = frozenset({"create", "replace", "delete"})
+_MISSING_CONTAINER_CODES = frozenset({"ContainerNotFound", "ContainerBeingDeleted"})
+_CONDITION_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet", "BlobNotFound"})
+_ACCESS_HINT = (
+    "check the account key, SAS token or connection string"
+    f" ({KEY_ENV}, {SAS_ENV}, {CONNECTION_STRING_ENV}), that the SAS allows read, write, delete"
+    " and list, and that a token identity has the Storage Blob Data Contributor role on the"
+    " container"
+)
+
+
+_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry")
+_SIGNATURE_RE = re.compile(r"(?i)(\bsig=)[^&\s\"'#]+")
+_filter_lock = threading.Lock()
+
+
+class _RedactSasSignatures(logging.Filter):
+    """Blanks the ``sig=`` of SAS tokens in the request lines urllib3 logs at DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "sig=" in message.lower():
+            record.msg = _SIGNATURE_RE.sub(r"\1REDACTED", message)
+            record.args = None
+        return True
+
+
+def _redact_urllib3_logs() -> None:
+    """Add :class:`_RedactSasSignatures` to urllib3's loggers, once per process."""
+    with _filter_lock:
+        for name in _URLLIB3_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, _RedactSasSignatures) for f in logger.filters):
+                logger.addFilter(_RedactSasSignatures())
+
+
+class AzureBlobStore:
+    """Objects under ``prefix`` in an Azure Blob container; shared by every process and host.
+
+    Keys are stored at ``prefix + key`` (a non-empty prefix always ends with ``/``); ``list``
+    strips the prefix again. Version tokens are the quoted ETags Azure returns.
+
+    Give one of: ``connection_string``; ``account_url`` with a ``credential`` (account key, SAS
+    token, :class:`~azure.core.credentials.AzureNamedKeyCredential`,
+    :class:`~azure.core.credentials.AzureSasCredential`, or a token credential such as
+    ``azure.identity.DefaultAzureCredential()``); an existing ``ContainerClient`` as ``client``
+    (which the store then does not close); or nothing, to use ``AZURE_STORAGE_CONNECTION_STRING``.
+    Every request is sent with SDK retries off, and every request attempt counts in :attr:`stats`.
+
+    :raises ConfigError: an invalid container name, prefix, timeout, account URL or connection
+        string, or more than one way to connect (or none).
+    """
+
+    def __init__(
+        self,
+        container: str,
+        prefix: str = "",
+        *,
+        connection_string: str | None = None,
+        account_url: str | None = None,
+        credential: Credential | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        client: ContainerClient | None = None,
+    ) -> None:
+        if not isinstance(container, str) or not _CONTAINER_RE.match(container):
+            raise ConfigError(
+                "Azure container name must be 3-63 lowercase letters, digits and single hyphens,"
+                f" starting and ending with a letter or digit; got {container!r}"
+            )
+        for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigError(
+                    f"Azure {name} must be a positive number of seconds, got {value!r}"
+                )
+        self._container = container
+        self._prefix = _normalize_prefix(prefix)
+        self._stats = StoreStats()
+        # Sent with every request, so a client passed in by the caller never retries either.
+        self._options: dict[str, Any] = {
+            "retry_total": 0,
+            "connection_timeout": float(connect_timeout),
+            "read_timeout": float(read_timeout),
+        }
+        if client is not None:
+            if connection_string is not None or account_url is not None or credential is not None:
+                raise ConfigError(
+                    "AzureBlobStore takes either client= or connection options, not both"
+                )
+            if client.container_name != container:
+                raise ConfigError(
+                    f"AzureBlobStore client is for container {client.container_name!r},"
+                    f" not {container!r}"
+                )
+            self._client = client
+            self._owns_client = False
+        else:
+            self._client = _make_client(
+                container, connection_string, account_url, credential, self._options
+            )
+            self._owns_client = True
+        self._account = str(self._client.account_name or "")
+        _redact_urllib3_logs()
+
+    # -- the seam --------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return StoreCapabilities(
+            shared_across_processes=True, shared_across_hosts=True, conditional_delete=True
+        )
+
+    @property
+    def container(self) -> str:
+        return self._container
+
+    @property
+    def account(self) -> str:
+        """The storage account name (not a secret)."""
+        return self._account
+
+    @property
+    def prefix(self) -> str:
+        """The normalized prefix: empty, or ending with ``/``."""
+        return self._prefix
+
+    @property
+    def client(self) -> ContainerClient:
+        """The ``ContainerClient`` the store sends its requests through."""
+        return self._client
+
+    def read(self, key: str) -> Versioned | None:
+        """The object's bytes and ETag, or ``None`` when absent.
+
+        One request (two for an empty blob, see the module notes).
+
+        :raises ConfigError: invalid key.
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
+        :raises StoreAccessError: credentials refused or the container is missing.
+        :raises StoreError: any other failure of the store.
+        """
+        blob = self._client.get_blob_client(self._name(key))
+        self._stats.count("reads")
+        try:
+            downloader = blob.download_blob(**self._options)
+            data = downloader.readall()
+        except AzureError as exc:
+            if _error_code(exc) == "BlobNotFound":
+                return None
+            raise self._translate(exc, "read", key) from exc
+        if downloader.size == 0:
+            self._stats.count("reads")  # the SDK's ranged GET got 416, then it asked again
+        etag = downloader.properties.etag
+        if not etag:
+            raise StoreUnavailable(f"Azure read of {key!r} in {self._where()} returned no ETag")
+        return Versioned(bytes(data), str(etag))
+
+    def create(self, key: str, data: bytes) -> str:
+        """Store ``data`` only if ``key`` is absent (``If-None-Match: *``); return the new ETag.
+
+        :raises ConfigError: invalid key.
+        :raises ConditionFailed: the key exists.
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
+            ``outcome_unknown`` when the write may have landed.
+        :raises StoreAccessError: credentials refused or the container is missing.
+        :raises StoreError: any other failure of the store.
+        """
+        return self._upload("create", key, data, match_condition=MatchConditions.IfMissing)
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        """Store ``data`` only if the object's ETag is ``version``; return the new ETag.
+
+        :raises ConfigError: invalid key.
+        :raises ConditionFailed: the object is absent or at another version (a ``version`` that
+            can't be an ETag fails without a request).
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
+            ``outcome_unknown`` when the write may have landed.
+        :raises StoreAccessError: credentials refused or the container is missing.
+        :raises StoreError: any other failure of the store.
+        """
+        self._name(key)
+        return self._upload(
+            "replace",
+            key,
+            data,
+            overwrite=True,
+            etag=_check_etag(key, version),
+            match_condition=MatchConditions.IfNotModified,
+        )
+
+    def delete(self, key: str, version: str) -> None:
+        """Delete the object only if its ETag is ``version``.
+
+        :raises ConfigError: invalid key.
+        :raises ConditionFailed: the object is absent or at another version.
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
+            ``outcome_unknown`` when the delete may have landed.
+        :raises StoreAccessError: credentials refused or the container is missing.
+        :raises StoreError: any other failure of the store.
+        """
+        blob = self._client.get_blob_client(self._name(key))
+        etag = _check_etag(key, version)
+        self._stats.count("deletes")
+        try:
+            blob.delete_blob(
+                etag=etag, match_condition=MatchConditions.IfNotModified, **self._options
+            )
+        except AzureError as exc:
+            raise self._translate(exc, "delete", key) from exc
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key under this store's prefix that starts with ``prefix``, sorted.
+
+        :raises ConfigError: invalid prefix.
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
+        :raises StoreAccessError: credentials refused or the container is missing.
+        :raises StoreError: any other failure of the store.
+        """
+        validate_prefix(prefix)
+        keys: list[str] = []
+        skip = len(self._prefix)
+        self._stats.count("lists")
+        try:
+            pages = self._client.list_blobs(
+                name_starts_with=self._prefix + prefix, **self._options
+            ).by_page()
+            for page in pages:
+                keys.extend(str(item.name)[skip:] for item in page)
+                if pages.continuation_token:  # type: ignore[attr-defined]
+                    self._stats.count("lists")  # the next page is one more request
+        except AzureError as exc:
+            raise self._translate(exc, "list", prefix) from exc
+        return sorted(keys)
+
+    def close(self) -> None:
+        """Close the client's connections if this store made the client; safe to call twice."""
+        if self._owns_client:
+            self._client.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"AzureBlobStore(account={self._account!r}, container={self._container!r},"
+            f" prefix={self._prefix!r})"
+        )
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _name(self, key: str) -> str:
+        validate_key(key)
+        name = self._prefix + key
+        if len(name.encode("utf-8")) > MAX_KEY_BYTES:
+            raise ConfigError(
+                f"Azure blob name {name[:60]!r}... is longer than {MAX_KEY_BYTES} bytes with the"
+                " prefix"
+            )
+        return name
+
+    def _upload(self, operation: str, key: str, data: bytes, **conditions: Any) -> str:
+        blob = self._client.get_blob_client(self._name(key))
+        payload = bytes(data)
+        self._stats.count(operation + "s")
+        try:
+            result = blob.upload_blob(
+                payload,
+                blob_type=BlobType.BLOCKBLOB,
+                length=len(payload),
+                **conditions,
+                **self._options,
+            )
+        except AzureError as exc:
+            raise self._translate(exc, operation, key) from exc
+        etag = result.get("etag")
+        if not etag:
+            # The write landed but its version is unknown: make the lock read it back.
+            raise StoreUnavailable(
+                f"Azure {operation} of {key!r} in {self._where()} returned no ETag",
+                outcome_unknown=True,
+            )
+        return str(etag)
+
+    def _where(self) -> str:
+        where = f"container {self._container!r}"
+        if self._prefix:
+            where += f" (prefix {self._prefix!r})"
+        if self._account:
+            where += f" of account {self._account!r}"
+        return where
+
+    def _translate(self, exc: AzureError, operation: str, key: str) -> PriorityLockError:
+        return _translate(exc, operation=operation, key=key, where=self._where())
+
+
+def _translate(exc: AzureError, *, operation: str, key: str, where: str) -> PriorityLockError:
+    """The one place where azure-storage-blob errors become prioritylock errors.
+
+    For create, replace and delete, a failure after the request may have reached Azure is
+    ``StoreUnavailable(outcome_unknown=True)``: the lock reads the object back to decide. Only
+    the status and the error code are kept: the server's message and the request URL are never
+    copied into ours.
+    """
+    write = operation in _WRITES
+    what = f"Azure {operation} of {key!r} in {where}"
+    if isinstance(exc, DecodeError):  # the body was cut short or unreadable
+        return StoreUnavailable(
+            f"{what}: the response could not be read ({type(exc).__name__})", outcome_unknown=write
+        )
+    if isinstance(exc, HttpResponseError) and exc.status_code:
+        status = int(exc.status_code)
+        code = _error_code(exc) or "no error code"
+        if code in _MISSING_CONTAINER_CODES:
+            return StoreAccessError(
+                f"{what} failed: the container does not exist ({code}); check the container name"
+                " and the account"
+            )
+        if write and (status == 412 or code in _CONDITION_CODES):
+            return ConditionFailed(key, _condition_detail(operation, code))
+        if status in (401, 403):
+            return StoreAccessError(f"{what} refused ({code}, HTTP {status}): {_ACCESS_HINT}")
+        if status == 404:
+            return StoreAccessError(
+                f"{what} failed: not found ({code}, HTTP 404); check the account URL and the"
+                " container"
+            )
+        if status == 429 or code == "ServerBusy":
+            return StoreUnavailable(
+                f"{what} was throttled ({code}, HTTP {status}); retry with backoff",
+                outcome_unknown=write,
+            )
+        if status == 408 or status >= 500:
+            return StoreUnavailable(
+                f"{what} failed on the server ({code}, HTTP {status})", outcome_unknown=write
+            )
+        return StoreError(f"{what} failed ({code}, HTTP {status})")
+    if isinstance(exc, ClientAuthenticationError):
+        # No response: the credential could not sign the request or fetch a token.
+        return StoreAccessError(
+            f"{what}: the credential could not authenticate ({type(exc).__name__}); {_ACCESS_HINT}"
+        )
+    if isinstance(exc, ServiceRequestError):
+        # azure-core's promise: the request was not sent, so even a write did not land.
+        return StoreUnavailable(f"{what}: could not connect ({type(exc).__name__})")
+    if isinstance(exc, ServiceResponseError):
+        return StoreUnavailable(
+            f"{what}: the response was lost ({type(exc).__name__})", outcome_unknown=write
+        )
+    return StoreError(f"{what} failed ({type(exc).__name__})")
+
+
+def _error_code(exc: AzureError) -> str:
+    """The ``x-ms-error-code`` of a failed request ("" if none)."""
+    code = getattr(exc, "error_code", None)
+    if isinstance(code, enum.Enum):
+        code = code.value
+    if not code:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None) or {}
+        code = headers.get("x-ms-error-code")
+    return str(code or "")
+
+
+def _condition_detail(operation: str, code: str) -> str:
+    if code == "BlobAlreadyExists":
+        return "already exists"
+    if code == "BlobNotFound":
+        return "absent"
+    if operation == "create":
+        return "already exists"
+    return "absent or at another version"
+
+
+def _check_etag(key: str, version: str) -> str:
+    """``version`` if it can be an ETag.
+
+    :raises ConditionFailed: it can't (empty, not printable ASCII), so no blob is at it.
+    """
+    if isinstance(version, str) and _ETAG_RE.match(version):
+        return version
+    raise ConditionFailed(key, f"version {version!r} is not an Azure ETag")
+
+
+def _normalize_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str):
+        raise ConfigError(f"Azure prefix must be a string, got {prefix!r}")
+    stripped = prefix.strip("/")
+    if not stripped:
+        return ""
+    validate_key(stripped)
+    return stripped + "/"
+
+
+def _validate_account_url(account_url: str) -> str:
+    """``account_url`` if it is ``http(s)://HOST[:PORT][/ACCOUNT]`` without a query.
+
+    A SAS token in the URL is refused: it belongs in the credential, where it is never printed.
+    Messages here never echo the URL (it might carry one).
+    """
+    try:
+        parts = urllib.parse.urlsplit(account_url)
+    except ValueError as exc:
+        raise ConfigError(f"Azure account URL is not a URL ({type(exc).__name__})") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        raise ConfigError(
+            "Azure account URL must be http(s)://HOST[:PORT][/ACCOUNT] without credentials"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(
+            "Azure account URL must not have a query (a SAS token goes in credential= or"
+            f" {SAS_ENV}) or a fragment"
+        )
+    return account_url
+
+
+def _make_client(
+    container: str,
+    connection_string: str | None,
+    account_url: str | None,
+    credential: Credential | None,
+    options: dict[str, Any],
+) -> ContainerClient:
+    """A container client with SDK retries off.
+
+    :raises ConfigError: both or neither of a connection string and an account URL (and no
+        ``AZURE_STORAGE_CONNECTION_STRING``), or either one malformed (never echoed).
+    """
+    if connection_string is not None and account_url is not None:
+        raise ConfigError("AzureBlobStore takes connection_string= or account_url=, not both")
+    if connection_string is not None and credential is not None:
+        raise ConfigError("AzureBlobStore takes credential= only with account_url=")
+    if connection_string is None and account_url is None:
+        connection_string = os.environ.get(CONNECTION_STRING_ENV) or None
+        if connection_string is None:
+            raise ConfigError(
+                "AzureBlobStore needs connection_string=, account_url= with credential=, or"
+                f" {CONNECTION_STRING_ENV} in the environment"
+            )
+    try:
+        if connection_string is not None:
+            return ContainerClient.from_connection_string(connection_string, container, **options)
+        assert account_url is not None
+        return ContainerClient(
+            _validate_account_url(account_url), container, credential=credential, **options
+        )
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, AzureError) as exc:
+        what = "connection string" if connection_string is not None else "account URL"
+        raise ConfigError(
+            f"could not configure the Azure client: the {what} or credential is malformed"
+            f" ({type(exc).__name__})"
+        ) from exc
+
+
+_URL_OPTIONS = ("account", "connect_timeout", "endpoint", "read_timeout")
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> AzureBlobStore:
+    """The store for ``az://CONTAINER/PREFIX?account=NAME&endpoint=URL``.
+
+    Where the account is:
+
+    - ``?endpoint=URL``: the account URL, e.g. ``http://127.0.0.1:10000/devstoreaccount1`` for
+      Azurite (the account name is taken from the URL's host or path, or from ``?account=``);
+    - ``?account=NAME`` alone: ``https://NAME.blob.core.windows.net``;
+    - neither: ``AZURE_STORAGE_CONNECTION_STRING`` (account, endpoint and credential in one), else
+      ``AZURE_STORAGE_ACCOUNT``.
+
+    With an account URL, the credential comes from ``AZURE_STORAGE_KEY`` (the account key), else
+    ``AZURE_STORAGE_SAS_TOKEN``, else ``azure.identity.DefaultAzureCredential`` when azure-identity
+    is installed. Credentials never go in the URL. ``connect_timeout`` and ``read_timeout`` are
+    seconds.
+
+    :raises ConfigError: no container, credentials or a port in the URL, an unknown or empty
+        option (named), an invalid value, or no way to find the account or a credential.
+    """
+    for name in sorted(options):
+        if name not in _URL_OPTIONS:
+            raise ConfigError(
+                f"unknown az:// store URL option {name!r}; known options: {', '.join(_URL_OPTIONS)}"
+            )
+        if not options[name]:
+            raise ConfigError(f"az:// store URL option {name!r} is empty")
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"az:// store URLs must not carry credentials; use {KEY_ENV}, {SAS_ENV} or"
+            f" {CONNECTION_STRING_ENV}"
+        )
+    container = parts.netloc
+    if not container:
+        raise ConfigError("az:// store URL needs a container name: az://CONTAINER/PREFIX")
+    if ":" in container:
+        raise ConfigError(
+            f"az:// store URL takes a container name, not host:port ({container!r});"
+            " give the account URL as ?endpoint=http://HOST:PORT/ACCOUNT"
+        )
+    if parts.fragment:
+        raise ConfigError("az:// store URL must not have a #fragment")
+    timeouts: dict[str, float] = {}
+    for name in ("connect_timeout", "read_timeout"):
+        if name in options:
+            try:
+                timeouts[name] = float(options[name])
+            except ValueError as exc:
+                raise ConfigError(
+                    f"az:// store URL option {name!r} must be a number of seconds,"
+                    f" got {options[name]!r}"
+                ) from exc
+    common: dict[str, Any] = {
+        "connect_timeout": timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        "read_timeout": timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
+    }
+    prefix = urllib.parse.unquote(parts.path)
+    account = options.get("account")
+    endpoint = options.get("endpoint")
+    if account is None and endpoint is None:
+        connection_string = os.environ.get(CONNECTION_STRING_ENV)
+        if connection_string:
+            return AzureBlobStore(container, prefix, connection_string=connection_string, **common)
+        account = os.environ.get(ACCOUNT_ENV) or None
+        if account is None:
+            raise ConfigError(
+                "az:// store URL needs ?account=NAME or ?endpoint=URL, or"
+                f" {CONNECTION_STRING_ENV} (or {ACCOUNT_ENV}) in the environment"
+            )
+    if account is not None and not _ACCOUNT_RE.match(account):
+        raise ConfigError(
+            f"Azure account name must be 3-24 lowercase letters and digits, got {account!r}"
+        )
+    if endpoint is not None:
+        account_url = _validate_account_url(endpoint)
+        account = account or _account_from_url(account_url)
+    else:
+        account_url = f"https://{account}.blob.core.windows.net"
+    return AzureBlobStore(
+        container,
+        prefix,
+        account_url=account_url,
+        credential=_credential_from_env(account),
+        **common,
+    )
+
+
+def _account_from_url(account_url: str) -> str | None:
+    """The account name in ``https://NAME.blob.core...`` or ``http://HOST:PORT/NAME`` (Azurite)."""
+    parts = urllib.parse.urlsplit(account_url)
+    host = parts.hostname or ""
+    path = parts.path.strip("/")
+    if path and "/" not in path:
+        return path
+    first = host.split(".", 1)[0]
+    return first if ".blob." in host and _ACCOUNT_RE.match(first) else None
+
+
+def _credential_from_env(account: str | None) -> Credential:
+    """The credential for an account URL: account key, SAS token or DefaultAzureCredential.
+
+    :raises ConfigError: an account key without a known account name, or no credential at all.
+    """
+    key = os.environ.get(KEY_ENV)
+    if key:
+        if not account:
+            raise ConfigError(
+                f"{KEY_ENV} needs the account name: add ?account=NAME to the az:// URL"
+            )
+        return AzureNamedKeyCredential(account, key)
+    sas = os.environ.get(SAS_ENV)
+    if sas:
+        return AzureSasCredential(sas.lstrip("?"))
+    try:
+        from azure.identity import DefaultAzureCredential  # optional: only for token auth
+    except ImportError as exc:
+        raise ConfigError(
+            f"no Azure credential: set {KEY_ENV} or {SAS_ENV}, or {CONNECTION_STRING_ENV} without"
+            " ?account/?endpoint, or pip install azure-identity for DefaultAzureCredential"
+        ) from exc
+    credential: TokenCredential = DefaultAzureCredential()
+    return credential

@@ -1,0 +1,31 @@
+"""Helpers for testing code that uses prioritylock, and stores written for it.
+
+- :class:`StoreContract`: the tests every :class:`~prioritylock.stores.ObjectStore` must pass;
+  subclass it to check your own store. Importing it needs pytest, so it is loaded on first use.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prioritylock.testing.contract import StoreContract
+
+__all__ = ["StoreContract"]
+
+_CONTRACT = "prioritylock.testing.contract"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "StoreContract":
+        # Imported on first use, so that the other helpers here don't need pytest.
+        if _CONTRACT not in sys.modules:
+            import pytest
+
+            # Let pytest rewrite the contract's asserts, as it does for test modules.
+            pytest.register_assert_rewrite(_CONTRACT)
+        from prioritylock.testing.contract import StoreContract
+
+        return StoreContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

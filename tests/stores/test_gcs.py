@@ -1,0 +1,374 @@
+"""GCSStore against fake-gcs-server: error mapping, request counts, URLs, and transport faults.
+
+The store contract runs in ``test_contract.py``; these are the GCS-specific behaviours. Faults are
+injected under the SDK, at the requests transport (:class:`FaultyAdapter`), while the real
+emulator serves every request that is let through: no part of the service is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from google.api_core import exceptions as api_exceptions
+
+from prioritylock import (
+    ConditionFailed,
+    ConfigError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores import Versioned, open_store
+from prioritylock.stores._gcs import EMULATOR_ENV, MAX_OBJECT_BYTES, GCSStore
+from tests._servers.gcs import FakeGCSServer, FaultyAdapter, free_port, gcs_error_body
+
+pytestmark = [pytest.mark.timeout(60)]
+
+KEY = "team/resource"
+WRITES = ("create", "replace", "delete")
+
+
+@dataclass
+class Faulty:
+    """A store whose HTTP requests pass through ``adapter`` on their way to fake-gcs-server."""
+
+    store: GCSStore
+    adapter: FaultyAdapter
+
+    def sent_since(self, mark: int) -> list[str]:
+        return self.adapter.sent[mark:]
+
+
+@pytest.fixture
+def bucket(fake_gcs_server: FakeGCSServer) -> str:
+    return fake_gcs_server.create_bucket()
+
+
+@pytest.fixture
+def gcs(fake_gcs_server: FakeGCSServer, bucket: str) -> Iterator[GCSStore]:
+    store = fake_gcs_server.store(bucket)
+    yield store
+    store.close()
+
+
+def _faulty(
+    server: FakeGCSServer,
+    bucket: str,
+    error_body: Callable[[int], tuple[bytes, dict[str, str]]] = gcs_error_body,
+) -> Iterator[Faulty]:
+    adapter = FaultyAdapter(error_body)
+    client = server.client(http=server.faulty_session(adapter))
+    try:
+        yield Faulty(GCSStore(bucket, "locks/", client=client), adapter)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def faulty(fake_gcs_server: FakeGCSServer, bucket: str) -> Iterator[Faulty]:
+    yield from _faulty(fake_gcs_server, bucket)
+
+
+def _call(store: GCSStore, operation: str, version: str = "1") -> object:
+    """Run one seam operation on :data:`KEY`."""
+    if operation == "read":
+        return store.read(KEY)
+    if operation == "create":
+        return store.create(KEY, b"new")
+    if operation == "replace":
+        return store.replace(KEY, b"new", version)
+    if operation == "delete":
+        store.delete(KEY, version)
+        return None
+    return store.list("")
+
+
+# -- conditions ----------------------------------------------------------------------------------
+
+
+def test_lost_conditions_are_condition_failed_chained_to_the_sdk_error(gcs: GCSStore) -> None:
+    first = gcs.create(KEY, b"one")
+    second = gcs.replace(KEY, b"two", first)
+    cases: dict[str, Callable[[], object]] = {
+        "create on existing": lambda: gcs.create(KEY, b"x"),
+        "replace with stale generation": lambda: gcs.replace(KEY, b"x", first),
+        "replace of absent": lambda: gcs.replace("absent", b"x", second),
+        "delete of absent": lambda: gcs.delete("absent", second),
+    }
+    for what, call in cases.items():
+        with pytest.raises(ConditionFailed) as caught:
+            call()
+        assert isinstance(caught.value.__cause__, api_exceptions.GoogleAPICallError), what
+    assert gcs.read(KEY) == Versioned(b"two", second)
+
+
+@pytest.mark.parametrize("version", ["0", "-1", "abc", "", "1.5", " 1", "١٢"])
+def test_versions_that_are_not_generations_fail_without_a_request(
+    faulty: Faulty, version: str
+) -> None:
+    """``0`` matters most: to GCS it means "no live object", which would make replace a create."""
+    for operation in ("replace", "delete"):
+        with pytest.raises(ConditionFailed):
+            _call(faulty.store, operation, version)
+    assert faulty.adapter.sent == []
+    assert faulty.store.stats.total == 0
+    assert faulty.store.read(KEY) is None, "a replace at version '0' created the object"
+
+
+def test_objects_live_under_the_prefix(
+    fake_gcs_server: FakeGCSServer, gcs: GCSStore, bucket: str
+) -> None:
+    gcs.create("a/b", b"x")
+    assert fake_gcs_server.object_names(bucket) == ["locks/a/b"]
+    assert gcs.list("") == ["a/b"]
+
+
+def test_objects_over_the_multipart_limit_are_refused_before_any_request(faulty: Faulty) -> None:
+    with pytest.raises(ConfigError, match="limit"):
+        faulty.store.create(KEY, bytes(MAX_OBJECT_BYTES + 1))
+    assert faulty.adapter.sent == []
+
+
+# -- request counts ------------------------------------------------------------------------------
+
+
+def test_every_operation_is_one_http_request_and_nothing_runs_behind_it(faulty: Faulty) -> None:
+    """No ``reload()`` before a download, and none of the SDK's background bucket requests."""
+    store = faulty.store
+    threads_before = set(threading.enumerate())
+    steps: list[tuple[str, Callable[[], object], str]] = []
+    version = ""
+
+    def create() -> None:
+        nonlocal version
+        version = store.create(KEY, b"one")
+
+    def replace() -> None:
+        nonlocal version
+        version = store.replace(KEY, b"two", version)
+
+    steps = [
+        ("read absent", lambda: store.read(KEY), "GET /download/"),
+        ("create", create, "POST /upload/"),
+        ("read", lambda: store.read(KEY), "GET /download/"),
+        ("replace", replace, "POST /upload/"),
+        ("list", lambda: store.list(""), "GET /storage/v1/b/"),
+        ("delete", lambda: store.delete(KEY, version), "DELETE /storage/v1/b/"),
+    ]
+    for what, step, request in steps:
+        mark = len(faulty.adapter.sent)
+        step()
+        sent = faulty.sent_since(mark)
+        assert len(sent) == 1 and sent[0].startswith(request), f"{what} sent {sent}"
+    # A background request would have been recorded above, or its thread would still be alive.
+    assert set(threading.enumerate()) <= threads_before
+    assert "multipart" in " ".join(faulty.adapter.sent), "uploads must be single multipart requests"
+    assert store.stats.total == len(steps) == len(faulty.adapter.sent)
+
+
+def test_store_made_clients_have_background_bucket_requests_off(gcs: GCSStore) -> None:
+    assert gcs.client._bucket_metadata_cache is None
+
+
+# -- access ----------------------------------------------------------------------------------
+
+
+def test_missing_bucket_is_an_access_error_naming_it(fake_gcs_server: FakeGCSServer) -> None:
+    store = fake_gcs_server.store("plk-no-such-bucket")
+    try:
+        for operation in ("create", "replace", "list"):
+            with pytest.raises(StoreAccessError, match="plk-no-such-bucket") as caught:
+                _call(store, operation)
+            assert "bucket does not exist" in str(caught.value)
+        # A 404 on a read or delete does not say whether the bucket or the object is missing
+        # (GCS answers "No such object" for both): absent, as for an existing bucket.
+        assert store.read(KEY) is None
+        with pytest.raises(ConditionFailed):
+            store.delete(KEY, "1")
+    finally:
+        store.close()
+
+
+def test_a_404_that_names_the_bucket_is_an_access_error_on_reads_too(
+    fake_gcs_server: FakeGCSServer, bucket: str
+) -> None:
+    def no_bucket(status: int) -> tuple[bytes, dict[str, str]]:
+        body = {"error": {"code": status, "message": "The specified bucket does not exist."}}
+        return json.dumps(body).encode(), {"Content-Type": "application/json"}
+
+    for faulty in _faulty(fake_gcs_server, bucket, no_bucket):
+        for method, operation in (("GET", "read"), ("DELETE", "delete")):
+            faulty.adapter.fail_next(method, status=404)
+            with pytest.raises(StoreAccessError, match=bucket):
+                _call(faulty.store, operation)
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize(("method", "operation"), [("GET", "read"), ("POST", "create")])
+def test_refused_credentials_are_access_errors_naming_the_bucket(
+    faulty: Faulty, bucket: str, status: int, method: str, operation: str
+) -> None:
+    faulty.adapter.fail_next(method, status=status)
+    with pytest.raises(StoreAccessError, match=bucket) as caught:
+        _call(faulty.store, operation)
+    assert "roles/storage.objectUser" in str(caught.value)
+    assert isinstance(caught.value, PermissionError)
+
+
+def test_no_credentials_is_an_access_error_saying_what_to_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(EMULATOR_ENV, raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/prioritylock-key.json")
+    with pytest.raises(StoreAccessError, match="plk-bucket") as caught:
+        open_store("gs://plk-bucket/locks")
+    assert "GOOGLE_APPLICATION_CREDENTIALS" in str(caught.value)
+    assert caught.value.__cause__ is not None
+
+
+# -- transient failures and unknown outcomes ----------------------------------------------------
+
+_METHODS = {"read": "GET", "create": "POST", "replace": "POST", "delete": "DELETE", "list": "GET"}
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+@pytest.mark.parametrize("operation", list(_METHODS))
+def test_throttling_and_5xx_are_unavailable_unknown_outcome_for_writes(
+    faulty: Faulty, status: int, operation: str
+) -> None:
+    version = faulty.store.create(KEY, b"before")
+    faulty.adapter.fail_next(_METHODS[operation], status=status)
+    with pytest.raises(StoreUnavailable) as caught:
+        _call(faulty.store, operation, version)
+    assert caught.value.outcome_unknown is (operation in WRITES)
+    assert isinstance(caught.value.__cause__, api_exceptions.GoogleAPICallError)
+    assert faulty.store.read(KEY) == Versioned(b"before", version), "the request never left"
+
+
+@pytest.mark.parametrize("fault", ["lose_response", "timeout", "status"])
+def test_a_write_that_landed_but_whose_response_was_lost_is_unknown_and_did_change(
+    faulty: Faulty, fault: str
+) -> None:
+    store = faulty.store
+    first = store.create(KEY, b"one")
+    how = {"lose_response": {"lose_response": True}, "timeout": {"timeout": True}}
+    faulty.adapter.fail_next("POST", deliver=True, **how.get(fault, {"status": 503}))
+    with pytest.raises(StoreUnavailable) as caught:
+        store.replace(KEY, b"two", first)
+    assert caught.value.outcome_unknown
+    landed = store.read(KEY)
+    assert landed is not None and landed.data == b"two" and landed.version != first
+    # Retrying blindly now fails the condition against our own write: only a read-back tells.
+    with pytest.raises(ConditionFailed):
+        store.replace(KEY, b"two", first)
+
+
+def test_a_create_and_a_delete_whose_responses_were_lost(faulty: Faulty) -> None:
+    store = faulty.store
+    faulty.adapter.fail_next("POST", deliver=True, lose_response=True)
+    with pytest.raises(StoreUnavailable) as caught:
+        store.create(KEY, b"mine")
+    assert caught.value.outcome_unknown
+    landed = store.read(KEY)
+    assert landed is not None and landed.data == b"mine"
+    faulty.adapter.fail_next("DELETE", deliver=True, lose_response=True)
+    with pytest.raises(StoreUnavailable) as caught:
+        store.delete(KEY, landed.version)
+    assert caught.value.outcome_unknown
+    assert store.read(KEY) is None
+
+
+def test_a_lost_read_response_is_unavailable_with_a_known_outcome(faulty: Faulty) -> None:
+    faulty.adapter.fail_next("GET", lose_response=True)
+    with pytest.raises(StoreUnavailable) as caught:
+        faulty.store.read(KEY)
+    assert not caught.value.outcome_unknown
+
+
+def test_connection_refused_is_unavailable_and_the_write_did_not_land(
+    fake_gcs_server: FakeGCSServer, bucket: str
+) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    store = fake_gcs_server.store(bucket, endpoint=closed, connect_timeout=2.0)
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            store.create(KEY, b"x")
+        assert not caught.value.outcome_unknown, "a refused connection never sent the write"
+    finally:
+        store.close()
+
+
+def test_other_client_errors_are_store_errors(faulty: Faulty) -> None:
+    faulty.adapter.fail_next("POST", status=400)
+    with pytest.raises(StoreError) as caught:
+        faulty.store.create(KEY, b"x")
+    assert type(caught.value) is StoreError
+
+
+# -- open_store and configuration ----------------------------------------------------------------
+
+
+def test_open_store_honours_storage_emulator_host(
+    monkeypatch: pytest.MonkeyPatch, fake_gcs_server: FakeGCSServer, bucket: str
+) -> None:
+    monkeypatch.setenv(EMULATOR_ENV, fake_gcs_server.url)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/never-read.json")
+    store = open_store(f"gs://{bucket}/team%20a/locks/?project=p&read_timeout=5")
+    try:
+        assert isinstance(store, GCSStore)
+        assert store.prefix == "team a/locks/"
+        version = store.create(KEY, b"via env")
+        assert store.read(KEY) == Versioned(b"via env", version)
+        assert fake_gcs_server.object_names(bucket) == [f"team a/locks/{KEY}"]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("gs://", "needs a bucket name"),
+        ("gs:///prefix", "needs a bucket name"),
+        ("gs://bucket?nope=1", "unknown gs:// store URL option 'nope'"),
+        ("gs://bucket?project=", "option 'project' is empty"),
+        ("gs://bucket?read_timeout=soon", "must be a number of seconds"),
+        ("gs://bucket?read_timeout=0", "positive number"),
+        ("gs://Upper_Case", "GCS bucket name"),
+        ("gs://b", "GCS bucket name"),
+        ("gs://bucket:4443", "not host:port"),
+        ("gs://bucket#frag", "fragment"),
+        ("gs://bucket/a/../b", "segment"),
+    ],
+)
+def test_open_store_url_errors(
+    monkeypatch: pytest.MonkeyPatch, fake_gcs_server: FakeGCSServer, url: str, message: str
+) -> None:
+    monkeypatch.setenv(EMULATOR_ENV, fake_gcs_server.url)
+    with pytest.raises(ConfigError, match=message):
+        open_store(url)
+
+
+def test_open_store_refuses_credentials_in_the_url_without_echoing_them() -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store("gs://someone:hunter2@bucket/prefix")
+    assert "hunter2" not in str(caught.value)
+
+
+def test_client_and_client_options_do_not_mix(fake_gcs_server: FakeGCSServer) -> None:
+    client = fake_gcs_server.client()
+    try:
+        with pytest.raises(ConfigError, match="either client= or client options"):
+            GCSStore("plk-bucket", client=client, project="p")
+    finally:
+        client.close()
+
+
+def test_capabilities_and_repr(gcs: GCSStore, bucket: str) -> None:
+    assert gcs.capabilities.shared_across_hosts
+    assert gcs.capabilities.shared_across_processes
+    assert gcs.capabilities.conditional_delete
+    assert repr(gcs) == f"GCSStore(bucket={bucket!r}, prefix='locks/')"
