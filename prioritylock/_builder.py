@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import getpass
+import hashlib
 import math
 import os
 import socket
 import unicodedata
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -211,6 +213,72 @@ class LockBuilder:
         self._opts["store_timeout"] = _seconds("store_timeout", seconds, zero=False)
         return self
 
+    # -- from configuration files ------------------------------------------------------------
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object]) -> LockBuilder:
+        """A builder from flat ``prioritylock.*`` keys, or from Apache Hudi's storage lock keys.
+
+        ``prioritylock.store`` (URL), ``prioritylock.path`` or ``prioritylock.scope`` (a scope
+        key such as ``v1/resource/prod/orders-db``), ``prioritylock.owner``, ``.message``,
+        ``.priority``, ``.forceful``, and the timings in seconds: ``.lease_timeout``,
+        ``.cleanup_timeout``, ``.waiting_timeout``, ``.renew_interval``, ``.watch_interval``,
+        ``.max_clock_drift``, ``.poll_interval``, ``.store_timeout``.
+
+        Hudi's keys: ``hoodie.base.path`` (required) names the table;
+        ``hoodie.write.lock.conditional_write.locks_location`` is the store (default: the
+        table's ``.hoodie/.locks`` folder), ``...lock_validity_timeout_ms`` the lease timeout
+        (default 5 min) and ``...heartbeat_poll_ms`` the renew interval (default 30 s). Hudi's
+        ``s3a://``/``s3n://`` become ``s3://``, and a plain path becomes ``file://``. The lock is
+        named ``hudi/<table>-<hash of the base path>``. ``prioritylock.*`` keys win over Hudi's.
+
+        :raises ConfigError: an unknown ``prioritylock.*`` key, a value of the wrong type, or a
+            Hudi configuration without ``hoodie.base.path``; the message names the key.
+        """
+        builder = cls()
+        hudi = {k: v for k, v in properties.items() if k.startswith(_HUDI_PREFIX)}
+        if hudi or _HUDI_BASE_PATH in properties:
+            builder._apply_hudi(properties)
+        for key, value in properties.items():
+            if not key.startswith(_PREFIX):
+                continue
+            option = key[len(_PREFIX) :]
+            if option not in _PROPERTY_OPTIONS:
+                known = ", ".join(sorted(_PREFIX + o for o in _PROPERTY_OPTIONS))
+                raise ConfigError(f"{key}: unknown option (known: {known})")
+            kind = _PROPERTY_OPTIONS[option]
+            converted = _convert(key, value, kind)
+            if option == "scope":
+                try:
+                    builder.scope(LockScope.from_key(str(converted)))
+                except ValueError as exc:
+                    raise ConfigError(f"{key}: {exc}") from exc
+            else:
+                getattr(builder, option)(converted)
+        return builder
+
+    def _apply_hudi(self, properties: Mapping[str, object]) -> None:
+        base = properties.get(_HUDI_BASE_PATH)
+        if not isinstance(base, str) or not base.strip():
+            raise ConfigError(f"{_HUDI_BASE_PATH}: required with Hudi's lock keys (the table path)")
+        base = base.rstrip("/")
+        location = properties.get(_HUDI_PREFIX + "locks_location")
+        if location is None or location == "":
+            location = base + "/.hoodie/.locks"
+        if not isinstance(location, str):
+            raise ConfigError(f"{_HUDI_PREFIX}locks_location: must be a string")
+        self.store(_hudi_url(location))
+        table = base.rsplit("/", 1)[-1] or "table"
+        digest = hashlib.sha256(base.encode()).hexdigest()[:16]
+        self.path("hudi", f"{table}-{digest}")
+        validity = properties.get(_HUDI_PREFIX + "lock_validity_timeout_ms", 5 * 60 * 1000)
+        poll = properties.get(_HUDI_PREFIX + "heartbeat_poll_ms", 30 * 1000)
+        lease = _convert(_HUDI_PREFIX + "lock_validity_timeout_ms", validity, "float") / 1000
+        renew = _convert(_HUDI_PREFIX + "heartbeat_poll_ms", poll, "float") / 1000
+        self.lease_timeout(lease)
+        self.renew_interval(renew)
+        self.message(f"hudi table {base}")
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def clock(self, clock: Clock) -> LockBuilder:
@@ -260,6 +328,61 @@ class LockBuilder:
         from prioritylock._lock import Lock
 
         return Lock(self.config())
+
+
+_PREFIX = "prioritylock."
+_HUDI_PREFIX = "hoodie.write.lock.conditional_write."
+_HUDI_BASE_PATH = "hoodie.base.path"
+_PROPERTY_OPTIONS = {
+    "store": "str",
+    "path": "str",
+    "scope": "str",
+    "owner": "str",
+    "message": "str",
+    "priority": "int",
+    "forceful": "bool",
+    "lease_timeout": "float",
+    "cleanup_timeout": "float",
+    "waiting_timeout": "float",
+    "renew_interval": "float",
+    "watch_interval": "float",
+    "max_clock_drift": "float",
+    "poll_interval": "float",
+    "store_timeout": "float",
+}
+
+
+def _convert(key: str, value: object, kind: str) -> Any:
+    """A property value (often a string from a file) as the option's type."""
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: must be a string, got {type(value).__name__}")
+        return value
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "yes", "1", "on"):
+            return True
+        if text in ("false", "no", "0", "off"):
+            return False
+        raise ConfigError(f"{key}: must be true or false, got {value!r}")
+    if isinstance(value, bool):
+        raise ConfigError(f"{key}: must be a number, got {value!r}")
+    try:
+        return int(str(value).strip()) if kind == "int" else float(str(value).strip())
+    except ValueError as exc:
+        raise ConfigError(f"{key}: must be a number, got {value!r}") from exc
+
+
+def _hudi_url(location: str) -> str:
+    """Hudi's storage paths as our store URLs."""
+    scheme, sep, rest = location.partition("://")
+    if not sep:
+        if not location.startswith("/"):
+            raise ConfigError(f"{_HUDI_PREFIX}locks_location: not an absolute path or a URL")
+        return "file://" + location
+    return {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme) + "://" + rest
 
 
 def _seconds(option: str, value: float, *, zero: bool) -> float:

@@ -1,0 +1,188 @@
+"""LockBuilder: validation names the option, defaults, the override, and from_properties."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from prioritylock import OVERRIDE_PRIORITY, ConfigError, LockBuilder, LockListener
+from prioritylock.stores import LocalStore, MemoryStore
+from scopes import LockScope
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def base() -> LockBuilder:
+    return LockBuilder().store(MemoryStore()).path("jobs/x")
+
+
+def test_defaults() -> None:
+    cfg = base().config()
+    assert cfg.priority == 0 and not cfg.forceful
+    assert cfg.lease_timeout == 30 and cfg.renew_interval == 10
+    assert cfg.cleanup_timeout == 10 and cfg.watch_interval == 5  # half the cleanup window
+    assert cfg.max_clock_drift == 0.5
+    assert cfg.key == "v1/path/jobs/x"
+    assert "@" in cfg.owner  # user@host:pid
+
+
+def test_config_is_frozen() -> None:
+    cfg = base().config()
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        cfg.priority = 5  # type: ignore[misc]
+    assert attrs.evolve(cfg, priority=5).priority == 5
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("lease_timeout", 0),
+        ("lease_timeout", -1),
+        ("lease_timeout", math.nan),
+        ("lease_timeout", math.inf),
+        ("lease_timeout", "30"),
+        ("lease_timeout", True),
+        ("cleanup_timeout", -0.1),
+        ("waiting_timeout", math.nan),
+        ("renew_interval", 0),
+        ("watch_interval", -1),
+        ("max_clock_drift", -1),
+        ("poll_interval", 0),
+        ("store_timeout", 0),
+        ("priority", -1),
+        ("priority", 2_147_483_648),
+        ("priority", OVERRIDE_PRIORITY),
+        ("priority", 1.5),
+        ("priority", True),
+        ("forceful", "yes"),
+        ("owner", ""),
+        ("owner", "x" * 257),
+        ("owner", "bad\x00owner"),
+        ("message", "m" * 5000),
+        ("path", ""),
+        ("path", "/abs"),
+        ("path", "a//b"),
+        ("path", "a/../b"),
+        ("store", 42),
+        ("store", "nope://x"),
+        ("scope", "v1/path/x"),
+        ("listener", object()),
+    ],
+)
+def test_bad_values_raise_config_error_naming_the_option(option: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        getattr(base(), option)(value)
+    assert isinstance(caught.value, ValueError)
+    if option != "store" or not isinstance(value, str):
+        assert option in str(caught.value)
+
+
+@pytest.mark.parametrize("missing", ["store", "scope"])
+def test_missing_store_or_scope(missing: str) -> None:
+    builder = LockBuilder()
+    if missing != "store":
+        builder.store(MemoryStore())
+    if missing != "scope":
+        builder.path("x")
+    with pytest.raises(ConfigError, match=missing):
+        builder.build()
+
+
+def test_contradictions() -> None:
+    with pytest.raises(ConfigError, match="renew_interval"):
+        base().lease_timeout(5).renew_interval(5).build()
+    with pytest.raises(ConfigError, match="max_clock_drift"):
+        base().lease_timeout(1).max_clock_drift(1).build()
+
+
+def test_emergency_override() -> None:
+    cfg = base().emergency_override(message="db on fire").config()
+    assert cfg.priority == OVERRIDE_PRIORITY and cfg.forceful and cfg.waiting_timeout == 0
+    assert cfg.message == "db on fire" and cfg.override
+    with pytest.raises(ConfigError, match="message"):
+        base().emergency_override(message="  ")
+
+
+def test_scope_and_url() -> None:
+    cfg = (
+        LockBuilder()
+        .store("memory://builder-test")
+        .scope(LockScope.resource("prod", "db"))
+        .config()
+    )
+    assert cfg.key == "v1/resource/prod/db"
+    assert isinstance(cfg.store, MemoryStore)
+
+
+def test_from_properties(tmp_path: Path) -> None:
+    props = {
+        "prioritylock.store": f"file://{tmp_path}",
+        "prioritylock.scope": "v1/resource/prod/orders-db",
+        "prioritylock.owner": "worker-7",
+        "prioritylock.priority": "5",
+        "prioritylock.forceful": "true",
+        "prioritylock.lease_timeout": "12",
+        "prioritylock.cleanup_timeout": "2.5",
+        "prioritylock.waiting_timeout": "4",
+        "unrelated.key": "ignored",
+    }
+    cfg = LockBuilder.from_properties(props).config()
+    assert isinstance(cfg.store, LocalStore)
+    assert cfg.key == "v1/resource/prod/orders-db"
+    assert (cfg.owner, cfg.priority, cfg.forceful) == ("worker-7", 5, True)
+    assert (cfg.lease_timeout, cfg.cleanup_timeout, cfg.waiting_timeout) == (12, 2.5, 4)
+    lock = LockBuilder.from_properties(props).build()
+    assert lock.try_lock()
+    lock.unlock()
+
+
+@pytest.mark.parametrize(
+    ("props", "named"),
+    [
+        ({"prioritylock.colour": "red"}, "prioritylock.colour"),
+        ({"prioritylock.priority": "high"}, "prioritylock.priority"),
+        ({"prioritylock.forceful": "maybe"}, "prioritylock.forceful"),
+        ({"prioritylock.scope": "nope"}, "prioritylock.scope"),
+        ({"hoodie.write.lock.conditional_write.heartbeat_poll_ms": "100"}, "hoodie.base.path"),
+    ],
+)
+def test_from_properties_errors_name_the_key(props: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        LockBuilder.from_properties(props).config()
+
+
+def test_hudi_keys(tmp_path: Path) -> None:
+    props = {
+        "hoodie.base.path": str(tmp_path / "lake" / "orders"),
+        "hoodie.write.lock.conditional_write.locks_location": str(tmp_path / "locks"),
+        "hoodie.write.lock.conditional_write.lock_validity_timeout_ms": "60000",
+        "hoodie.write.lock.conditional_write.heartbeat_poll_ms": "5000",
+    }
+    cfg = LockBuilder.from_properties(props).config()
+    assert isinstance(cfg.store, LocalStore)
+    assert cfg.lease_timeout == 60 and cfg.renew_interval == 5
+    assert cfg.key.startswith("v1/path/hudi/orders-")
+    # Another writer of the same table names the same lock; another table does not.
+    again = LockBuilder.from_properties(dict(props)).config()
+    assert again.key == cfg.key
+    other = LockBuilder.from_properties(
+        {**props, "hoodie.base.path": str(tmp_path / "t2")}
+    ).config()
+    assert other.key != cfg.key
+    defaults = LockBuilder.from_properties(
+        {"hoodie.base.path": str(tmp_path / "lake" / "x")}
+    ).config()
+    assert defaults.lease_timeout == 300 and defaults.renew_interval == 30
+    assert (tmp_path / "lake" / "x" / ".hoodie" / ".locks").is_dir()
+    # our own keys win over Hudi's
+    mixed = LockBuilder.from_properties({**props, "prioritylock.lease_timeout": "90"}).config()
+    assert mixed.lease_timeout == 90
+
+
+def test_listener_is_accepted() -> None:
+    listener = LockListener()
+    assert base().listener(listener).config().listener is listener
