@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import os
 import queue
 import threading
@@ -61,6 +62,8 @@ class Heartbeat:
         self._heap: list[tuple[float, int, ScheduledTask]] = []
         self._seq = itertools.count()
         self._closed = False
+        # While the loop sleeps: the due time it sleeps until (inf: no task); None: awake.
+        self._sleeping_until: float | None = None
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._workers = workers
@@ -89,13 +92,15 @@ class Heartbeat:
     def cancel(self, entry: ScheduledTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
         with self._cond:
-            entry.cancelled = True
-            self._cond.notify_all()
+            entry.cancelled = True  # skipped lazily when it reaches the top of the heap
 
     def _push(self, entry: ScheduledTask, when: float) -> None:
         entry.when = when
         heapq.heappush(self._heap, (when, next(self._seq), entry))
-        self._cond.notify_all()
+        # Wake the loop only if it sleeps past this entry's time: waking it costs the caller
+        # the GIL, on every acquire.
+        if self._sleeping_until is None or when < self._sleeping_until:
+            self._cond.notify_all()
 
     def _pop_due_locked(self, now: float) -> ScheduledTask | None:
         while self._heap:
@@ -166,7 +171,9 @@ class Heartbeat:
                 if entry is None:
                     nxt = self._next_due_locked()
                     timeout = None if nxt is None else max(0.0, nxt - self.clock.monotonic())
+                    self._sleeping_until = math.inf if nxt is None else nxt
                     self._cond.wait(timeout)
+                    self._sleeping_until = None
                     continue
             try:
                 self._pool.submit(self._run, entry)

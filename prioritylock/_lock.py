@@ -100,21 +100,28 @@ class _Wakeups:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._events: weakref.WeakValueDictionary[tuple[int, str], threading.Event] = (
+        self._events: weakref.WeakValueDictionary[tuple[object, str], threading.Event] = (
             weakref.WeakValueDictionary()
         )
 
+    @staticmethod
+    def _name(store: object) -> object:
+        # Stores that know what they address (a directory, a bucket) say so in ``namespace``,
+        # so lock objects with separate store objects on the same data still wake each other.
+        return getattr(store, "namespace", None) or id(store)
+
     def current(self, store: object, key: str) -> threading.Event:
+        name = (self._name(store), key)
         with self._lock:
-            event = self._events.get((id(store), key))
+            event = self._events.get(name)
             if event is None:
                 event = threading.Event()
-                self._events[(id(store), key)] = event
+                self._events[name] = event
             return event
 
     def fire(self, store: object, key: str) -> None:
         with self._lock:
-            event = self._events.pop((id(store), key), None)
+            event = self._events.pop((self._name(store), key), None)
         if event is not None:
             event.set()
 
@@ -477,7 +484,7 @@ class Lock:
 
     def _announce_acquired(self) -> None:
         holding = self._holding
-        if holding is None:
+        if holding is None or (self._cfg.listener is None and not signals.acquired.receivers):
             return
         info = LockInfo.from_lease(holding.lease)
         _send(signals.acquired, self, info=info, fence=holding.fence)

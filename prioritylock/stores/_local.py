@@ -105,6 +105,11 @@ class LocalStore:
         return self._root
 
     @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share objects."""
+        return "file:" + os.path.realpath(self._root)
+
+    @property
     def stats(self) -> StoreStats:
         return self._stats
 

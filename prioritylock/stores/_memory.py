@@ -34,6 +34,11 @@ class MemoryStore:
         self._stats = StoreStats()
 
     @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share objects."""
+        return f"memory:{id(self)}"
+
+    @property
     def stats(self) -> StoreStats:
         return self._stats
 
