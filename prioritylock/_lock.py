@@ -84,6 +84,7 @@ class _Holding:
     lost: str | None = None
     ended: bool = False
     notified: str | None = None  # requestor id whose cleanup we started
+    cleaning: bool = False  # a cleanup callback is running
     request_seen: proto.Sighting | None = None
 
     @property
@@ -548,6 +549,8 @@ class Lock:
 
     def _renew(self, holding: _Holding) -> None:
         for _ in range(8):
+            if not holding.active:
+                return
             started = self._clock.monotonic()
             if started >= holding.deadline:
                 self._lose(holding, "expired")
@@ -583,10 +586,16 @@ class Lock:
         now = self._clock.monotonic()
         holding.request_seen = proto.sight(holding.request_seen, proto.request_ident(lease), now)
         request = proto.pending_request_for(lease, lease.holder.priority)
-        if request is not None and holding.notified != request.requestor_id:
+        if (
+            request is not None
+            and holding.notified != request.requestor_id
+            and not holding.cleaning
+        ):
+            # One cleanup at a time: when it returns, the lock goes to whoever is pending then.
             holding.notified = request.requestor_id
+            holding.cleaning = True
             self._start_cleanup(holding, lease, now)
-        return True
+        return holding.active  # an inline cleanup (manual heartbeat) may have handed over
 
     def _start_cleanup(self, holding: _Holding, lease: Lease, now: float) -> None:
         assert lease.requestor is not None and lease.holder is not None
@@ -606,6 +615,7 @@ class Lock:
         def cleanup() -> None:
             _send(signals.cleanup_requested, self, notice=notice)
             if listener is None:
+                holding.cleaning = False
                 return  # not cooperating: we keep the lock until unlock() or a forceful takeover
             try:
                 listener.on_cleanup_notification(notice)

@@ -219,10 +219,14 @@ def acquire_step(
     expiry = expires_at(lease, holder_seen, drift)
     if now >= expiry:
         return _take(lease, me, wall, "expired_takeover")
+    pending = lease.requestor
+    if mine is not None and (pending is None or pending.requestor_id != me.lock_id):
+        # Our request is gone and the lock did not come to us: a higher request displaced it
+        # (and may already hold the lock), or a takeover cleared it.
+        return Refused("denied")
     if me.priority <= holder_now.priority:
         return Wait(expiry, "busy")
 
-    pending = lease.requestor
     if pending is not None and pending.requestor_id == me.lock_id:
         assert mine is not None, "our request can only be pending if we wrote it"
         deadline = mine.started + mine.wait
@@ -232,8 +236,6 @@ def acquire_step(
             withdrawn = lease.rewritten(requestor=None)
             return Write(withdrawn, create=False, outcome="withdrawn")
         return Wait(min(expiry, deadline), "handover")
-    if mine is not None and pending is not None:
-        return Refused("denied")  # another request took the slot: it beat ours
     if pending is not None:
         assert request_seen is not None, "the driver sights every request it reads"
         stale_at = (
