@@ -221,6 +221,11 @@ class AzureBlobStore:
         return self._container
 
     @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share objects."""
+        return f"az:{self._account}/{self._container}/{self._prefix}"
+
+    @property
     def account(self) -> str:
         """The storage account name (not a secret)."""
         return self._account

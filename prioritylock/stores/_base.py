@@ -43,11 +43,16 @@ class StoreCapabilities:
     :ivar shared_across_processes: other processes on this machine see the same objects.
     :ivar shared_across_hosts: other machines see the same objects.
     :ivar conditional_delete: delete-if-version-matches is enforced by the store.
+    :ivar unique_versions: every write gets a version never seen before for its key, even with
+        identical bytes. False for content-hash versions (S3 ETags): there, two writes of the
+        same bytes share a version, so objects guarded by compare-and-swap must differ on every
+        write (lease documents carry a fresh nonce for this reason).
     """
 
     shared_across_processes: bool
     shared_across_hosts: bool
     conditional_delete: bool = True
+    unique_versions: bool = True
 
 
 _KINDS = ("reads", "creates", "replaces", "deletes", "lists")

@@ -11,6 +11,10 @@ def replace_if_unchanged(store: ObjectStore, key: str, data: bytes, seen: Versio
     """Write ``data`` at ``key`` only if the object is still what ``seen`` was.
 
     ``seen`` is what you read (``store.read(key)``): ``None`` means "only if it is still absent".
+    On stores whose versions are content hashes (S3 ETags: ``store.capabilities.unique_versions``
+    is false), writing the same bytes twice gives the same version: put something that changes on
+    every write (a counter, the fencing token) into the object.
+
     Pair it with the lock's fencing token — write the token into the object and refuse to
     replace an object that carries a higher one — and a holder that lost its lock can never
     overwrite its successor's work.

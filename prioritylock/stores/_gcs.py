@@ -168,6 +168,11 @@ class GCSStore:
         return self._bucket_name
 
     @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share objects."""
+        return f"gs:{self._client.project}/{self._bucket_name}/{self._prefix}"
+
+    @property
     def prefix(self) -> str:
         """The normalized prefix: empty, or ending with ``/``."""
         return self._prefix
