@@ -85,6 +85,9 @@ class _Holding:
     ended: bool = False
     notified: str | None = None  # requestor id whose cleanup we started
     cleaning: bool = False  # a cleanup callback is running
+    # Set before the release (or handover) is written: from then on we no longer believe we
+    # hold the lock, so nobody can take it while we still do.
+    releasing: bool = False
     request_seen: proto.Sighting | None = None
 
     @property
@@ -237,7 +240,7 @@ class Lock:
     def is_current_owner(self) -> bool:
         """Whether this object holds the lock now, judged on its own clock (no request)."""
         holding = self._holding
-        if holding is None or holding.ended or holding.lost is not None:
+        if holding is None or not holding.active or holding.releasing:
             return False
         if self._clock.monotonic() >= holding.deadline:
             self._lose(holding, "expired")
@@ -642,6 +645,7 @@ class Lock:
         Returns the announcement to make once ``_io`` is released.
         """
         self._raise_if_lost(holding)
+        holding.releasing = True
         deadline = self._op_deadline()
         while True:
             now = self._clock.monotonic()
