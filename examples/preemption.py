@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 import tempfile
 import threading
-import time
 from typing import Any
 
 from prioritylock import CleanupNotice, Lock, LockBuilder, LockListener, LockLost, signals
@@ -31,7 +30,7 @@ class BatchJob(LockListener):
             f"  batch: {notice.requestor_owner!r} (priority {notice.requestor_priority}) asks "
             f"for the lock: {notice.requestor_message!r}"
         )
-        left = notice.deadline - time.monotonic()  # the deadline is on this process's clock
+        left = notice.seconds_left()
         steps = len(self.uncommitted)
         print(f"  batch: rolling back {steps} uncommitted steps ({left:.0f} s left)")
         self.uncommitted.clear()

@@ -65,7 +65,7 @@ def _contention(url: str) -> None:
 
 class _Cleaner(LockListener):
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
-        left = notice.deadline - time.monotonic()
+        left = notice.seconds_left()
         print(
             f"  low-priority job: {notice.requestor_owner!r} "
             f"(priority {notice.requestor_priority}) asks for the lock; "

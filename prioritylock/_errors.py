@@ -7,7 +7,6 @@ says the same thing, the error derives from it too, so ``except TimeoutError`` k
     ├── ConfigError            (also ValueError)   bad option, URL, path, scope or argument
     ├── LockTimeout            (also TimeoutError) lock(timeout=...) ran out
     ├── PreemptionTimeout      (also TimeoutError) a non-forceful request waited out its window
-    ├── PreemptionDenied                           a higher request displaced ours
     ├── LockHeld                                   the lock is held and the call cannot wait
     ├── NotLockOwner                               an operation needs ownership we don't have
     │   └── LockLost                               ...because we held it and lost it
@@ -28,7 +27,6 @@ __all__ = [
     "LockLost",
     "LockTimeout",
     "NotLockOwner",
-    "PreemptionDenied",
     "PreemptionTimeout",
     "PriorityLockError",
     "StoreAccessError",
@@ -51,10 +49,6 @@ class LockTimeout(PriorityLockError, TimeoutError):
 
 class PreemptionTimeout(PriorityLockError, TimeoutError):
     """A non-forceful preemption request waited out its window; the request was withdrawn."""
-
-
-class PreemptionDenied(PriorityLockError):
-    """A pending preemption request was displaced by a higher one."""
 
 
 class LockHeld(PriorityLockError):

@@ -17,7 +17,9 @@ __all__ = ["CleanupNotice", "LockListener"]
 class CleanupNotice:
     """A higher-priority client asks the holder to clean up and hand over.
 
-    :ivar deadline: the end of the cleanup window on this process's monotonic clock.
+    :ivar deadline: the end of the cleanup window on the lock's clock (``lock.config.clock``;
+        :meth:`seconds_left` does the arithmetic). It is counted from before the request could
+        have landed, so the requestor waits at least this long.
     :ivar deadline_wall: the same moment as wall-clock seconds, for display.
     """
 
@@ -29,12 +31,17 @@ class CleanupNotice:
     deadline: float
     deadline_wall: float
 
+    def seconds_left(self) -> float:
+        """How much of the cleanup window is left now (may be negative)."""
+        return self.deadline - self.lock.config.clock.monotonic()
+
 
 class LockListener:
     """Subclass and override what you need; every method does nothing by default.
 
-    Calls come from the library's own threads, never while it holds internal locks. An exception
-    raised here is logged and otherwise ignored.
+    ``on_acquired`` and ``on_released`` run on the thread that called ``lock``/``try_lock`` or
+    ``unlock``; the others on the library's own threads. None runs while the library holds its
+    internal locks. An exception raised here is logged and otherwise ignored.
 
     A configured listener opts the holder into cooperative preemption: when
     :meth:`on_cleanup_notification` returns, the lock passes to the requestor. Without a listener,

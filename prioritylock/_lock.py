@@ -14,6 +14,7 @@ Three rules hold everywhere in this module:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import random
 import threading
@@ -31,6 +32,7 @@ from prioritylock._builder import LockConfig
 from prioritylock._errors import (
     ConditionFailed,
     ConfigError,
+    CorruptLease,
     LockHeld,
     LockLost,
     LockTimeout,
@@ -40,7 +42,15 @@ from prioritylock._errors import (
 )
 from prioritylock._heartbeat import Heartbeat, ScheduledTask, default_heartbeat
 from prioritylock._info import LockInfo
-from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, decode, encode, new_lock_id
+from prioritylock._lease import (
+    MAX_MESSAGE_CHARS,
+    Event,
+    Lease,
+    decode,
+    encode,
+    new_lock_id,
+    new_nonce,
+)
 from prioritylock._listener import CleanupNotice
 
 __all__ = ["Lock"]
@@ -88,6 +98,10 @@ class _Holding:
     # Set before the release (or handover) is written: from then on we no longer believe we
     # hold the lock, so nobody can take it while we still do.
     releasing: bool = False
+    # When our latest observation that showed no pending request *started*: any request we see
+    # later landed after it, so its requestor's wait (counted from after its write returned)
+    # ends no sooner than quiet_since + its wait. The cleanup deadline is counted from here.
+    quiet_since: float = 0.0
     request_seen: proto.Sighting | None = None
 
     @property
@@ -263,17 +277,31 @@ class Lock:
         """
         return self._require_holding().lock_id
 
-    def force_unlock(self, message: str, *, by: str | None = None) -> LockInfo | None:
+    def force_unlock(
+        self, message: str, *, by: str | None = None, overwrite_corrupt: bool = False
+    ) -> LockInfo | None:
         """Free the lock whoever holds it (break-glass; recorded with ``message``; fence + 1).
 
-        :returns: the lease as it was before, or None if the lock was never taken.
+        :param overwrite_corrupt: also replace a corrupt or foreign document with a free lease.
+            Its fence is then unknown, so the new fence is the wall clock in milliseconds (or
+            the old fence + 1 if that can still be read and is larger): far beyond any fence
+            reached by counting, so fencing tokens keep growing.
+        :returns: the lease as it was before, or None if the lock was never taken (or the
+            document was corrupt).
         :raises ConfigError: no message.
+        :raises CorruptLease: the document is corrupt and ``overwrite_corrupt`` is false.
         """
         if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
             raise ConfigError("message: force_unlock needs a message saying why")
         who = by or self._cfg.owner
         with self._io:
-            seen = self._read()
+            try:
+                seen = self._read()
+            except CorruptLease:
+                if not overwrite_corrupt:
+                    raise
+                self._overwrite_corrupt(who, message)
+                return None
             while seen.lease is not None:
                 before = seen.lease
                 freed = proto.forced_free(before, by=who, message=message, wall=self._clock.time())
@@ -287,6 +315,33 @@ class Lock:
                     return LockInfo.from_lease(before)
                 seen = result
         return None
+
+    def _overwrite_corrupt(self, who: str, message: str) -> None:
+        """Replace a corrupt document (break-glass), compare-and-swap on the version we read."""
+        while True:
+            found = self._retrying(lambda: self._store.read(self._key), self._op_deadline())
+            if found is None:
+                return
+            try:
+                decode(self._key, found.data, name=self._key)
+            except CorruptLease:
+                pass
+            else:
+                return  # somebody repaired it meanwhile; the caller may force_unlock again
+            fence = max(int(self._clock.time() * 1000), _salvage_fence(found.data) + 1)
+            event = Event(
+                "force_unlock", self._clock.time(), who, f"overwrote a corrupt lease: {message}"
+            )
+            fresh = Lease(self._key, fence, new_nonce(), None, None, event)
+            try:
+                self._store.replace(self._key, encode(fresh), found.version)
+            except ConditionFailed:
+                continue
+            log.warning(
+                "prioritylock: %r: corrupt lease overwritten by %s: %s", self._key, who, message
+            )
+            self._seen = None
+            return
 
     def close(self) -> None:
         """Release the lock if held and stop renewing; the object is not used afterwards."""
@@ -344,6 +399,7 @@ class Lock:
     def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
         claim = self._claim()
         mine: proto.MyRequest | None = None
+        may_request = True
         delay = _Backoff(self._cfg.poll_interval)
         with self._io:
             # A cached document is only a guess: good enough to attempt a conditional write
@@ -367,8 +423,10 @@ class Lock:
                     holder_seen=self._holder_seen,
                     request_seen=self._request_seen,
                     mine=mine,
+                    may_request=may_request,
                 )
                 if isinstance(step, proto.Write):
+                    cached = False  # the store checked the version; what comes back is fresh
                     started = self._clock.monotonic()
                     result = self._write(
                         step.lease, seen.version, create=step.create, deadline=self._op_deadline()
@@ -385,7 +443,15 @@ class Lock:
                         wait = proto.request_wait(
                             claim.waiting_timeout, step.lease.holder.cleanup_timeout
                         )
-                        mine = proto.MyRequest(started, wait)
+                        # Count the wait from when the request had surely landed: the holder
+                        # counts its cleanup window from before it could have seen it.
+                        mine = proto.MyRequest(self._clock.monotonic(), wait)
+                        continue
+                    if blocking:
+                        # lock(timeout): keep waiting like any other contender, without
+                        # asking again, until our own timeout.
+                        may_request = False
+                        mine = None
                         continue
                     raise PreemptionTimeout(
                         f"{self._key!r}: holder {_holder_name(step.lease)} did not hand over "
@@ -477,6 +543,7 @@ class Lock:
             deadline=started + cfg.lease_timeout,
             next_renew=started + cfg.renew_interval,
             next_watch=started + cfg.watch_interval,
+            quiet_since=started,
         )
         self._holding = holding
         self._seen = _Seen(lease, version)
@@ -566,6 +633,8 @@ class Lock:
                 holding.deadline = started + self._cfg.lease_timeout
                 holding.next_renew = started + self._cfg.renew_interval
                 holding.next_watch = started + self._cfg.watch_interval
+                if proto.pending_request_for(beat, self._cfg.priority) is None:
+                    holding.quiet_since = started
                 self._hb.dispatch(lambda: _send(signals.renewed, self, fence=holding.fence))
                 return
             if not self._examine(holding, result):
@@ -573,8 +642,14 @@ class Lock:
         raise StoreUnavailable(f"{self._key!r}: renewal kept losing races")
 
     def _watch(self, holding: _Holding) -> None:
+        started = self._clock.monotonic()
         seen = self._read()
         holding.next_watch = self._clock.monotonic() + self._cfg.watch_interval
+        if (
+            seen.lease is not None
+            and proto.pending_request_for(seen.lease, self._cfg.priority) is None
+        ):
+            holding.quiet_since = started
         self._examine(holding, seen)
 
     def _examine(self, holding: _Holding, seen: _Seen) -> bool:
@@ -597,21 +672,27 @@ class Lock:
             # One cleanup at a time: when it returns, the lock goes to whoever is pending then.
             holding.notified = request.requestor_id
             holding.cleaning = True
-            self._start_cleanup(holding, lease, now)
+            self._start_cleanup(holding, lease)
         return holding.active  # an inline cleanup (manual heartbeat) may have handed over
 
-    def _start_cleanup(self, holding: _Holding, lease: Lease, now: float) -> None:
+    def _start_cleanup(self, holding: _Holding, lease: Lease) -> None:
         assert lease.requestor is not None and lease.holder is not None
         r = lease.requestor
         window = proto.request_wait(r.waiting_timeout, lease.holder.cleanup_timeout)
+        # Never promise more than the requestor will wait: count from before the request could
+        # have landed, less the drift allowance for clock rates.
+        deadline = max(
+            holding.quiet_since, holding.quiet_since + window - self._cfg.max_clock_drift
+        )
+        now = self._clock.monotonic()
         notice = CleanupNotice(
             lock=self,
             requestor_owner=r.owner,
             requestor_priority=r.priority,
             requestor_message=r.message,
             forceful=r.forceful,
-            deadline=now + window,
-            deadline_wall=self._clock.time() + window,
+            deadline=deadline,
+            deadline_wall=self._clock.time() + (deadline - now),
         )
         listener = self._cfg.listener
 
@@ -673,7 +754,7 @@ class Lock:
                 if handed and cleanup_done:
                     self._lose(holding, "preempted", force=True)
                     return None
-                return lambda: self._announce_released(handed)
+                return lambda: self._announce_released(nxt, handed)
             if not self._examine(holding, result):
                 self._raise_if_lost(holding)
                 return None
@@ -721,8 +802,8 @@ class Lock:
             self._hb.cancel(holding.entry)
         _wakeups.fire(self._store, self._key)
 
-    def _announce_released(self, handed_over: bool) -> None:
-        _send(signals.released, self, info=None, handed_over=handed_over)
+    def _announce_released(self, lease: Lease, handed_over: bool) -> None:
+        _send(signals.released, self, info=LockInfo.from_lease(lease), handed_over=handed_over)
         if self._cfg.listener is not None:
             _call_safely(self._cfg.listener.on_released, self)
 
@@ -824,6 +905,15 @@ class _Backoff:
         current = self._next
         self._next = min(self._cap, current * 2)
         return current / 2 + random.random() * current / 2
+
+
+def _salvage_fence(data: bytes) -> int:
+    """The fence of a corrupt document, if one can still be read (else 0)."""
+    try:
+        value = json.loads(data.decode("utf-8", "replace")).get("fence", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _holder_name(lease: Lease) -> str:

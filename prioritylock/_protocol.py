@@ -194,6 +194,7 @@ def acquire_step(
     holder_seen: Sighting | None,
     request_seen: Sighting | None,
     mine: MyRequest | None,
+    may_request: bool = True,
 ) -> Step:
     """Decide the next move of a client trying to take the lock.
 
@@ -201,16 +202,18 @@ def acquire_step(
     :param holder_seen: when we first saw the current heartbeat (see :func:`sight`).
     :param request_seen: when we first saw the pending request.
     :param mine: our own pending request, if we wrote one in this attempt.
+    :param may_request: False once a request of ours timed out in a blocking ``lock()``: from
+        then on we wait for a release or an expiry like any other contender.
     """
     if lease is None:
         holder = me.as_holder(wall)
-        event = Event("acquired", wall, me.owner, me.message)
+        event = Event("override" if me.override else "acquired", wall, me.owner, me.message)
         return Write(
             Lease(name, 1, new_nonce(), holder, None, event), create=True, outcome="acquired"
         )
     holder_now = lease.holder
     if holder_now is None:
-        return _take(lease, me, wall, "acquired")
+        return _take(lease, me, wall, "override" if me.override else "acquired")
     if holder_now.lock_id == me.lock_id:
         return Owned()
     if me.override:
@@ -224,7 +227,7 @@ def acquire_step(
         # Our request is gone and the lock did not come to us: a higher request displaced it
         # (and may already hold the lock), or a takeover cleared it.
         return Refused("denied")
-    if me.priority <= holder_now.priority:
+    if me.priority <= holder_now.priority or not may_request:
         return Wait(expiry, "busy")
 
     if pending is not None and pending.requestor_id == me.lock_id:

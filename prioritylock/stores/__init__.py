@@ -1,8 +1,11 @@
 """The store seam and the stores: where lease documents live.
 
 Every store offers the same five conditional operations (:class:`ObjectStore`) and counts its
-requests in ``store.stats``. ``open_store(url)`` picks one from a URL.
+requests in ``store.stats``. ``open_store(url)`` picks one from a URL. The cloud stores
+(``S3Store``, ``GCSStore``, ``AzureBlobStore``) load their SDK only when first used.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from prioritylock.stores._base import ObjectStore, StoreCapabilities, StoreStats, Versioned
 from prioritylock.stores._cas import replace_if_unchanged
@@ -10,10 +13,40 @@ from prioritylock.stores._local import LocalStore
 from prioritylock.stores._memory import MemoryStore
 from prioritylock.stores._url import open_store
 
+if TYPE_CHECKING:
+    from prioritylock.stores._azure import AzureBlobStore
+    from prioritylock.stores._gcs import GCSStore
+    from prioritylock.stores._s3 import S3Store
+
+_LAZY = {
+    "AzureBlobStore": ("prioritylock.stores._azure", "azure"),
+    "GCSStore": ("prioritylock.stores._gcs", "gcs"),
+    "S3Store": ("prioritylock.stores._s3", "s3"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module_name, extra = _LAZY[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(
+            f"{name} needs an optional dependency: pip install 'prioritylock[{extra}]'"
+        ) from exc
+    return getattr(module, name)
+
+
 __all__ = [
+    "AzureBlobStore",
+    "GCSStore",
     "LocalStore",
     "MemoryStore",
     "ObjectStore",
+    "S3Store",
     "StoreCapabilities",
     "StoreStats",
     "Versioned",

@@ -59,3 +59,16 @@ def test_force_unlock_refuses_a_corrupt_document_too(store: ObjectStore) -> None
         lock.force_unlock("clean up")
     found = store.read(lock.key)
     assert found is not None and found.data == b"garbage"
+
+
+def test_force_unlock_can_overwrite_a_corrupt_document_with_a_higher_fence(
+    store: ObjectStore,
+) -> None:
+    lock = make(store)
+    store.create(lock.key, b'{"schema": 99, "fence": 41}')
+    assert lock.force_unlock("repair", overwrite_corrupt=True) is None
+    info = lock.info()
+    assert info is not None and not info.held and info.last_event == "force_unlock"
+    assert info.fence > 1_600_000_000_000  # wall-clock milliseconds: beyond any counted fence
+    assert lock.try_lock() and lock.fencing_token == info.fence + 1
+    lock.unlock()

@@ -122,7 +122,7 @@ def test_higher_priority_gets_the_lock_after_cleanup_returns(store_factory: Stor
         assert info.requestor_requested_at is not None
         notice = rec.notices[0]
         assert notice.requestor_owner == "high" and notice.requestor_priority == 9
-        assert 0 < notice.deadline - time.monotonic() <= 10
+        assert 0 < notice.seconds_left() <= 10
         assert holder.is_current_owner()  # still holds while cleaning up
         assert not attempt.done.is_set()
         release_cleanup.set()
@@ -321,3 +321,56 @@ def test_unlock_with_a_request_pending_hands_over(store_factory: StoreFactory) -
     assert attempt.wait() is True
     assert high.fencing_token == fence + 1
     high.unlock()
+
+
+def test_blocking_lock_keeps_waiting_after_its_request_times_out(
+    store_factory: StoreFactory,
+) -> None:
+    holder = holder_with(store_factory, None, cleanup=10)  # does not cooperate
+    high = make(store_factory(), owner="high", priority=9, waiting_timeout=0.2, poll_interval=0.05)
+    attempt = Background(lambda: high.lock(timeout=20))
+    wait_for_request(holder, "high")
+    end = time.monotonic() + 10
+    info = holder.info()
+    while time.monotonic() < end and info is not None and info.requestor_owner == "high":
+        time.sleep(0.02)
+        info = holder.info()
+    assert info is not None and info.requestor_owner is None  # timed out and withdrawn
+    assert not attempt.done.is_set()  # no PreemptionTimeout: lock() waits on
+    holder.unlock()
+    attempt.wait()
+    assert high.is_current_owner()
+    high.unlock()
+
+
+def test_the_cleanup_deadline_never_outlasts_the_requestors_wait(
+    store_factory: StoreFactory,
+) -> None:
+    never = threading.Event()
+    rec = Recorder(cleanup_blocks=never)
+    holder = holder_with(store_factory, rec, cleanup=1.0)
+    high = make(store_factory(), owner="high", priority=9, waiting_timeout=30)
+    attempt = Background(high.try_lock)
+    assert rec.cleanup.wait(10)
+    with pytest.raises(PreemptionTimeout):
+        attempt.wait()
+    # When the requestor gives up, the window the holder was promised has already closed.
+    clock = holder.config.clock
+    assert rec.notices[0].deadline <= clock.monotonic()
+    assert rec.notices[0].seconds_left() <= 0
+    never.set()
+
+
+def test_override_of_a_free_lock_is_recorded_as_an_override(store_factory: StoreFactory) -> None:
+    operator = (
+        LockBuilder()
+        .store(store_factory())
+        .path("jobs/test")
+        .owner("oncall")
+        .emergency_override(message="take it")
+        .build()
+    )
+    assert operator.try_lock()
+    info = operator.info()
+    assert info is not None and info.last_event == "override" and info.message == "take it"
+    operator.unlock()
