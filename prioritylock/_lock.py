@@ -406,8 +406,9 @@ class Lock:
             # (the store checks it), never enough to refuse or wait on.
             cached = self._seen is not None
             # Take the wakeup event before reading, so a release that lands after our read
-            # still wakes us.
-            wake = _wakeups.current(self._store, self._key)
+            # still wakes us. A try_lock waits only for a handover: it takes the event when it
+            # first has to wait (costing at most one short first pause).
+            wake = _wakeups.current(self._store, self._key) if blocking else None
             seen = self._seen if self._seen is not None else self._read()
         while True:
             with self._io:
@@ -496,7 +497,10 @@ class Lock:
                 pause = min(pause, max(0.0, step.until - now))
             if deadline is not None:
                 pause = min(pause, max(0.0, deadline - now))
-            self._clock.wait(wake, pause)
+            if wake is None:
+                self._clock.sleep(pause)
+            else:
+                self._clock.wait(wake, pause)
             wake = _wakeups.current(self._store, self._key)
             with self._io:
                 seen = self._read()
@@ -753,6 +757,8 @@ class Lock:
                 self._end(holding)
                 if handed and cleanup_done:
                     self._lose(holding, "preempted", force=True)
+                    return None
+                if self._cfg.listener is None and not signals.released.receivers:
                     return None
                 return lambda: self._announce_released(nxt, handed)
             if not self._examine(holding, result):

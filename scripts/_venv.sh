@@ -6,13 +6,14 @@ venv="$root/.venv"
 extras=${1:-}
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet --upgrade pip 2> >(grep -v '^WARNING: Location' >&2)
 fi
 stamp="$venv/.installed-$(printf '%s' "$extras" | tr ',' '-')"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
   spec="$root"
   [ -n "$extras" ] && spec="$root[$extras]"
-  "$venv/bin/python" -m pip install --quiet -e "$spec"
+  # pip warns about this machine's extra index locations on every package: keep the log readable.
+  "$venv/bin/python" -m pip install --quiet -e "$spec" 2> >(grep -v '^WARNING: Location' >&2)
   touch "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

@@ -7,6 +7,7 @@ create-if-absent and compare-and-swap on an opaque version token. A failed condi
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from typing import Protocol, runtime_checkable
@@ -177,7 +178,23 @@ class ObjectStore(Protocol):
         ...
 
 
+@functools.lru_cache(maxsize=4096)
+def _check_key(key: str) -> None:
+    _validate_key(key)
+
+
 def validate_key(key: str) -> str:
+    """Return ``key`` if it is a valid store key (see :func:`_validate_key`); cached.
+
+    :raises ConfigError: the key is invalid.
+    """
+    if not isinstance(key, str):
+        raise ConfigError(f"store key must be a non-empty string, got {key!r}")
+    _check_key(key)
+    return key
+
+
+def _validate_key(key: str) -> str:
     """Return ``key`` if it is a valid store key.
 
     :raises ConfigError: empty, absolute, with empty, ``.`` or ``..`` segments, control
