@@ -34,7 +34,8 @@ def open_store(url: str) -> ObjectStore:
 
     - ``memory://NAME``: the process-wide in-memory store called NAME (``memory://`` alone: a new,
       private one).
-    - ``file:///ABSOLUTE/PATH``: a :class:`LocalStore` in that directory (created if missing).
+    - ``file:///ABSOLUTE/PATH[?durable=false]``: a :class:`LocalStore` in that directory
+      (created if missing); ``durable=false`` skips fsync (see :class:`LocalStore`).
     - ``s3://bucket/prefix?endpoint=...&region=...``, ``gs://bucket/prefix``,
       ``az://container/prefix?account=...``: the cloud stores (optional extras).
 
@@ -78,9 +79,14 @@ def open_store(url: str) -> ObjectStore:
             raise ConfigError(
                 f"file store URL needs an absolute directory path, got {_redact(url)!r}"
             )
+        durable = options.pop("durable", "true").lower()
+        if durable not in ("true", "false"):
+            raise ConfigError("file store URL option durable must be true or false")
         if options:
-            raise ConfigError(f"file store URL takes no options, got {sorted(options)}")
-        return LocalStore(path)
+            raise ConfigError(
+                f"file store URL takes only the option durable, got {sorted(options)}"
+            )
+        return LocalStore(path, durable=durable == "true")
     if scheme in _CLOUD:
         module_name, extra = _CLOUD[scheme]
         try:

@@ -31,7 +31,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock.stores import LocalStore, Versioned
+from prioritylock.stores import LocalStore, Versioned, open_store
 
 PROCESSES = 8
 ROUNDS = 40
@@ -497,3 +497,16 @@ def test_io_error_at_the_rename_may_have_landed(
     with pytest.raises(StoreUnavailable, match="'k'") as caught:
         store.create("k", b"x")
     assert caught.value.outcome_unknown
+
+
+def test_non_durable_store_keeps_the_contract_basics(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/nd?durable=false")
+    assert isinstance(store, LocalStore) and "durable=False" in repr(store)
+    first = store.create("k", b"one")
+    second = store.replace("k", b"one", first)
+    assert first != second
+    with pytest.raises(ConditionFailed):
+        store.replace("k", b"two", first)
+    assert store.read("k") == Versioned(b"one", second)
+    with pytest.raises(ConfigError, match="durable"):
+        open_store(f"file://{tmp_path}/nd?durable=maybe")

@@ -51,7 +51,7 @@ def test_file_url_opens_a_local_store_in_that_directory(tmp_path: Path) -> None:
         ("file://host/x", "no host"),
         ("file://relative", "no host"),
         ("file:///", "absolute directory path"),
-        ("file:///tmp/x?mode=1", "takes no options"),
+        ("file:///tmp/x?mode=1", "takes only the option durable"),
         ("memory://x/path", "takes only a name"),
         ("memory://x?size=1", "takes only a name"),
         ("zz://b?key=1&key=2", "option 'key' is given 2 times"),
