@@ -34,12 +34,13 @@ Task = Callable[[], "float | None"]
 class ScheduledTask:
     """A handle on a scheduled task; cancel it with :meth:`Heartbeat.cancel`."""
 
-    __slots__ = ("cancelled", "name", "running", "task", "when")
+    __slots__ = ("cancelled", "inline", "name", "running", "task", "when")
 
-    def __init__(self, task: Task, when: float, name: str) -> None:
+    def __init__(self, task: Task, when: float, name: str, inline: bool = False) -> None:
         self.task = task
         self.when = when
         self.name = name
+        self.inline = inline
         self.cancelled = False
         self.running = False
 
@@ -72,9 +73,14 @@ class Heartbeat:
 
     # -- scheduling ----------------------------------------------------------------------------
 
-    def schedule(self, task: Task, when: float, name: str = "task") -> ScheduledTask:
-        """Run ``task`` at ``when`` (monotonic seconds on this heartbeat's clock)."""
-        entry = ScheduledTask(task, when, name)
+    def schedule(
+        self, task: Task, when: float, name: str = "task", *, inline: bool = False
+    ) -> ScheduledTask:
+        """Run ``task`` at ``when`` (monotonic seconds on this heartbeat's clock).
+
+        ``inline`` tasks are quick (no network): they run on the scheduler's own thread.
+        """
+        entry = ScheduledTask(task, when, name, inline)
         with self._cond:
             if self._closed:
                 raise RuntimeError("heartbeat is closed")
@@ -175,6 +181,9 @@ class Heartbeat:
                     self._cond.wait(timeout)
                     self._sleeping_until = None
                     continue
+            if entry.inline:
+                self._run(entry)
+                continue
             try:
                 self._pool.submit(self._run, entry)
             except RuntimeError:  # pool shut down at interpreter exit

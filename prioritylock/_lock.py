@@ -555,6 +555,9 @@ class Lock:
             lambda: self._beat(holding),
             min(holding.next_renew, holding.next_watch),
             f"lease {self._key}",
+            # An in-process store answers in microseconds: run its heartbeat on the scheduler's
+            # own thread rather than pay a hand-off to the pool for every renewal.
+            inline=not self._store.capabilities.shared_across_processes,
         )
 
     def _announce_acquired(self) -> None:
@@ -639,7 +642,8 @@ class Lock:
                 holding.next_watch = started + self._cfg.watch_interval
                 if proto.pending_request_for(beat, self._cfg.priority) is None:
                     holding.quiet_since = started
-                self._hb.dispatch(lambda: _send(signals.renewed, self, fence=holding.fence))
+                if signals.renewed.receivers:
+                    self._hb.dispatch(lambda: _send(signals.renewed, self, fence=holding.fence))
                 return
             if not self._examine(holding, result):
                 return
@@ -842,8 +846,11 @@ class Lock:
         """Read and decode the document, retrying transient failures until the store timeout."""
         deadline = self._op_deadline()
         found = self._retrying(lambda: self._store.read(self._key), deadline)
+        cached = self._seen
         if found is None:
             seen = _Seen(None, None)
+        elif cached is not None and cached.version == found.version and cached.lease is not None:
+            seen = cached  # unchanged since we last decoded it (a watch read, mostly)
         else:
             seen = _Seen(decode(self._key, found.data, name=self._key), found.version)
         self._seen = seen
