@@ -73,11 +73,11 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
-    MAX_KEY_BYTES,
     StoreCapabilities,
     StoreStats,
     Versioned,
-    validate_key,
+    normalize_prefix,
+    prefixed_key,
     validate_prefix,
 )
 
@@ -176,7 +176,7 @@ class AzureBlobStore:
                     f"Azure {name} must be a positive number of seconds, got {value!r}"
                 )
         self._container = container
-        self._prefix = _normalize_prefix(prefix)
+        self._prefix = normalize_prefix(prefix, "Azure")
         self._stats = StoreStats()
         # Sent with every request, so a client passed in by the caller never retries either.
         self._options: dict[str, Any] = {
@@ -357,14 +357,7 @@ class AzureBlobStore:
     # -- internals -------------------------------------------------------------------------
 
     def _name(self, key: str) -> str:
-        validate_key(key)
-        name = self._prefix + key
-        if len(name.encode("utf-8")) > MAX_KEY_BYTES:
-            raise ConfigError(
-                f"Azure blob name {name[:60]!r}... is longer than {MAX_KEY_BYTES} bytes with the"
-                " prefix"
-            )
-        return name
+        return prefixed_key(self._prefix, key, "Azure blob name")
 
     def _upload(self, operation: str, key: str, data: bytes, **conditions: Any) -> str:
         blob = self._client.get_blob_client(self._name(key))
@@ -487,16 +480,6 @@ def _check_etag(key: str, version: str) -> str:
     if isinstance(version, str) and _ETAG_RE.match(version):
         return version
     raise ConditionFailed(key, f"version {version!r} is not an Azure ETag")
-
-
-def _normalize_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str):
-        raise ConfigError(f"Azure prefix must be a string, got {prefix!r}")
-    stripped = prefix.strip("/")
-    if not stripped:
-        return ""
-    validate_key(stripped)
-    return stripped + "/"
 
 
 def _validate_account_url(account_url: str) -> str:

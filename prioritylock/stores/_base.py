@@ -216,6 +216,34 @@ def _validate_key(key: str) -> str:
     return key
 
 
+def normalize_prefix(prefix: str, store: str) -> str:
+    """A cloud store's key prefix as stored: empty, or a valid key followed by ``/``.
+
+    :raises ConfigError: not a string, or not a valid key once its slashes are trimmed.
+    """
+    if not isinstance(prefix, str):
+        raise ConfigError(f"{store} prefix must be a string, got {prefix!r}")
+    stripped = prefix.strip("/")
+    if not stripped:
+        return ""
+    validate_key(stripped)
+    return stripped + "/"
+
+
+def prefixed_key(prefix: str, key: str, what: str) -> str:
+    """``prefix + key`` after checking both, refused before any request if too long.
+
+    :raises ConfigError: the key is invalid, or longer than :data:`MAX_KEY_BYTES` with the prefix.
+    """
+    validate_key(key)
+    full = prefix + key
+    if len(full.encode("utf-8")) > MAX_KEY_BYTES:
+        raise ConfigError(
+            f"{what} {full[:60]!r}... is longer than {MAX_KEY_BYTES} bytes with the prefix"
+        )
+    return full
+
+
 def validate_prefix(prefix: str) -> str:
     """Return ``prefix`` if it is usable with ``list``: empty, or a key-like string."""
     if prefix == "":

@@ -66,11 +66,11 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
-    MAX_KEY_BYTES,
     StoreCapabilities,
     StoreStats,
     Versioned,
-    validate_key,
+    normalize_prefix,
+    prefixed_key,
     validate_prefix,
 )
 
@@ -131,7 +131,7 @@ class GCSStore:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"GCS {name} must be a positive number of seconds, got {value!r}")
         self._bucket_name = bucket
-        self._prefix = _normalize_prefix(prefix)
+        self._prefix = normalize_prefix(prefix, "GCS")
         self._timeout = (float(connect_timeout), float(read_timeout))
         self._stats = StoreStats()
         if client is not None:
@@ -285,14 +285,7 @@ class GCSStore:
     # -- internals -------------------------------------------------------------------------
 
     def _name(self, key: str) -> str:
-        validate_key(key)
-        name = self._prefix + key
-        if len(name.encode("utf-8")) > MAX_KEY_BYTES:
-            raise ConfigError(
-                f"GCS object name {name[:60]!r}... is longer than {MAX_KEY_BYTES} bytes with the"
-                " prefix"
-            )
-        return name
+        return prefixed_key(self._prefix, key, "GCS object name")
 
     def _upload(self, operation: str, key: str, data: bytes, generation: int) -> str:
         blob = self._bucket.blob(self._name(key))
@@ -447,16 +440,6 @@ def _parse_generation(key: str, version: str) -> int:
         if generation > 0:
             return generation
     raise ConditionFailed(key, f"version {version!r} is not a GCS generation")
-
-
-def _normalize_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str):
-        raise ConfigError(f"GCS prefix must be a string, got {prefix!r}")
-    stripped = prefix.strip("/")
-    if not stripped:
-        return ""
-    validate_key(stripped)
-    return stripped + "/"
 
 
 def _validate_endpoint(endpoint: str) -> str:

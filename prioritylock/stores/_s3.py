@@ -55,11 +55,11 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
-    MAX_KEY_BYTES,
     StoreCapabilities,
     StoreStats,
     Versioned,
-    validate_key,
+    normalize_prefix,
+    prefixed_key,
     validate_prefix,
 )
 
@@ -145,7 +145,7 @@ class S3Store:
                 f"S3 bucket name must be 2-255 letters, digits, '.', '-' or '_', got {bucket!r}"
             )
         self._bucket = bucket
-        self._prefix = _normalize_prefix(prefix)
+        self._prefix = normalize_prefix(prefix, "S3")
         self._stats = StoreStats()
         self._local = threading.local()
         if client is not None:
@@ -336,13 +336,7 @@ class S3Store:
     # -- internals -------------------------------------------------------------------------
 
     def _full_key(self, key: str) -> str:
-        validate_key(key)
-        full = self._prefix + key
-        if len(full.encode("utf-8")) > MAX_KEY_BYTES:
-            raise ConfigError(
-                f"S3 key {full[:60]!r}... is longer than {MAX_KEY_BYTES} bytes with the prefix"
-            )
-        return full
+        return prefixed_key(self._prefix, key, "S3 key")
 
     def _counting(self, kind: str) -> _Counting:
         return _Counting(self._local, kind)
@@ -503,16 +497,6 @@ def _condition_detail(operation: str, code: str) -> str:
 def _quoted(etag: str) -> str:
     """The ETag in its quoted form, however the store or caller spelled it."""
     return '"' + etag.strip().strip('"') + '"'
-
-
-def _normalize_prefix(prefix: str) -> str:
-    if not isinstance(prefix, str):
-        raise ConfigError(f"S3 prefix must be a string, got {prefix!r}")
-    stripped = prefix.strip("/")
-    if not stripped:
-        return ""
-    validate_key(stripped)
-    return stripped + "/"
 
 
 def _redact_endpoint(endpoint: str) -> str:
