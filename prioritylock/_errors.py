@@ -7,7 +7,7 @@ says the same thing, the error derives from it too, so ``except TimeoutError`` k
     ├── ConfigError            (also ValueError)   bad option, URL, path, scope or argument
     ├── LockTimeout            (also TimeoutError) lock(timeout=...) ran out
     ├── PreemptionTimeout      (also TimeoutError) a non-forceful request waited out its window
-    ├── LockHeld                                   the lock is held and the call cannot wait
+    ├── LockHeld                                   this lock object already holds the lock
     ├── NotLockOwner                               an operation needs ownership we don't have
     │   └── LockLost                               ...because we held it and lost it
     ├── CorruptLease                               the lease document can't be trusted
@@ -52,7 +52,7 @@ class PreemptionTimeout(PriorityLockError, TimeoutError):
 
 
 class LockHeld(PriorityLockError):
-    """The lock is held (by another client, or already by this lock object)."""
+    """This lock object already holds the lock (locks are not reentrant)."""
 
 
 class NotLockOwner(PriorityLockError):

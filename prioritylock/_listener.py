@@ -39,8 +39,9 @@ class CleanupNotice:
 class LockListener:
     """Subclass and override what you need; every method does nothing by default.
 
-    ``on_acquired`` and ``on_released`` run on the thread that called ``lock``/``try_lock`` or
-    ``unlock``; the others on the library's own threads. None runs while the library holds its
+    ``on_acquired`` runs on the thread that called ``lock``/``try_lock``, ``on_released`` on the
+    one that called ``unlock`` (or on the cleanup thread after a cleanup); the others on the
+    library's own threads. None runs while the library holds its
     internal locks. An exception raised here is logged and otherwise ignored.
 
     A configured listener opts the holder into cooperative preemption: when

@@ -5,7 +5,7 @@ holder's heartbeat or the pending request, on *its own* monotonic clock) and ret
 next: write a new document, wait until a moment, or stop with an outcome. The driver in
 ``_lock.py`` runs these against a store and a clock.
 
-How expiry is judged (PROTOCOL.md, guarantee 1): a holder believes it holds the lock until
+How expiry is judged (PROTOCOL.md, guarantee 1, mutual exclusion): a holder believes it holds the lock until
 ``start of its last successful renew + lease_timeout``. A waiter starts counting when it first
 *sees* a holder's heartbeat ``(lock_id, beat)`` and takes over only after that heartbeat stayed
 unchanged for ``lease_timeout + max_clock_drift``. The heartbeat landed after the holder started
@@ -136,7 +136,8 @@ def request_wait(waiting_timeout: float, cleanup_timeout: float) -> float:
 
 @attrs.frozen
 class MyRequest:
-    """A request this client wrote: when it started writing it, and how long it may wait."""
+    """A request this client wrote: when its write had returned (so surely landed), and how
+    long it may wait from then."""
 
     started: float
     wait: float

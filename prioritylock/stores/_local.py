@@ -47,7 +47,7 @@ _OBJ = ".obj"
 _DIR = ".d"
 _TMP = ".tmp"
 _LOCKS = ".locks"
-_VERSION_CHARS = 32  # 128 random bits in hex
+_VERSION_CHARS = 32  # 64 random bits per process, then a 64-bit counter, in hex
 _HEADER_LEN = _VERSION_CHARS + 1  # the version and its newline
 _HEX = frozenset("0123456789abcdef")
 # A segment becomes a file name "SEG.obj.tmp"; most filesystems cap names at 255 bytes.
