@@ -7,11 +7,11 @@ next: write a new document, wait until a moment, or stop with an outcome. The dr
 
 How expiry is judged (PROTOCOL.md, guarantee 1, mutual exclusion): a holder believes it holds
 the lock until ``start of its last successful renew + lease_timeout``. A waiter starts counting
-when it first *sees* a holder's heartbeat ``(lock_id, beat)`` and takes over only after that heartbeat stayed
-unchanged for ``lease_timeout + max_clock_drift``. The heartbeat landed after the holder started
-its renew and before the waiter saw it, so with sane clock *rates* the holder always gives up
-first. Requests written into the lease change its version but not the heartbeat, so they never
-extend a dead holder's life.
+when it first *sees* a holder's heartbeat ``(lock_id, beat)``, and takes over only after that
+heartbeat stayed unchanged for ``lease_timeout + max_clock_drift``. The heartbeat landed after
+the holder started its renew and before the waiter saw it, so with sane clock *rates* the holder
+always gives up first. Requests written into the lease change its version but not the
+heartbeat, so they never extend a dead holder's life.
 """
 
 from __future__ import annotations
