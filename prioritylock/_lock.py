@@ -651,7 +651,8 @@ class Lock:
 
     def _watch(self, holding: _Holding) -> None:
         started = self._clock.monotonic()
-        seen = self._read()
+        # A failing read must neither outlive the lease nor hold up a renewal that falls due.
+        seen = self._read(min(holding.deadline, holding.next_renew))
         holding.next_watch = self._clock.monotonic() + self._cfg.watch_interval
         if (
             seen.lease is not None
@@ -842,9 +843,11 @@ class Lock:
     def _op_deadline(self) -> float:
         return self._clock.monotonic() + self._cfg.store_timeout
 
-    def _read(self) -> _Seen:
-        """Read and decode the document, retrying transient failures until the store timeout."""
-        deadline = self._op_deadline()
+    def _read(self, deadline: float | None = None) -> _Seen:
+        """Read and decode the document, retrying transient failures until ``deadline`` (default:
+        the store timeout from now). One attempt is always made."""
+        if deadline is None:
+            deadline = self._op_deadline()
         found = self._retrying(lambda: self._store.read(self._key), deadline)
         cached = self._seen
         if found is None:
@@ -871,7 +874,7 @@ class Lock:
                     return self._store.create(self._key, data)
                 return self._store.replace(self._key, data, version)
             except ConditionFailed:
-                fresh = self._read()
+                fresh = self._read(deadline)
                 if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                     assert fresh.version is not None
                     return fresh.version  # it landed; the 412 answered a retry of it
@@ -880,7 +883,7 @@ class Lock:
                 if self._clock.monotonic() >= deadline:
                     raise
                 self._clock.sleep(min(backoff.next(), max(0.0, deadline - self._clock.monotonic())))
-                fresh = self._read()
+                fresh = self._read(deadline)
                 if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                     assert fresh.version is not None
                     return fresh.version

@@ -1,0 +1,350 @@
+"""Faults injected at the SDK boundary of the cloud stores, for tests that drive real Locks.
+
+:func:`open_injector` gives a store of the kind under test, with its *own* SDK client on the same
+bucket or container as the test's ``store_factory``, whose requests can be failed the ways
+networks and servers fail them:
+
+- **S3** (moto, SeaweedFS): a botocore ``before-send`` handler on the store's client
+  (``store.client.meta.events``) answers in the server's place with a fabricated error response,
+  or raises what urllib3 would (read timeout, connection closed); with ``deliver`` it first sends
+  the signed request to the real server itself, so the write lands and only its response is lost
+  or replaced. With ``sdk_retries`` the store is built on a caller's client whose botocore retries
+  are on, so a retried write is visible as the SDK does it.
+- **GCS** and **Azure**: a :class:`~tests._servers.gcs.FaultyAdapter` mounted on the requests
+  session under the SDK (``google.auth`` ``AuthorizedSession`` / azure-core
+  ``RequestsTransport``), as ``tests/stores/test_gcs.py`` and ``test_azure.py`` do; this subclass
+  picks faults by seam operation instead of HTTP method, and can keep failing until cleared.
+
+Faults are queued per seam operation: ``"read"``, ``"write"`` (create and replace: one request
+type on every store), ``"delete"`` and ``"list"``. Everything else goes to the real server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pytest
+import requests
+import urllib3.exceptions
+
+from prioritylock.stores import ObjectStore
+from tests._servers.azure import azure_error_body
+from tests._servers.gcs import FaultyAdapter, gcs_error_body
+
+__all__ = ["Fault", "Injector", "Op", "open_injector"]
+
+Op = Literal["read", "write", "delete", "list"]
+Loss = Literal["timeout", "reset"]
+
+# Error codes of fabricated answers, by status, as each service spells them.
+_S3_CODES = {
+    409: "ConditionalRequestConflict",
+    412: "PreconditionFailed",
+    429: "TooManyRequests",
+    500: "InternalError",
+    502: "BadGateway",
+    503: "SlowDown",
+}
+_AZURE_CODES = {409: "BlobAlreadyExists", 412: "ConditionNotMet"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """How one request fails.
+
+    :ivar status: answer with this HTTP status (fabricated; the server's answer, if the request
+        was delivered, is dropped).
+    :ivar code: the error code in the fabricated answer (S3 only; default by status).
+    :ivar lose: no answer at all: the read times out, or the connection is reset.
+    :ivar deliver: let the request reach the real server first (a write lands).
+    :ivar before: called on the sending thread before the request is failed (and before it is
+        delivered): lets a test make another client act at exactly that moment.
+    """
+
+    status: int | None = None
+    code: str | None = None
+    lose: Loss | None = None
+    deliver: bool = False
+    before: Callable[[], None] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.status is None) == (self.lose is None):
+            raise ValueError("a fault gives exactly one of status and lose")
+
+
+@dataclass
+class _Entry:
+    fault: Fault
+    remaining: int | None  # None: until cleared
+
+
+@dataclass
+class _Plan:
+    """Faults queued per operation; thread-safe; counts what it injected."""
+
+    _cond: threading.Condition = field(default_factory=threading.Condition)
+    _queues: dict[str, list[_Entry]] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
+    passed: dict[str, int] = field(default_factory=dict)
+
+    def add(self, op: Op, fault: Fault, times: int | None) -> None:
+        if times is not None and times < 1:
+            raise ValueError("times must be positive (or None: until cleared)")
+        with self._cond:
+            self._queues.setdefault(op, []).append(_Entry(fault, times))
+
+    def take(self, op: str) -> Fault | None:
+        with self._cond:
+            queue = self._queues.get(op)
+            if not queue:
+                self.passed[op] = self.passed.get(op, 0) + 1
+                return None
+            entry = queue[0]
+            if entry.remaining is not None:
+                entry.remaining -= 1
+                if entry.remaining == 0:
+                    queue.pop(0)
+            self.used[op] = self.used.get(op, 0) + 1
+            self._cond.notify_all()
+            return entry.fault
+
+    def clear(self) -> None:
+        with self._cond:
+            self._queues.clear()
+
+    def pending(self) -> int:
+        with self._cond:
+            return sum(
+                1 if e.remaining is None else e.remaining
+                for queue in self._queues.values()
+                for e in queue
+            )
+
+    def wait_used(self, op: Op, count: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.used.get(op, 0) >= count, timeout)
+
+
+class Injector:
+    """A store of the kind under test whose requests fail as told (see the module notes)."""
+
+    def __init__(self, kind: str, store: ObjectStore, plan: _Plan) -> None:
+        self.kind = kind
+        self.store = store
+        self._plan = plan
+        self._closers: list[Callable[[], None]] = []
+
+    def fail(self, op: Op, fault: Fault, times: int | None = 1) -> None:
+        """Fail the next ``times`` requests of ``op`` (``None``: every one until :meth:`clear`)."""
+        self._plan.add(op, fault, times)
+
+    def clear(self) -> None:
+        """Drop every fault not yet used: requests go through from now on."""
+        self._plan.clear()
+
+    def injected(self, op: Op) -> int:
+        """How many ``op`` requests were failed so far."""
+        with self._plan._cond:
+            return self._plan.used.get(op, 0)
+
+    def passed(self, op: Op) -> int:
+        """How many ``op`` requests went through untouched so far."""
+        with self._plan._cond:
+            return self._plan.passed.get(op, 0)
+
+    def pending(self) -> int:
+        """Faults queued and not yet used (a fault ``until cleared`` counts one)."""
+        return self._plan.pending()
+
+    def wait_injected(self, op: Op, count: int, timeout: float) -> bool:
+        """Wait until ``count`` requests of ``op`` were failed; false on timeout."""
+        return self._plan.wait_used(op, count, timeout)
+
+    def close(self) -> None:
+        for closer in reversed(self._closers):
+            closer()
+
+
+# -- S3: botocore event hooks ----------------------------------------------------------------------
+
+
+class _Body:
+    """The ``raw`` of a fabricated botocore response."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self, **_kwargs: Any) -> Any:
+        yield self._data
+
+
+_S3_OPS = {"GetObject": "read", "PutObject": "write", "DeleteObject": "delete"}
+
+
+def _s3_injector(
+    request: pytest.FixtureRequest, kind: str, like: ObjectStore, sdk_retries: int
+) -> Injector:
+    import botocore.awsrequest
+    import botocore.exceptions
+    import botocore.httpsession
+
+    from prioritylock.stores._s3 import S3Store
+    from tests._servers.s3 import S3Server
+
+    assert isinstance(like, S3Store)
+    server: S3Server = request.getfixturevalue(f"{kind.removeprefix('s3-')}_server")
+    client: Any = None
+    if sdk_retries:
+        client = server.client(retries={"total_max_attempts": 1 + sdk_retries, "mode": "standard"})
+        store = S3Store(like.bucket, like.prefix, client=client)
+    else:
+        store = server.store(like.bucket, like.prefix)
+    plan = _Plan()
+    session = botocore.httpsession.URLLib3Session()
+
+    def handler(request: Any, event_name: str, **_kwargs: Any) -> Any:
+        operation = event_name.rsplit(".", 1)[-1]
+        fault = plan.take(_S3_OPS.get(operation, "list"))
+        if fault is None:
+            return None  # botocore sends it
+        if fault.before is not None:
+            fault.before()
+        if fault.deliver:
+            session.send(request)  # the server applies it; its answer is dropped
+        if fault.lose == "timeout":
+            raise botocore.exceptions.ReadTimeoutError(endpoint_url=request.url)
+        if fault.lose == "reset":
+            raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
+        assert fault.status is not None
+        code = fault.code or _S3_CODES.get(fault.status, "InjectedFault")
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f"<Error><Code>{code}</Code><Message>injected by the test</Message>"
+            "<RequestId>test</RequestId></Error>"
+        ).encode()
+        headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+        return botocore.awsrequest.AWSResponse(request.url, fault.status, headers, _Body(body))
+
+    unique = f"cloud-faults-{id(plan)}"
+    store.client.meta.events.register("before-send.s3", handler, unique_id=unique)
+    injector = Injector(kind, store, plan)
+    injector._closers.append(store.close)
+    if client is not None:
+        injector._closers.append(client.close)
+    injector._closers.append(
+        lambda: store.client.meta.events.unregister("before-send.s3", unique_id=unique)
+    )
+    injector._closers.append(session.close)
+    return injector
+
+
+# -- GCS and Azure: a FaultyAdapter at the requests transport --------------------------------------
+
+
+class _PlannedAdapter(FaultyAdapter):
+    """:class:`FaultyAdapter` whose faults come from a :class:`_Plan`, by seam operation."""
+
+    def __init__(
+        self, plan: _Plan, error_body: Callable[[int], tuple[bytes, dict[str, str]]]
+    ) -> None:
+        super().__init__(error_body)
+        self._plan = plan
+
+    def send(  # type: ignore[override]
+        self, request: requests.PreparedRequest, **kwargs: Any
+    ) -> requests.Response:
+        fault = self._plan.take(_http_op(request))
+        if fault is None:
+            return super().send(request, **kwargs)
+        if fault.before is not None:
+            fault.before()
+        if fault.deliver:
+            response = super().send(request, **kwargs)  # no queued fault: straight through
+            response.content  # noqa: B018 - read it all, so the server has finished the request
+            response.close()
+        if fault.lose == "reset":
+            reset = ConnectionResetError(104, "Connection reset by peer")
+            raise requests.exceptions.ConnectionError(
+                urllib3.exceptions.ProtocolError("Connection aborted.", reset), request=request
+            )
+        if fault.lose == "timeout":
+            raise requests.exceptions.ReadTimeout("injected read timeout", request=request)
+        assert fault.status is not None
+        return self._fabricate(request, fault.status)
+
+
+def _http_op(request: requests.PreparedRequest) -> str:
+    url = request.url or ""
+    path = url.split("?", 1)[0]
+    if request.method == "GET":
+        # GCS lists objects at .../b/BUCKET/o; Azure lists with comp=list.
+        return "list" if "comp=list" in url or path.endswith("/o") else "read"
+    if request.method in ("POST", "PUT"):
+        return "write"
+    if request.method == "DELETE":
+        return "delete"
+    return "other"
+
+
+def _azure_body(status: int) -> tuple[bytes, dict[str, str]]:
+    """Azure's own error for ``status``: a lost create is 409 BlobAlreadyExists, else 412."""
+    code = _AZURE_CODES.get(status)
+    if code is None:
+        return azure_error_body(status)
+    body = (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        f"<Error><Code>{code}</Code><Message>injected fault</Message></Error>"
+    ).encode()
+    return body, {"Content-Type": "application/xml", "x-ms-error-code": code}
+
+
+def _gcs_injector(request: pytest.FixtureRequest, like: ObjectStore) -> Injector:
+    from prioritylock.stores._gcs import GCSStore
+    from tests._servers.gcs import FakeGCSServer
+
+    assert isinstance(like, GCSStore)
+    server: FakeGCSServer = request.getfixturevalue("fake_gcs_server")
+    plan = _Plan()
+    adapter = _PlannedAdapter(plan, gcs_error_body)
+    client = server.client(http=server.faulty_session(adapter))
+    store = GCSStore(like.bucket, like.prefix, client=client)
+    injector = Injector("gcs", store, plan)
+    injector._closers.append(client.close)
+    return injector
+
+
+def _azure_injector(request: pytest.FixtureRequest, like: ObjectStore) -> Injector:
+    from prioritylock.stores._azure import AzureBlobStore
+    from tests._servers.azure import AzuriteServer
+
+    assert isinstance(like, AzureBlobStore)
+    server: AzuriteServer = request.getfixturevalue("azurite_server")
+    plan = _Plan()
+    adapter = _PlannedAdapter(plan, _azure_body)
+    client = server.container_client(like.container, adapter=adapter)
+    store = AzureBlobStore(like.container, like.prefix, client=client)
+    injector = Injector("azure", store, plan)
+    injector._closers.append(client.close)
+    return injector
+
+
+def open_injector(
+    request: pytest.FixtureRequest, kind: str, like: ObjectStore, *, sdk_retries: int = 0
+) -> Injector:
+    """A faulty store of ``kind`` on the bucket (container) and prefix of ``like``.
+
+    :param sdk_retries: S3 only: the store's client retries each request this many times
+        (a caller's client; the stores' own clients never retry).
+    """
+    if kind.startswith("s3-"):
+        return _s3_injector(request, kind, like, sdk_retries)
+    if sdk_retries:
+        raise ValueError(f"{kind}: the store sends every request with SDK retries off")
+    if kind == "gcs":
+        return _gcs_injector(request, like)
+    if kind == "azure":
+        return _azure_injector(request, like)
+    raise ValueError(f"no SDK-boundary faults for store kind {kind!r}")
