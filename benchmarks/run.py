@@ -1,25 +1,33 @@
 """prioritylock benchmarks: figures, not pass/fail. One run prints every table side by side.
 
-Run ``python benchmarks/run.py [--quick] [--json PATH] [--profile] [--sections a,b]``.
+Run ``python benchmarks/run.py [--quick] [--stores a,b] [--sections a,b] [--json PATH]
+[--profile]``.
+
+Stores (``STORE_KINDS``, all by default; ``--stores`` picks some): ``memory`` and ``local``, and the
+cloud stores on their emulators, ``s3-moto``, ``s3-seaweedfs``, ``gcs`` (fake-gcs-server) and
+``azure`` (Azurite). The emulators are started by the run itself on free ports on 127.0.0.1
+(``_servers.py``), only when a section that uses them runs, and stopped at its end however it ends.
 
 Sections, in order (``SECTIONS``); each is a function ``(Bench) -> Section``:
 
-- ``overhead``: µs per uncontended acquire+release cycle on each store kind, against
+- ``overhead``: µs per uncontended acquire+release cycle on the memory and local stores, against
   ``filelock.FileLock`` on the same disk and ``threading.Lock`` (the floor); wall clock
   (median, p99) and process CPU per cycle.
+- ``cloud``: per cloud store on its emulator, median and p99 of acquire (``try_lock()`` on a free
+  lock), renew and release, with their requests from ``store.stats``, next to one GET and one
+  conditional PUT made directly with the SDK: the library's overhead over the store's own cost.
 - ``preemption``: a higher-priority ``try_lock()`` call -> it holds, against a holder whose
-  cleanup takes 0 or 50 ms.
-- ``requests``: store requests per operation, from ``store.stats``; where two clients share a
-  store (a blocked waiter, a preemption) a per-thread tally splits them, checked against the
-  store's own totals.
+  cleanup takes 0 or 50 ms (memory and local stores).
+- ``requests``: store requests per operation on every store, from ``store.stats``; where two
+  clients share a store (a blocked waiter, a preemption) a per-thread tally splits them, checked
+  against the store's own totals. Also what a held lock and an idle one cost per renew interval.
 - ``handoff``: holder's ``unlock()`` call -> the next waiter's ``lock()`` returns, between threads
   and between processes (``time.monotonic_ns`` is system-wide).
 - ``profile`` (with ``--profile``): where the cycle spends its time.
 
-To add a store (the cloud emulators): add a ``StoreKind`` to ``STORE_KINDS``; every section that
-loops over kinds picks it up, and ``cross_process`` kinds join the cross-process handoff. To add
-a section (scale, contention, the raw-SDK baseline): write ``(Bench) -> Section`` and list it in
-``SECTIONS``.
+To add a store: add a ``StoreKind`` to ``STORE_KINDS`` (an emulated one also to ``_servers.py``);
+every section that loops over kinds picks it up, and ``cross_process`` kinds join the
+cross-process handoff. To add a section: write ``(Bench) -> Section`` and list it in ``SECTIONS``.
 """
 
 from __future__ import annotations
@@ -36,21 +44,26 @@ import platform
 import pstats
 import queue
 import random
+import secrets
 import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, TypeVar
 
+import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
 import filelock
+from _servers import Emulator
 
 import prioritylock
 from prioritylock import (
@@ -58,6 +71,7 @@ from prioritylock import (
     Heartbeat,
     Lock,
     LockBuilder,
+    LockConfig,
     LockInfo,
     LockListener,
     LockTimeout,
@@ -68,6 +82,7 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
 Json = dict[str, Any]
+T = TypeVar("T")
 
 #: The holder's watch interval in the preemption benchmark: how often it reads its lease to hear
 #: of a request. The preemption latency of a cooperating holder is about this plus its cleanup.
@@ -97,6 +112,9 @@ class Sizes:
     waiter_settle_s: float  # steady-state reads/s are counted after this
     profile_cycles: int
     profile_cycles_slow: int
+    cloud_iterations: int  # per cloud store: rounds of raw GET, raw PUT, acquire, renew, release
+    cloud_budget_s: float  # wall-clock cap per cloud store
+    cloud_handoffs: int  # per handoff case on a cloud store
 
 
 FULL = Sizes(
@@ -110,10 +128,13 @@ FULL = Sizes(
     handoffs_long=30,
     hold_long_s=0.25,
     preemptions=30,
-    waiter_s=8.0,
+    waiter_s=12.0,
     waiter_settle_s=2.0,
     profile_cycles=5_000,
     profile_cycles_slow=300,
+    cloud_iterations=200,
+    cloud_budget_s=18.0,
+    cloud_handoffs=40,
 )
 
 QUICK = Sizes(
@@ -131,6 +152,9 @@ QUICK = Sizes(
     waiter_settle_s=1.5,
     profile_cycles=1_000,
     profile_cycles_slow=50,
+    cloud_iterations=25,
+    cloud_budget_s=2.5,
+    cloud_handoffs=8,
 )
 
 
@@ -139,14 +163,20 @@ QUICK = Sizes(
 
 @dataclass(frozen=True)
 class StoreKind:
-    """One kind of store. ``namespace(root)`` names a fresh, empty namespace as a store URL;
-    ``open_store(url)`` opens a client on it (for ``memory://NAME`` the same object each time)."""
+    """One kind of store. ``Bench.url(kind)`` names a fresh, empty namespace of it as a store URL;
+    ``open_store(url)`` opens a client on it (for ``memory://NAME`` the same object each time).
+
+    Local kinds name it with ``namespace(root)``; an ``emulator`` kind is a fresh prefix in a
+    bucket of that running emulator (``_servers.EMULATORS``), whose URL needs the environment
+    ``_servers.Emulator.env()`` gives (the run sets it).
+    """
 
     name: str
     label: str
-    namespace: Callable[[Path], str]
     cross_process: bool
     slow: bool  # writes to disk or network: fewer cycles
+    namespace: Callable[[Path], str] | None = None
+    emulator: str | None = None
 
 
 STORE_KINDS: tuple[StoreKind, ...] = (
@@ -164,7 +194,25 @@ STORE_KINDS: tuple[StoreKind, ...] = (
         cross_process=True,
         slow=True,
     ),
+    StoreKind(
+        name="s3-moto", label="S3 (moto)", cross_process=False, slow=True, emulator="s3-moto"
+    ),
+    StoreKind(
+        name="s3-seaweedfs",
+        label="S3 (SeaweedFS)",
+        cross_process=False,
+        slow=True,
+        emulator="s3-seaweedfs",
+    ),
+    StoreKind(name="gcs", label="GCS (fake-gcs)", cross_process=False, slow=True, emulator="gcs"),
+    StoreKind(
+        name="azure", label="Azure (Azurite)", cross_process=False, slow=True, emulator="azure"
+    ),
 )
+MEMORY = STORE_KINDS[0]
+
+#: Sections that use the emulated stores: the emulators start only when one of them runs.
+CLOUD_SECTIONS = frozenset({"cloud", "requests", "handoff"})
 
 
 # -- the run's context -----------------------------------------------------------------------------
@@ -174,8 +222,42 @@ STORE_KINDS: tuple[StoreKind, ...] = (
 class Bench:
     sizes: Sizes
     root: Path  # a temp dir on the disk under test; LocalStore and filelock both live here
+    kinds: tuple[StoreKind, ...] = STORE_KINDS[:2]  # the stores picked with --stores
+    emulators: dict[str, Emulator] = field(default_factory=dict)  # running, by name
     _keys: Iterator[int] = field(default_factory=itertools.count)
     _preemptions: dict[str, PreemptionResult] = field(default_factory=dict)
+    _buckets: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def local_kinds(self) -> tuple[StoreKind, ...]:
+        """The picked stores that need no emulator (memory, local)."""
+        return tuple(k for k in self.kinds if k.emulator is None)
+
+    @property
+    def cloud_kinds(self) -> tuple[StoreKind, ...]:
+        """The picked stores whose emulator is running."""
+        return tuple(k for k in self.kinds if k.emulator in self.emulators)
+
+    @property
+    def store_kinds(self) -> tuple[StoreKind, ...]:
+        """Every picked store that can be opened now."""
+        return self.local_kinds + self.cloud_kinds
+
+    def url(self, kind: StoreKind) -> str:
+        """A fresh, empty namespace of ``kind`` as a store URL."""
+        if kind.namespace is not None:
+            return kind.namespace(self.root)
+        assert kind.emulator is not None
+        return self.emulators[kind.emulator].url(
+            self.bucket(kind), f"bench-{uuid.uuid4().hex[:12]}"
+        )
+
+    def bucket(self, kind: StoreKind) -> str:
+        """The run's bucket (container) on ``kind``'s emulator, made on first use."""
+        assert kind.emulator is not None
+        if kind.emulator not in self._buckets:
+            self._buckets[kind.emulator] = self.emulators[kind.emulator].make_bucket()
+        return self._buckets[kind.emulator]
 
     def path(self, what: str) -> tuple[str, str]:
         """A fresh lock path (two segments, so LocalStore files sit one directory down)."""
@@ -371,9 +453,9 @@ def section_overhead(b: Bench) -> Section:
     variants.append(
         CycleVariant("filelock", "filelock.FileLock (same disk)", s.cycles, _timed(filelock_cycle))
     )
-    for kind in STORE_KINDS:
+    for kind in b.local_kinds:
         target = s.cycles_slow if kind.slow else s.cycles
-        store = open_store(kind.namespace(b.root))
+        store = open_store(b.url(kind))
         same = b.builder(store, b.path("same"), "bench").build()
         variants.append(
             CycleVariant(
@@ -392,7 +474,7 @@ def section_overhead(b: Bench) -> Section:
                 _fresh_lock_cycles(fresh),
             )
         )
-    builder = b.builder(open_store(STORE_KINDS[0].namespace(b.root)), b.path("build"), "bench")
+    builder = b.builder(open_store(b.url(MEMORY)), b.path("build"), "bench")
     variants.append(
         CycleVariant("build", "LockBuilder...build() alone", s.cycles, _timed(builder.build))
     )
@@ -440,6 +522,285 @@ def section_overhead(b: Bench) -> Section:
             f"each capped at {s.budget_s:g} s.",
         ],
     )
+
+
+# -- cloud stores against their SDKs --------------------------------------------------------------
+
+#: (key, label, what its median is compared with: the raw SDK calls whose medians are summed)
+_CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
+    ("raw_get", "raw SDK GET", ()),
+    ("raw_put", "raw SDK conditional PUT", ()),
+    ("store_read", "store.read()", ("raw_get",)),
+    ("store_replace", "store.replace()", ("raw_put",)),
+    ("acquire", "acquire: try_lock(), fresh Lock on a free lock", ("raw_get", "raw_put")),
+    ("acquire_known", "acquire: try_lock(), same Lock after its release", ("raw_put",)),
+    ("renew", "renew()", ("raw_put",)),
+    ("release", "unlock()", ("raw_put",)),
+]
+_BASE_NAMES = {"raw_get": "GET", "raw_put": "PUT"}
+#: The SDK calls behind "raw SDK GET" and "raw SDK conditional PUT", by emulator.
+_RAW_CALLS = {
+    "s3-moto": ("boto3 get_object", "boto3 put_object(IfMatch=etag)"),
+    "s3-seaweedfs": ("boto3 get_object", "boto3 put_object(IfMatch=etag)"),
+    "gcs": ("download_as_bytes()", "upload_from_string(if_generation_match=gen)"),
+    "azure": ("download_blob().readall()", "upload_blob(etag=, IfNotModified)"),
+}
+#: Where the library adds more than this over the raw SDK calls, the section flags it.
+OVERHEAD_FLAG = 1.2
+
+
+class StoreTimer:
+    """A store wrapper that adds up the time this thread spends inside store calls, so a lock
+    operation's time splits into the store's and the library's own. ``namespace`` and ``stats``
+    are the inner store's, so in-process wakeups and request counts are unchanged."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self._inner = inner
+        self._local = threading.local()
+
+    def spent_ns(self) -> int:
+        return int(getattr(self._local, "spent", 0))
+
+    def _time(self, call: Callable[[], T]) -> T:
+        t0 = time.perf_counter_ns()
+        try:
+            return call()
+        finally:
+            self._local.spent = self.spent_ns() + time.perf_counter_ns() - t0
+
+    @property
+    def namespace(self) -> object:
+        return getattr(self._inner, "namespace", None) or id(self._inner)
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._inner.stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self._inner.capabilities
+
+    def read(self, key: str) -> Versioned | None:
+        return self._time(lambda: self._inner.read(key))
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._time(lambda: self._inner.create(key, data))
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        return self._time(lambda: self._inner.replace(key, data, version))
+
+    def delete(self, key: str, version: str) -> None:
+        self._time(lambda: self._inner.delete(key, version))
+
+    def list(self, prefix: str) -> list[str]:
+        return self._time(lambda: self._inner.list(prefix))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+@dataclass
+class CloudRun:
+    """One cloud store's timed operations; stores take turns, one round each at a time."""
+
+    kind: StoreKind
+    store: ObjectStore
+    timer: StoreTimer  # the same store, as the locks see it
+    raw: _servers.RawClient
+    builder: LockBuilder
+    body_len: int  # a lease document's size: the raw PUTs write as many bytes
+    raw_key: str
+    raw_version: str
+    store_key: str
+    store_version: str
+    samples: dict[str, list[int]] = field(default_factory=dict)
+    #: op -> (its time - the raw calls it is made of, in the same round): the paired overhead
+    over: dict[str, list[int]] = field(default_factory=dict)
+    #: op -> its time outside store calls: the library's own work
+    own: dict[str, list[int]] = field(default_factory=dict)
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)  # summed over samples
+    spent_s: float = 0.0
+    iterations: int = 0
+    _round_raw: dict[str, int] = field(default_factory=dict)
+
+    def timed(self, op: str, call: Callable[[], T], base: tuple[str, ...] = ()) -> T:
+        """Run ``call``; note its duration and, for store and lock operations (``base``: the raw
+        calls it is compared with), its requests, paired overhead and time outside the store."""
+        before = self.store.stats.snapshot() if base else {}
+        in_store = self.timer.spent_ns()
+        t0 = time.perf_counter_ns()
+        result = call()
+        elapsed = time.perf_counter_ns() - t0
+        self.samples.setdefault(op, []).append(elapsed)
+        if not base:
+            self._round_raw[op] = elapsed
+            return result
+        self.over.setdefault(op, []).append(elapsed - sum(self._round_raw[x] for x in base))
+        if self.timer.spent_ns() != in_store:
+            self.own.setdefault(op, []).append(elapsed - (self.timer.spent_ns() - in_store))
+        after = self.store.stats.snapshot()
+        tally = self.requests.setdefault(op, {})
+        for k in after:
+            if k != "total" and after[k] != before[k]:
+                tally[k] = tally.get(k, 0) + after[k] - before[k]
+        return result
+
+    def iteration(self, record: bool = True) -> None:
+        """One round: (an untimed GET,) raw GET and PUT, store read and replace, then a fresh
+        Lock's acquire, renew, release, acquire again (version known) and release."""
+        started = time.perf_counter()
+        body = secrets.token_hex(self.body_len)[: self.body_len].encode()
+        raw, store = self.raw, self.store
+        # Untimed: the first request after another store's turn runs on cold caches.
+        raw.get(self.raw_key)
+        self.timed("raw_get", lambda: raw.get(self.raw_key))
+        self.raw_version = self.timed(
+            "raw_put", lambda: raw.put(self.raw_key, body, self.raw_version)
+        )
+        self.timed("store_read", lambda: store.read(self.store_key), _BASES["store_read"])
+        self.store_version = self.timed(
+            "store_replace",
+            lambda: store.replace(self.store_key, body, self.store_version),
+            _BASES["store_replace"],
+        )
+        lock = self.builder.build()
+        try:
+            if not self.timed("acquire", lock.try_lock, _BASES["acquire"]):
+                raise RuntimeError(f"{self.kind.label}: try_lock() on a free lock failed")
+            self.timed("renew", lock.renew, _BASES["renew"])
+            self.timed("release", lock.unlock, _BASES["release"])
+            if not self.timed("acquire_known", lock.try_lock, _BASES["acquire_known"]):
+                raise RuntimeError(f"{self.kind.label}: try_lock() after own release failed")
+            self.timed("release", lock.unlock, _BASES["release"])
+        finally:
+            lock.close()
+        if not record:
+            for table in (self.samples, self.over, self.own, self.requests):
+                table.clear()
+            return
+        self.iterations += 1
+        self.spent_s += time.perf_counter() - started
+
+
+_BASES = {op: base for op, _, base in _CLOUD_OPS}
+
+
+def _cloud_run(b: Bench, kind: StoreKind) -> CloudRun:
+    assert kind.emulator is not None
+    store = open_store(b.url(kind))
+    timer = StoreTimer(store)
+    builder = b.builder(timer, b.path("cloud"), "bench")
+    first = builder.build()
+    first.lock(timeout=10)
+    found = store.read(first.key)
+    first.unlock()
+    first.close()
+    assert found is not None
+    raw = b.emulators[kind.emulator].raw(b.bucket(kind))
+    raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
+    store_key = f"bench/store-{uuid.uuid4().hex[:12]}"
+    return CloudRun(
+        kind=kind,
+        store=store,
+        timer=timer,
+        raw=raw,
+        builder=builder,
+        body_len=len(found.data),
+        raw_key=raw_key,
+        raw_version=raw.put(raw_key, found.data, None),
+        store_key=store_key,
+        store_version=store.create(store_key, found.data),
+    )
+
+
+def section_cloud(b: Bench) -> Section:
+    s = b.sizes
+    runs = [_cloud_run(b, kind) for kind in b.cloud_kinds]
+    for run in runs:
+        for _ in range(3):
+            run.iteration(record=False)  # warm up connections and the SDKs' caches
+    # Round-robin, one round per store at a time, so the machine's noise hits every store and
+    # every operation alike; a store stops early once it has used its time budget.
+    for _ in range(s.cloud_iterations):
+        for run in runs:
+            if run.spent_s < s.cloud_budget_s:
+                run.iteration()
+
+    table: list[list[str]] = []
+    rows: list[Json] = []
+    flagged: list[str] = []
+    for run in runs:
+        assert run.kind.emulator is not None
+        raw_get, raw_put = _RAW_CALLS[run.kind.emulator]
+        table.append([f"{run.kind.label}: {run.iterations} rounds", "", "", "", "", "", "", ""])
+        medians = {op: summarize(v, 1e6).median for op, v in run.samples.items()}
+        for op, label, base in _CLOUD_OPS:
+            summary = summarize(run.samples[op], 1e6)
+            shown = {"raw_get": f"{label}: {raw_get}", "raw_put": f"{label}: {raw_put}"}.get(
+                op, label
+            )
+            mean_requests = {k: v / summary.n for k, v in run.requests.get(op, {}).items()}
+            ratio = summary.median / sum(medians[x] for x in base) if base else None
+            over = _median_ms(run.over.get(op))
+            own = _median_ms(run.own.get(op))
+            against = "+".join(_BASE_NAMES[x] for x in base)
+            if ratio is not None and ratio > OVERHEAD_FLAG:
+                flagged.append(f"{run.kind.label} {op} {ratio:.2f}x {against}")
+            table.append(
+                [
+                    f"  {shown}",
+                    fmt_num(summary.median),
+                    fmt_num(summary.p99),
+                    fmt_counts(mean_requests) if base else "1",
+                    f"{ratio:.2f}x {against}" if ratio is not None else "",
+                    f"{over:+.2f}" if over is not None else "",
+                    fmt_num(own) if own is not None else "",
+                    str(summary.n),
+                ]
+            )
+            rows.append(
+                {
+                    "store": run.kind.name,
+                    "operation": op,
+                    "label": shown,
+                    "unit": "ms",
+                    "requests": mean_requests if base else {"total": 1},
+                    "ratio_to_raw": ratio,
+                    "raw_baseline": list(base),
+                    "paired_overhead_ms": over,
+                    "outside_store_ms": own,
+                    **asdict(summary),
+                }
+            )
+        run.raw.close()
+        run.store.close()
+    notes = [
+        "Raw SDK calls: one request each, on their own SDK client, configured as the store "
+        "configures its own (no SDK retries); the PUTs write as many bytes as a lease document.",
+        "A round: an untimed GET, raw GET, raw PUT, store.read(), store.replace(), a fresh Lock's "
+        "try_lock(), renew(), unlock(), try_lock() and unlock() (so unlock() has two samples a "
+        f"round); the stores take turns round by round, each capped at {s.cloud_budget_s:g} s.",
+        "requests: mean per operation, from store.stats. vs raw: the median over the sum of the "
+        "raw medians it is made of (a fresh Lock's acquire = GET + PUT). +ms: median of (the "
+        "operation - those raw calls in the same round). lib ms: median time outside store calls.",
+    ]
+    if flagged:
+        notes.append(f"Over {OVERHEAD_FLAG:.2f}x the raw SDK cost: " + "; ".join(flagged) + ".")
+    if not runs:
+        notes = ["No cloud store picked (--stores), so nothing to measure."]
+    return Section(
+        name="cloud",
+        title="Cloud stores on their emulators: lock operations vs the SDK's own GET and "
+        "conditional PUT (ms)",
+        headers=["operation", "median", "p99", "requests", "vs raw", "+ms", "lib ms", "n"],
+        table=table,
+        rows=rows,
+        notes=notes,
+    )
+
+
+def _median_ms(samples_ns: list[int] | None) -> float | None:
+    return summarize(samples_ns, 1e6).median if samples_ns else None
 
 
 # -- per-client request tally ----------------------------------------------------------------------
@@ -511,7 +872,7 @@ class TallyStore:
 _KIND_NAMES = {"reads": "read", "creates": "create", "replaces": "replace", "deletes": "delete"}
 
 
-def fmt_counts(counts: dict[str, float]) -> str:
+def fmt_counts(counts: Mapping[str, float]) -> str:
     """``2 (1 read, 1 replace)``; averages keep one decimal."""
 
     def num(x: float) -> str:
@@ -579,6 +940,8 @@ class WaiterResult:
     reads: int
     first_second: int
     steady_per_s: float
+    steady_reads: int
+    steady_window_s: float
     holder: dict[str, int]
     waited_s: float
 
@@ -587,7 +950,7 @@ def _blocked_waiter(
     b: Bench, kind: StoreKind, poll: float | None, out: dict[str, WaiterResult]
 ) -> Callable[[], None]:
     """A waiter blocked for ``waiter_s`` behind a holder; returns a function that runs it."""
-    tally = TallyStore(open_store(kind.namespace(b.root)))
+    tally = TallyStore(open_store(b.url(kind)))
     path = b.path("waiter")
     holder = b.builder(tally, path, "holder").build()
     waiter_builder = b.builder(tally, path, "waiter")
@@ -609,13 +972,90 @@ def _blocked_waiter(
         t1 = time.monotonic()
         holder.unlock()
         steady_window = t1 - (t0 + s.waiter_settle_s)
+        steady_reads = tally.counts("waiter", t0 + s.waiter_settle_s, t1)["reads"]
         out[f"{kind.name}/{poll}"] = WaiterResult(
             reads=tally.counts("waiter", t0, t1)["reads"],
             first_second=tally.counts("waiter", t0, t0 + 1.0)["reads"],
-            steady_per_s=tally.counts("waiter", t0 + s.waiter_settle_s, t1)["reads"]
-            / steady_window,
+            steady_per_s=steady_reads / steady_window,
+            steady_reads=steady_reads,
+            steady_window_s=steady_window,
             holder={k: v for k, v in tally.counts("other", t0, t1).items() if v},
             waited_s=t1 - t0,
+        )
+
+    return run
+
+
+#: The held-lock figures run with every default timing scaled by this (lease 3 s instead of
+#: 30 s...), so a short window holds many renew intervals; counts per interval are unchanged.
+HELD_SCALE = 0.1
+
+
+@dataclass
+class HeldResult:
+    """Requests of one held lock and one idle (built, locked, released) lock over a window."""
+
+    window_s: float
+    renew_interval_s: float  # scaled
+    watch_interval_s: float  # scaled
+    held: dict[str, int]
+    idle: dict[str, int]
+
+    def per_interval(self, kind: str) -> float:
+        """``kind`` requests ("reads", "replaces") of the held lock per renew interval."""
+        return self.held[kind] / (self.window_s / self.renew_interval_s)
+
+
+def _default_timings() -> LockConfig:
+    """A Lock's configuration with every timing at its default."""
+    return LockBuilder().store("memory://").path("bench", "defaults").build().config
+
+
+#: Apache Hudi's default lock timings, as ``LockBuilder.from_properties`` maps them: lease
+#: (``lock_validity_timeout_ms``) 5 min, renew (``heartbeat_poll_ms``) 30 s.
+HUDI_LEASE_S = 300.0
+HUDI_RENEW_S = 30.0
+
+
+def _held_lock(
+    b: Bench, kind: StoreKind, timings: str, out: dict[str, HeldResult]
+) -> Callable[[], None]:
+    """A lock held for about ``waiter_s`` and an idle one next to it; returns a function that
+    runs them. ``timings``: ``defaults``, or ``hudi`` (Hudi's lease and renew interval, the
+    default cleanup timeout); either way scaled by :data:`HELD_SCALE`."""
+    defaults = _default_timings()
+    held_tally = TallyStore(open_store(b.url(kind)))
+    builder = b.builder(held_tally, b.path("held"), "holder").cleanup_timeout(
+        defaults.cleanup_timeout * HELD_SCALE
+    )
+    if timings == "hudi":
+        builder.lease_timeout(HUDI_LEASE_S * HELD_SCALE).renew_interval(HUDI_RENEW_S * HELD_SCALE)
+    else:
+        builder.lease_timeout(defaults.lease_timeout * HELD_SCALE)
+    held = builder.build()
+    idle_tally = TallyStore(open_store(b.url(kind)))
+    idle = b.builder(idle_tally, b.path("idle"), "idle").build()
+    s = b.sizes
+
+    def run() -> None:
+        idle.lock(timeout=5)
+        idle.unlock()
+        held.lock(timeout=5)
+        # Renewals come every renew interval after the acquire, watch reads in between: a
+        # window a quarter interval off that phase, a whole number of intervals long, holds
+        # each of them exactly as often as an interval does.
+        cfg = held.config
+        every = cfg.renew_interval
+        t0 = time.monotonic() + every / 4
+        t1 = t0 + every * max(1, int((s.waiter_s - every / 4) // every))
+        time.sleep(t1 - time.monotonic())
+        held.unlock()
+        out[f"{kind.name}/{timings}"] = HeldResult(
+            window_s=t1 - t0,
+            renew_interval_s=cfg.renew_interval,
+            watch_interval_s=cfg.watch_interval,
+            held=held_tally.counts(None, t0, t1),
+            idle=idle_tally.counts(None, t0, t1),
         )
 
     return run
@@ -644,27 +1084,28 @@ def _run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
 
 
 def section_requests(b: Bench) -> Section:
-    per_kind = {
-        kind.name: _single_client_ops(b, open_store(kind.namespace(b.root))) for kind in STORE_KINDS
-    }
-    # Blocked waiters: every (kind, poll) pair waits at the same time, on its own lock.
+    kinds = b.store_kinds
+    per_kind = {kind.name: _single_client_ops(b, open_store(b.url(kind))) for kind in kinds}
+    # Blocked waiters and held locks: every one at the same time, each on its own lock.
     waiters: dict[str, WaiterResult] = {}
-    runs = [_blocked_waiter(b, k, p, waiters) for k in STORE_KINDS for p in (None, SHORT_POLL)]
+    held: dict[str, HeldResult] = {}
+    runs = [_blocked_waiter(b, k, p, waiters) for k in kinds for p in (None, SHORT_POLL)]
+    runs += [_held_lock(b, k, t, held) for k in kinds for t in ("defaults", "hudi")]
     _run_threads(runs, "bench-waiter")
 
     table: list[list[str]] = []
     rows: list[Json] = []
     for op, label in _OPS:
-        table.append([label, *(fmt_counts(dict(per_kind[k.name][op])) for k in STORE_KINDS)])
+        table.append([label, *(fmt_counts(dict(per_kind[k.name][op])) for k in kinds)])
         rows.append(
-            {"operation": op, "label": label, **{k.name: per_kind[k.name][op] for k in STORE_KINDS}}
+            {"operation": op, "label": label, **{k.name: per_kind[k.name][op] for k in kinds}}
         )
     for poll, poll_label in (
         (None, "default poll_interval (1 s)"),
         (SHORT_POLL, f"poll_interval {SHORT_POLL:g} s"),
     ):
         cells = []
-        for kind in STORE_KINDS:
+        for kind in kinds:
             w = waiters[f"{kind.name}/{poll}"]
             cells.append(f"{w.steady_per_s:.2f}/s (1st s: {w.first_second})")
         table.append([f"blocked waiter reads, {poll_label}", *cells])
@@ -672,27 +1113,101 @@ def section_requests(b: Bench) -> Section:
             {
                 "operation": "waiter_reads",
                 "poll_interval": poll,
-                **{k.name: asdict(waiters[f"{k.name}/{poll}"]) for k in STORE_KINDS},
+                **{k.name: asdict(waiters[f"{k.name}/{poll}"]) for k in kinds},
             }
         )
+    for timings, label in (
+        ("defaults", "held lock, default timings: per renew interval"),
+        ("hudi", "held lock, Hudi's timings: per renew interval"),
+    ):
+        table.append(
+            [
+                label,
+                *(
+                    f"{held[f'{k.name}/{timings}'].per_interval('replaces'):.2f} w, "
+                    f"{held[f'{k.name}/{timings}'].per_interval('reads'):.2f} r"
+                    for k in kinds
+                ),
+            ]
+        )
+        rows.append(
+            {
+                "operation": "held",
+                "timings": timings,
+                "scale": HELD_SCALE,
+                **{
+                    k.name: {
+                        **asdict(held[f"{k.name}/{timings}"]),
+                        "writes_per_renew_interval": held[f"{k.name}/{timings}"].per_interval(
+                            "replaces"
+                        ),
+                        "reads_per_renew_interval": held[f"{k.name}/{timings}"].per_interval(
+                            "reads"
+                        ),
+                    }
+                    for k in kinds
+                },
+            }
+        )
+    table.append(
+        [
+            "idle lock (built, used, released)",
+            *(fmt_counts(held[f"{k.name}/defaults"].idle) for k in kinds),
+        ]
+    )
     for variant, label in _PREEMPT_VARIANTS:
-        counts = {k.name: b.preemptions(k, variant).requests for k in STORE_KINDS}
+        counts = {k.name: b.preemptions(k, variant).requests for k in b.local_kinds}
         for who in ("requestor", "holder"):
-            cells = [fmt_counts(counts[k.name][who]) for k in STORE_KINDS]
+            cells = [fmt_counts(counts[k.name][who]) if k.name in counts else "-" for k in kinds]
             table.append([f"preemption, {label}: {who}", *cells])
         rows.append({"operation": "preemption", "variant": variant, **counts})
+
     s = b.sizes
+    pooled = [waiters[f"{k.name}/None"] for k in kinds]
+    pooled_rate = sum(w.steady_reads for w in pooled) / sum(w.steady_window_s for w in pooled)
+    defaults = _default_timings()
+
+    def per_day(timings: str, what: str) -> float:
+        renew = defaults.renew_interval if timings == "defaults" else HUDI_RENEW_S
+        mean = statistics.fmean(held[f"{k.name}/{timings}"].per_interval(what) for k in kinds)
+        return mean * 86400 / renew
+
+    rows.append(
+        {
+            "operation": "per_day_at_full_scale",
+            "waiter_reads_per_s_pooled": pooled_rate,
+            "waiter_reads_per_day": pooled_rate * 86400,
+            "held_defaults": {
+                "writes": per_day("defaults", "replaces"),
+                "reads": per_day("defaults", "reads"),
+            },
+            "held_hudi": {"writes": per_day("hudi", "replaces"), "reads": per_day("hudi", "reads")},
+        }
+    )
+    dflt = held[f"{kinds[0].name}/defaults"]
+    hudi = held[f"{kinds[0].name}/hudi"]
     return Section(
         name="requests",
         title="Store requests per operation (from store.stats; two-client cases split per thread)",
-        headers=["operation", *(k.label for k in STORE_KINDS)],
+        headers=["operation", *(k.label for k in kinds)],
         table=table,
         rows=rows,
         notes=[
             f"Blocked waiter: steady reads/s counted after the first {s.waiter_settle_s:g} s of "
-            f"a {s.waiter_s:g} s wait (backoff from 5 ms up to the poll interval).",
+            f"a {s.waiter_s:g} s wait (backoff from 5 ms up to the poll interval); all stores "
+            f"pooled, default poll_interval: {pooled_rate:.2f} reads/s "
+            f"({sum(w.steady_reads for w in pooled)} reads), {pooled_rate * 86400:,.0f} a day.",
+            f"Held lock: timings x{HELD_SCALE:g} so a short window holds several renew intervals "
+            f"(defaults: renew every {dflt.renew_interval_s:g} s, watch every "
+            f"{dflt.watch_interval_s:g} s, over {dflt.window_s:.1f} s; Hudi's: lease "
+            f"{HUDI_LEASE_S:g} s and renew {HUDI_RENEW_S:g} s, as from_properties maps them, "
+            f"default cleanup_timeout, so watch every {hudi.watch_interval_s / HELD_SCALE:g} s; "
+            f"over {hudi.window_s:.1f} s); w = conditional writes, r = reads. Per day at full "
+            f"scale: defaults {per_day('defaults', 'replaces'):,.0f} writes + "
+            f"{per_day('defaults', 'reads'):,.0f} reads; Hudi's {per_day('hudi', 'replaces'):,.0f}"
+            f" writes + {per_day('hudi', 'reads'):,.0f} reads. Idle: requests in the same window.",
             "Preemption: mean over the preemption-latency runs, from the requestor's try_lock() "
-            "call until the holder is told it lost the lock.",
+            "call until the holder is told it lost the lock (memory and local stores only).",
         ],
     )
 
@@ -871,8 +1386,8 @@ class HandoffCase:
 def section_handoff(b: Bench) -> Section:
     s = b.sizes
     cases: list[HandoffCase] = []
-    for kind in STORE_KINDS:
-        url = kind.namespace(b.root)
+    for kind in b.local_kinds:
+        url = b.url(kind)
         shared = open_store(url)
         cases.append(
             HandoffCase(
@@ -884,7 +1399,8 @@ def section_handoff(b: Bench) -> Section:
         )
         holds = ((s.hold_s, s.handoffs), (s.hold_long_s, s.handoffs_long))
         if open_store(url) is not shared:
-            # What two .store("file://...") calls give: in-process wakeups don't reach across.
+            # Two .store("file://...") calls: separate store objects whose ``namespace`` (the
+            # directory) is the same, so in-process wakeups still reach across.
             for hold, n in holds:
                 cases.append(
                     HandoffCase(
@@ -904,6 +1420,27 @@ def section_handoff(b: Bench) -> Section:
                         partial(handoff_processes, b, url, n, hold),
                     )
                 )
+    for kind in b.cloud_kinds:
+        url = b.url(kind)
+        shared = open_store(url)
+        n = s.cloud_handoffs
+        clients = (open_store(url), open_store(url))  # two SDK clients, one namespace
+        # Wrapped, the two clients lose their shared ``namespace``: no in-process wakeup, the
+        # waiter polls as one in another process or on another host would.
+        isolated = (TallyStore(open_store(url)), TallyStore(open_store(url)))
+        for key, label, stores in (
+            ("threads", "2 threads, one store object", (shared, shared)),
+            ("threads-2-clients", "2 threads, a store client each", clients),
+            ("threads-2-clients-polling", "2 store clients, no in-process wakeup", isolated),
+        ):
+            cases.append(
+                HandoffCase(
+                    f"{kind.name}/{key}",
+                    f"{kind.label}, {label}",
+                    s.hold_s,
+                    partial(handoff_threads, b, stores, n, s.hold_s),
+                )
+            )
     table: list[list[str]] = []
     rows: list[Json] = []
     for case in cases:
@@ -931,6 +1468,9 @@ def section_handoff(b: Bench) -> Section:
             "hold: how long the waiter has been blocked when the holder releases; a waiter that "
             "polls backs off from 5 ms towards poll_interval (default 1 s), so longer holds mean "
             "later wakeups.",
+            "Cloud stores: 'a store client each' is two open_store(url) calls (two SDK clients; "
+            "their common namespace lets the release wake the waiter in-process); 'no in-process "
+            "wakeup' hides the namespace, so the waiter polls as in another process or host.",
         ],
     )
 
@@ -971,7 +1511,7 @@ def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> Pre
     ``on_lock_lost``: the requestor's requests are made on this thread, the holder's on the
     library's heartbeat and cleanup threads.
     """
-    inner = open_store(kind.namespace(b.root))
+    inner = open_store(b.url(kind))
     tally = TallyStore(inner)
     tally.label_thread("requestor")
     path = b.path(f"preempt-{variant}")
@@ -1017,7 +1557,7 @@ def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> Pre
 def section_preemption(b: Bench) -> Section:
     table: list[list[str]] = []
     rows: list[Json] = []
-    for kind in STORE_KINDS:
+    for kind in b.local_kinds:
         for variant, label in _PREEMPT_VARIANTS:
             result = b.preemptions(kind, variant)
             summary = summarize(result.samples_ns, 1e6)
@@ -1125,7 +1665,7 @@ def _profile_lines(stats: pstats.Stats, cycles: int) -> list[ProfileLine]:
 def _heartbeat_wakeup_cost(b: Bench) -> dict[str, Summary]:
     """The same memory-store cycle with the process heartbeat thread, and with an unthreaded
     heartbeat (no thread to wake): the difference is what waking the scheduler costs."""
-    store = open_store(STORE_KINDS[0].namespace(b.root))
+    store = open_store(b.url(MEMORY))
     threaded = b.builder(store, b.path("hb"), "bench").build()
     manual = b.builder(store, b.path("hb"), "bench").heartbeat(Heartbeat(threaded=False)).build()
     s = b.sizes
@@ -1149,7 +1689,7 @@ def _components(b: Bench) -> list[Component]:
     """What the pieces of a same-Lock memory-store try_lock()+unlock() cost, each timed alone
     (no profiler). Reaches into library internals; if they moved, the caller skips the table."""
     lease_mod: Any = importlib.import_module("prioritylock._lease")
-    store = open_store(STORE_KINDS[0].namespace(b.root))
+    store = open_store(b.url(MEMORY))
     lock = b.builder(store, b.path("components"), "bench").build()
     lock.try_lock()
     found = store.read(lock.key)
@@ -1192,9 +1732,9 @@ def section_profile(b: Bench) -> Section:
     table: list[list[str]] = []
     rows: list[Json] = []
     notes: list[str] = []
-    for kind in STORE_KINDS:
+    for kind in b.local_kinds:
         cycles = s.profile_cycles_slow if kind.slow else s.profile_cycles
-        lock = b.builder(open_store(kind.namespace(b.root)), b.path("profile"), "bench").build()
+        lock = b.builder(open_store(b.url(kind)), b.path("profile"), "bench").build()
         lines = _profile_lines(_profile_cycles(lock, cycles), cycles)
         own = sorted(lines, key=lambda p: p.own_us, reverse=True)[: 6 if kind.slow else 12]
         table.append([f"{kind.label}: top own time ({cycles} cycles under cProfile)", "", "", ""])
@@ -1362,10 +1902,17 @@ def machine_line(m: Json) -> str:
     )
 
 
+def emulator_line(m: Json) -> str:
+    started = ", ".join(f"{n} {e['startup_s']:g} s" for n, e in m.get("emulators", {}).items())
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("emulator_versions", {}).items())
+    return f"emulators up in: {started} | {versions}"
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "overhead": section_overhead,
+    "cloud": section_cloud,
     # Before requests, whose table counts the requests of these same preemption runs.
     "preemption": section_preemption,
     "requests": section_requests,
@@ -1390,15 +1937,72 @@ def _write_json(path: Path, payload: Json) -> None:
     os.replace(tmp, path)
 
 
+@contextmanager
+def _emulators(bench: Bench, kinds: Sequence[StoreKind], sections: Sequence[str]) -> Iterator[None]:
+    """The emulators of the picked cloud stores, running (and their store URLs' environment set)
+    while the ``with`` block runs, if a section that uses them is picked; stopped however it
+    ends. SIGTERM unwinds like Ctrl-C, so the servers are stopped then too."""
+    names = [k.emulator for k in kinds if k.emulator is not None]
+    if not names or not set(sections) & CLOUD_SECTIONS:
+        yield
+        return
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    work = bench.root / "emulators"
+    work.mkdir()
+    try:
+        print(f"starting emulators: {', '.join(names)}", flush=True)
+        with _servers.running(names, work) as running:
+            env: dict[str, str | None] = {}
+            for emulator in running.values():
+                env.update(emulator.env())
+            bench.emulators = running
+            with _servers.environment(env):
+                yield
+            print("stopping emulators", flush=True)
+    finally:
+        bench.emulators = {}
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_sections(
+    bench: Bench, wanted: Sequence[str], machine: Json, done: dict[str, Section]
+) -> None:
+    machine["emulators"] = {
+        name: {"startup_s": round(e.startup_s, 2), "endpoint": e.endpoint}
+        for name, e in bench.emulators.items()
+    }
+    if bench.emulators:
+        machine["emulator_versions"] = _servers.versions()
+        print(emulator_line(machine), flush=True)
+    for name, run in SECTIONS.items():
+        if name in wanted:
+            load = _load()
+            t0 = time.monotonic()
+            section = done[name] = run(bench)
+            section.elapsed_s = time.monotonic() - t0
+            section.load = load
+            print()
+            print(section.render(), flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test (< 30 s)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test (< 60 s)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     parser.add_argument("--profile", action="store_true", help="also profile the cycle")
     parser.add_argument(
         "--sections",
         default="",
         help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but profile)",
+    )
+    parser.add_argument(
+        "--stores",
+        default="",
+        help=f"comma-separated subset of {','.join(k.name for k in STORE_KINDS)} (default: all)",
     )
     parser.add_argument("--dir", default=None, help="parent of the scratch dir (default: $TMPDIR)")
     parser.add_argument("--child-handoff", help=argparse.SUPPRESS)
@@ -1412,27 +2016,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(wanted) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections: {', '.join(unknown)}")
+    picked = {s.strip() for s in args.stores.split(",") if s.strip()}
+    unknown = sorted(picked - {k.name for k in STORE_KINDS})
+    if unknown:
+        parser.error(f"unknown stores: {', '.join(unknown)}")
+    kinds = tuple(k for k in STORE_KINDS if not picked or k.name in picked)
     started = time.monotonic()
     with _scratch(args.dir) as root:
-        bench = Bench(sizes=QUICK if args.quick else FULL, root=root)
+        bench = Bench(sizes=QUICK if args.quick else FULL, root=root, kinds=kinds)
         machine = machine_info(root)
         print(f"prioritylock benchmarks{' (quick)' if args.quick else ''}")
         print(machine_line(machine), flush=True)
         done: dict[str, Section] = {}
-        for name, run in SECTIONS.items():
-            if name in wanted:
-                load = _load()
-                t0 = time.monotonic()
-                section = done[name] = run(bench)
-                section.elapsed_s = time.monotonic() - t0
-                section.load = load
-                print()
-                print(section.render(), flush=True)
+        try:
+            with _emulators(bench, kinds, wanted):
+                _run_sections(bench, wanted, machine, done)
+        except _servers.EmulatorError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            print("(install it, or leave its store out with --stores)", file=sys.stderr)
+            return 2
     elapsed = time.monotonic() - started
     machine["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     payload: Json = {
         "machine": machine,
         "quick": args.quick,
+        "stores": [k.name for k in kinds],
         "sizes": asdict(bench.sizes),
         "elapsed_s": round(elapsed, 1),
         "sections": {

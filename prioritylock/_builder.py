@@ -203,8 +203,9 @@ class LockBuilder:
         return self
 
     def poll_interval(self, seconds: float) -> LockBuilder:
-        """The longest a blocked waiter sleeps between reads (default 1 s; each read is a
-        request you pay for)."""
+        """How long a blocked waiter sleeps between reads once backed off, on average (default
+        1 s, about Hudi's 1 read per second; each pause is drawn from 0.5-1.5x it; each read is a
+        request you pay for). Waiters in the same process are woken at once by a release."""
         self._opts["poll_interval"] = _seconds("poll_interval", seconds, zero=False)
         return self
 
@@ -228,9 +229,10 @@ class LockBuilder:
         Hudi's keys: ``hoodie.base.path`` (required) names the table;
         ``hoodie.write.lock.conditional_write.locks_location`` is the store (default: the
         table's ``.hoodie/.locks`` folder), ``...lock_validity_timeout_ms`` the lease timeout
-        (default 5 min) and ``...heartbeat_poll_ms`` the renew interval (default 30 s). Hudi's
-        ``s3a://``/``s3n://`` become ``s3://``, and a plain path becomes ``file://``. The lock is
-        named ``hudi/<table>-<hash of the base path>``. ``prioritylock.*`` keys win over Hudi's.
+        (default 5 min) and ``...heartbeat_poll_ms`` the renew and watch interval (default
+        30 s). Hudi's ``s3a://``/``s3n://`` become ``s3://``, and a plain path becomes
+        ``file://``. The lock is named ``hudi/<table>-<hash of the base path>``.
+        ``prioritylock.*`` keys win over Hudi's.
 
         :raises ConfigError: an unknown ``prioritylock.*`` key, a value of the wrong type, or a
             Hudi configuration without ``hoodie.base.path``; the message names the key.
@@ -277,6 +279,8 @@ class LockBuilder:
         renew = _convert(_HUDI_PREFIX + "heartbeat_poll_ms", poll, "float") / 1000
         self.lease_timeout(lease)
         self.renew_interval(renew)
+        # Hudi has no preemption to hear of: watch no more often than we renew (Hudi's own cost).
+        self.watch_interval(renew)
         self.message(f"hudi table {base}")
 
     # -- plumbing ----------------------------------------------------------------------------

@@ -696,6 +696,13 @@ class _Supervisor(LockListener):
                 raise
             self._proc = proc
             self._began = True
+            # A signal that came while CMD was being started was recorded, not forwarded.
+            late = self.interrupted is not None
+            if late:
+                self._termed = True
+                self._signal(self.interrupted or signal.SIGTERM)
+        if late:
+            self._escalate(self._grace)
         os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # wait, but leave it unreaped
         with self._mutex:
             self.done.set()
@@ -703,10 +710,9 @@ class _Supervisor(LockListener):
 
     def hold(self, seconds: float) -> None:
         with self._mutex:
+            self._began = True  # first: from now on a stop ends the hold at once
             if self.stopped_before_start():
                 self.done.set()
-                return
-            self._began = True
         self.done.wait(seconds)
         with self._mutex:
             self.done.set()
@@ -782,7 +788,10 @@ def _supervised(
     finally:
         release_error = _release(lock)
     what = "CMD" if cmd is not None else "the hold"
-    ended = "" if status is None else f"; CMD {_describe_status(status)}"
+    if status is not None:
+        ended = f"; CMD {_describe_status(status)}"
+    else:
+        ended = "; CMD was not started" if cmd is not None else ""
     if status is not None:
         summary["status"] = status
     if supervisor.interrupted is not None:

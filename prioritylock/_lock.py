@@ -911,7 +911,8 @@ class Lock:
 
 
 class _Backoff:
-    """Exponential backoff with jitter (each pause in [d/2, d]), capped."""
+    """Exponential backoff with jitter: each pause is 0.5-1.5 x the current step, so on average
+    it is the step; the step doubles up to ``cap``."""
 
     def __init__(self, cap: float, *, start: float = 0.005) -> None:
         self._cap = cap
@@ -920,7 +921,7 @@ class _Backoff:
     def next(self) -> float:
         current = self._next
         self._next = min(self._cap, current * 2)
-        return current / 2 + random.random() * current / 2
+        return current * (0.5 + random.random())
 
 
 def _salvage_fence(data: bytes) -> int:

@@ -164,7 +164,7 @@ def test_hudi_keys(tmp_path: Path) -> None:
     }
     cfg = LockBuilder.from_properties(props).config()
     assert isinstance(cfg.store, LocalStore)
-    assert cfg.lease_timeout == 60 and cfg.renew_interval == 5
+    assert cfg.lease_timeout == 60 and cfg.renew_interval == 5 and cfg.watch_interval == 5
     assert cfg.key.startswith("v1/path/hudi/orders-")
     # Another writer of the same table names the same lock; another table does not.
     again = LockBuilder.from_properties(dict(props)).config()
