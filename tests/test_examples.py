@@ -7,6 +7,7 @@ directory under pytest's ``tmp_path``, and a process-local memory store).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,27 @@ def test_example_runs(script: Path, kind: str, tmp_path: Path) -> None:
     out = run_example(script, *urls[kind])
     for line in [KEY_LINES[script.name], *MORE_LINES.get(script.name, [])]:
         assert line in out, f"{script.name} did not print {line!r}:\n{out}"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("url_kind", ["default", "file"])
+def test_cron_style_shell_example(tmp_path: Path, url_kind: str) -> None:
+    args = [] if url_kind == "default" else [f"file://{tmp_path}/locks"]
+    done = subprocess.run(
+        ["bash", str(EXAMPLES / "cron_job.sh"), *args],
+        capture_output=True,
+        text=True,
+        timeout=80,
+        check=False,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for line in (
+        "first run: working with fencing token 1",
+        "overlapping run skipped with exit code 6",
+        "passed on the job's exit code 3",
+        "next run: fencing token 2",
+    ):
+        assert line in done.stdout, done.stdout
+    assert "must not happen" not in done.stdout
+    assert "Traceback" not in done.stderr
