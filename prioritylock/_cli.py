@@ -90,7 +90,7 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     ("3", "bad input: store URL, lock path, option value (ConfigError)"),
     ("4", "store unavailable or refused: network, credentials, missing bucket (StoreError)"),
     ("5", "corrupt or foreign lease document; it was left untouched (CorruptLease)"),
-    ("6", "lock not acquired: --timeout ran out, or a preemption request timed out"),
+    ("6", "lock not acquired: --timeout ran out, or another override holds it"),
     ("7", "the lock was preempted or lost while CMD ran (or the hold lasted)"),
     ("8", "not held: force-unlock found nothing to free"),
     ("126/127", "run/override: CMD could not be executed / was not found"),

@@ -67,8 +67,9 @@ _LOSS_REASONS = {
     "handover": "preempted",
     "override": "overridden",
     "force_unlock": "forced",
-    "acquired": "expired",
-    "released": "expired",
+    # The break-glass event that ended our lease was overwritten before we looked.
+    "acquired": "superseded",
+    "released": "superseded",
 }
 
 
