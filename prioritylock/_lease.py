@@ -170,22 +170,45 @@ class Lease:
         )
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-
-
 def encode(lease: Lease) -> bytes:
-    """The document's bytes: compact, sorted JSON."""
-    body = {
-        "schema": lease.schema,
-        "name": lease.name,
-        "fence": lease.fence,
-        "nonce": lease.nonce,
-        "holder": None if lease.holder is None else _holder_dict(lease.holder),
-        "requestor": None if lease.requestor is None else _requestor_dict(lease.requestor),
-        "event": None if lease.event is None else _event_dict(lease.event),
-    }
-    # Keys are written in a fixed order by hand above, so no sort is needed.
-    data = _ENCODER.encode(body).encode()
+    """The document's bytes: compact JSON, fields in a fixed order.
+
+    Written out with f-strings (strings quoted by the json module's own C escaper): the generic
+    encoder took a fifth of an uncontended acquire. ``test_lease`` checks the round trip.
+    """
+    h, r, e = lease.holder, lease.requestor, lease.event
+    holder = (
+        "null"
+        if h is None
+        else (
+            f'{{"lock_id":{_q(h.lock_id)},"owner":{_q(h.owner)},"message":{_q(h.message)},'
+            f'"priority":{_int(h.priority)},"lease_timeout":{_num(h.lease_timeout)},'
+            f'"cleanup_timeout":{_num(h.cleanup_timeout)},"forceful":{_bool(h.forceful)},'
+            f'"acquired_at":{_num(h.acquired_at)},"renewed_at":{_num(h.renewed_at)},'
+            f'"beat":{_int(h.beat)}}}'
+        )
+    )
+    requestor = (
+        "null"
+        if r is None
+        else (
+            f'{{"requestor_id":{_q(r.requestor_id)},"owner":{_q(r.owner)},"message":{_q(r.message)},'
+            f'"priority":{_int(r.priority)},"waiting_timeout":{_num(r.waiting_timeout)},'
+            f'"forceful":{_bool(r.forceful)},"requested_at":{_num(r.requested_at)},'
+            f'"lease_timeout":{_num(r.lease_timeout)},"cleanup_timeout":{_num(r.cleanup_timeout)}}}'
+        )
+    )
+    event = (
+        "null"
+        if e is None
+        else (
+            f'{{"kind":{_q(e.kind)},"at":{_num(e.at)},"by":{_q(e.by)},"message":{_q(e.message)}}}'
+        )
+    )
+    data = (
+        f'{{"schema":{_int(lease.schema)},"name":{_q(lease.name)},"fence":{_int(lease.fence)},'
+        f'"nonce":{_q(lease.nonce)},"holder":{holder},"requestor":{requestor},"event":{event}}}'
+    ).encode()
     if len(data) > MAX_DOCUMENT_BYTES:
         raise CorruptLease(
             lease.name, f"document would be {len(data)} bytes (max {MAX_DOCUMENT_BYTES})"
@@ -193,38 +216,23 @@ def encode(lease: Lease) -> bytes:
     return data
 
 
-# Written out by hand: attrs.asdict is generic and was a third of an acquire's CPU time.
-def _holder_dict(h: Holder) -> dict[str, Any]:
-    return {
-        "lock_id": h.lock_id,
-        "owner": h.owner,
-        "message": h.message,
-        "priority": h.priority,
-        "lease_timeout": h.lease_timeout,
-        "cleanup_timeout": h.cleanup_timeout,
-        "forceful": h.forceful,
-        "acquired_at": h.acquired_at,
-        "renewed_at": h.renewed_at,
-        "beat": h.beat,
-    }
+_q = json.encoder.encode_basestring_ascii  # a quoted, escaped, ASCII-only JSON string
 
 
-def _requestor_dict(r: Requestor) -> dict[str, Any]:
-    return {
-        "requestor_id": r.requestor_id,
-        "owner": r.owner,
-        "message": r.message,
-        "priority": r.priority,
-        "waiting_timeout": r.waiting_timeout,
-        "forceful": r.forceful,
-        "requested_at": r.requested_at,
-        "lease_timeout": r.lease_timeout,
-        "cleanup_timeout": r.cleanup_timeout,
-    }
+def _num(value: float) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value!r}")
+    return repr(value)
 
 
-def _event_dict(e: Event) -> dict[str, Any]:
-    return {"kind": e.kind, "at": e.at, "by": e.by, "message": e.message}
+def _int(value: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"not an integer: {value!r}")
+    return str(value)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:

@@ -118,6 +118,7 @@ class LocalStore:
         self._locks_dir = os.path.join(self._root, _LOCKS)
         self._lock_timeout = float(lock_timeout)
         self._durable = bool(durable)
+        self._namespace = "file:" + os.path.realpath(self._root)
         self._stats = StoreStats()
         try:
             os.makedirs(self._locks_dir, exist_ok=True)
@@ -136,7 +137,7 @@ class LocalStore:
     @property
     def namespace(self) -> str:
         """Names what this store addresses: two stores with one namespace share objects."""
-        return "file:" + os.path.realpath(self._root)
+        return self._namespace
 
     @property
     def stats(self) -> StoreStats:
