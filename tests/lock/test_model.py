@@ -115,6 +115,8 @@ class Client:
         self.paused = False
         self.believed = False  # the model's view: did it hold at the last check?
         self.losses_expected = 0
+        self.counted: set[int] = set()  # holdings whose loss the model has counted
+        self.keep: list[object] = []  # ...kept alive, so their ids are never reused
 
     def lost_count(self) -> int:
         return self.recorder.names().count("lost")
@@ -159,15 +161,14 @@ class LeaseModel(RuleBasedStateMachine):
     def _check(self) -> None:
         believers = self._believers()
         for client in self.clients:
-            now = client in believers
-            if (
-                client.believed
-                and not now
-                and client.lock._holding is not None
-                and client.lock._holding.lost
-            ):
+            holding = client.lock._holding
+            # Every holding that ends lost (expired, preempted, overridden, forced, found lost
+            # while unlocking) must be told exactly once; a voluntary release is not a loss.
+            if holding is not None and holding.lost and id(holding) not in client.counted:
+                client.counted.add(id(holding))
+                client.keep.append(holding)
                 client.losses_expected += 1
-            client.believed = now
+            client.believed = client in believers
             assert client.lost_count() == client.losses_expected, (
                 f"{client.name} not told exactly once"
             )
