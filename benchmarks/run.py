@@ -10,9 +10,10 @@ cloud stores on their emulators, ``s3-moto``, ``s3-seaweedfs``, ``gcs`` (fake-gc
 
 Sections, in order (``SECTIONS``); each is a function ``(Bench) -> Section``:
 
-- ``overhead``: µs per uncontended acquire+release cycle on the memory and local stores, against
-  ``filelock.FileLock`` on the same disk and ``threading.Lock`` (the floor); wall clock
-  (median, p99) and process CPU per cycle.
+- ``overhead``: µs per uncontended acquire+release cycle on the memory and local stores (the
+  LocalStore durable, its default, and ``durable=false``), against ``filelock.FileLock`` on the
+  same disk and ``threading.Lock`` (the floor); wall clock (median, p99) and process CPU per
+  cycle.
 - ``cloud``: per cloud store on its emulator, median and p99 of acquire (``try_lock()`` on a free
   lock), renew and release, with their requests from ``store.stats``, next to one GET and one
   conditional PUT made directly with the SDK: the library's overhead over the store's own cost.
@@ -23,6 +24,10 @@ Sections, in order (``SECTIONS``); each is a function ``(Bench) -> Section``:
   against the store's own totals. Also what a held lock and an idle one cost per renew interval.
 - ``handoff``: holder's ``unlock()`` call -> the next waiter's ``lock()`` returns, between threads
   and between processes (``time.monotonic_ns`` is system-wide).
+- ``contention``: 8 processes loop ``lock()`` -> ``unlock()`` on one lock for a fixed window
+  (10 s; ``--quick`` 2 s): acquisitions per second, how often the lock changed process, and
+  fairness (acquisitions per process, waits), on the LocalStore (durable and ``durable=false``)
+  against ``filelock.FileLock`` doing the same on the same disk.
 - ``profile`` (with ``--profile``): where the cycle spends its time.
 
 To add a store: add a ``StoreKind`` to ``STORE_KINDS`` (an emulated one also to ``_servers.py``);
@@ -55,7 +60,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -115,6 +120,8 @@ class Sizes:
     cloud_iterations: int  # per cloud store: rounds of raw GET, raw PUT, acquire, renew, release
     cloud_budget_s: float  # wall-clock cap per cloud store
     cloud_handoffs: int  # per handoff case on a cloud store
+    contention_s: float  # the window each contention variant runs for
+    contention_procs: int  # processes contending for one lock
 
 
 FULL = Sizes(
@@ -135,6 +142,8 @@ FULL = Sizes(
     cloud_iterations=200,
     cloud_budget_s=18.0,
     cloud_handoffs=40,
+    contention_s=10.0,
+    contention_procs=8,
 )
 
 QUICK = Sizes(
@@ -155,6 +164,8 @@ QUICK = Sizes(
     cloud_iterations=25,
     cloud_budget_s=2.5,
     cloud_handoffs=8,
+    contention_s=2.0,
+    contention_procs=8,
 )
 
 
@@ -210,6 +221,8 @@ STORE_KINDS: tuple[StoreKind, ...] = (
     ),
 )
 MEMORY = STORE_KINDS[0]
+#: The query that makes a LocalStore URL skip fsync (``LocalStore(durable=False)``).
+NONDURABLE = "?durable=false"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
 CLOUD_SECTIONS = frozenset({"cloud", "requests", "handoff"})
@@ -287,6 +300,7 @@ class Section:
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     load: float | None = None  # 1-minute load average when the section started
+    steal: float | None = None  # % of the machine's CPU time stolen by the hypervisor meanwhile
 
     def render(self) -> str:
         widths = [len(h) for h in self.headers]
@@ -302,7 +316,8 @@ class Section:
         out += [fmt(line) for line in self.table]
         out += [f"  {note}" for note in self.notes]
         load = "" if self.load is None else f", load average {self.load:.2f} at its start"
-        out.append(f"  ({self.elapsed_s:.1f} s{load})")
+        steal = "" if self.steal is None else f", {self.steal:.0f}% of CPU time stolen (VM)"
+        out.append(f"  ({self.elapsed_s:.1f} s{load}{steal})")
         return "\n".join(out)
 
 
@@ -431,6 +446,19 @@ def _run_interleaved(variants: list[CycleVariant], sizes: Sizes) -> None:
             v.spent_s += time.perf_counter() - started
 
 
+def _local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:
+    """(key, label, kind, fresh URL) of the picked local stores, the LocalStore twice: durable
+    (the default) and ``durable=false``."""
+    stores: list[tuple[str, str, StoreKind, str]] = []
+    for kind in b.local_kinds:
+        stores.append((kind.name, kind.label, kind, b.url(kind)))
+        if kind.name == "local":
+            stores.append(
+                ("local-nondurable", "LocalStore durable=false", kind, b.url(kind) + NONDURABLE)
+            )
+    return stores
+
+
 def section_overhead(b: Bench) -> Section:
     s = b.sizes
     variants: list[CycleVariant] = []
@@ -453,14 +481,14 @@ def section_overhead(b: Bench) -> Section:
     variants.append(
         CycleVariant("filelock", "filelock.FileLock (same disk)", s.cycles, _timed(filelock_cycle))
     )
-    for kind in b.local_kinds:
+    for key, label, kind, url in _local_stores(b):
         target = s.cycles_slow if kind.slow else s.cycles
-        store = open_store(b.url(kind))
+        store = open_store(url)
         same = b.builder(store, b.path("same"), "bench").build()
         variants.append(
             CycleVariant(
-                f"{kind.name}/same",
-                f"{kind.label}, same Lock object",
+                f"{key}/same",
+                f"{label}, same Lock object",
                 target,
                 _timed(_lock_cycle(same)),
             )
@@ -468,8 +496,8 @@ def section_overhead(b: Bench) -> Section:
         fresh = b.builder(store, b.path("fresh"), "bench")
         variants.append(
             CycleVariant(
-                f"{kind.name}/fresh",
-                f"{kind.label}, fresh Lock each cycle",
+                f"{key}/fresh",
+                f"{label}, fresh Lock each cycle",
                 target,
                 _fresh_lock_cycles(fresh),
             )
@@ -1420,6 +1448,25 @@ def section_handoff(b: Bench) -> Section:
                         partial(handoff_processes, b, url, n, hold),
                     )
                 )
+        if kind.name == "local":  # the same without fsync: threads, and processes
+            fast = b.url(kind) + NONDURABLE
+            fast_shared = open_store(fast)
+            cases.append(
+                HandoffCase(
+                    "local-nondurable/threads",
+                    "LocalStore durable=false, 2 threads, one store object",
+                    s.hold_s,
+                    partial(handoff_threads, b, (fast_shared, fast_shared), s.handoffs, s.hold_s),
+                )
+            )
+            cases.append(
+                HandoffCase(
+                    f"local-nondurable/processes/{s.hold_s:g}",
+                    "LocalStore durable=false, 2 processes",
+                    s.hold_s,
+                    partial(handoff_processes, b, fast, s.handoffs, s.hold_s),
+                )
+            )
     for kind in b.cloud_kinds:
         url = b.url(kind)
         shared = open_store(url)
@@ -1472,6 +1519,324 @@ def section_handoff(b: Bench) -> Section:
             "their common namespace lets the release wake the waiter in-process); 'no in-process "
             "wakeup' hides the namespace, so the waiter polls as in another process or host.",
         ],
+    )
+
+
+# -- contention: processes queueing for one lock ---------------------------------------------------
+
+#: How long a contending process holds the lock: 0, it calls unlock() as soon as lock() returns
+#: (and lock() again as soon as unlock() returns), so the figures are the lock's own throughput.
+CONTENTION_HOLD_S = 0.0
+#: Between the "go" and the window's start: every child has read it before the window opens.
+CONTENTION_LEAD_S = 0.2
+
+
+@dataclass(frozen=True)
+class ContentionVariant:
+    key: str
+    label: str
+    #: What each child is told: ``{"mode": "filelock", "file": PATH}`` or
+    #: ``{"mode": "prioritylock", "url": URL, "path": [a, b]}``.
+    spec: Json
+
+
+@dataclass
+class ContentionChild:
+    """One contending process's record of the window."""
+
+    attempts_ns: list[int]  # lock() called
+    acquired_ns: list[int]  # lock() returned
+    released_ns: list[int]  # unlock() called
+    cpu_s: float
+    requests: dict[str, int]
+
+
+@dataclass(frozen=True)
+class ContentionResult:
+    seconds: float
+    per_process: list[int]
+    switches: int  # consecutive acquisitions by different processes
+    overlaps: int  # an acquisition before the previous holder's unlock() call: must be 0
+    waits: Summary | None  # lock() call -> it returned, ms
+    cpu_s: float  # all contending processes
+    requests: dict[str, int]  # all contending processes, by kind
+    load: float | None
+
+    @property
+    def acquisitions(self) -> int:
+        return sum(self.per_process)
+
+
+def _contention_variants(b: Bench) -> list[ContentionVariant]:
+    flock_dir = b.root / "contention-filelock"
+    flock_dir.mkdir()
+    variants = [
+        ContentionVariant(
+            "filelock",
+            "filelock.FileLock (same disk)",
+            {"mode": "filelock", "file": str(flock_dir / "contended.lock")},
+        )
+    ]
+    if any(k.name == "local" for k in b.kinds):
+        for key, label, query in (
+            ("local", "LocalStore (durable, the default)", ""),
+            ("local-nondurable", "LocalStore, durable=false", NONDURABLE),
+        ):
+            url = (b.root / f"contention-{key}").as_uri() + query
+            path = b.path("contended")
+            first = LockBuilder().store(url).path(*path).owner("setup").build()
+            first.lock(timeout=10)  # the document exists and is free when the window opens
+            first.unlock()
+            first.close()
+            variants.append(
+                ContentionVariant(key, label, {"mode": "prioritylock", "url": url, "path": path})
+            )
+    return variants
+
+
+def _contention_children(
+    variant: ContentionVariant, procs: int, seconds: float
+) -> tuple[list[ContentionChild], float | None]:
+    """Run the ``procs`` children of one variant through one window: their records, and the
+    load average when the window opened. A child's stderr goes to a file, so a chatty child
+    never blocks on a full pipe while it holds the lock."""
+    with ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in range(procs)]
+        children = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--child-contention",
+                    json.dumps({**variant.spec, "index": i, "hold_s": CONTENTION_HOLD_S}),
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=logs[i],
+                text=True,
+            )
+            for i in range(procs)
+        ]
+
+        def failed(i: int, what: str) -> RuntimeError:
+            children[i].wait(10)
+            logs[i].seek(0)
+            return RuntimeError(f"contention child {what}: {logs[i].read()[-2000:]}")
+
+        try:
+            for i, child in enumerate(children):
+                assert child.stdout is not None
+                if child.stdout.readline().strip() != "ready":
+                    raise failed(i, "did not start")
+            load = _load()
+            start = time.monotonic_ns() + int(CONTENTION_LEAD_S * 1e9)
+            end = start + int(seconds * 1e9)
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write(f"go {start} {end}\n")
+                child.stdin.flush()
+            records: list[ContentionChild] = []
+            for i, child in enumerate(children):
+                out, _ = child.communicate(timeout=seconds + 60)
+                if child.returncode != 0 or not out.startswith("result "):
+                    raise failed(i, f"failed ({child.returncode})")
+                records.append(ContentionChild(**json.loads(out[len("result ") :])))
+        except BaseException:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.communicate()
+            raise
+    return records, load
+
+
+def contention_run(variant: ContentionVariant, procs: int, seconds: float) -> ContentionResult:
+    """``procs`` processes loop lock() -> unlock() on one lock for ``seconds``, all starting at
+    once; every acquisition is noted with ``time.monotonic_ns`` (system-wide)."""
+    records, load = _contention_children(variant, procs, seconds)
+    events = sorted(
+        (acq, rel, i)
+        for i, rec in enumerate(records)
+        for acq, rel in zip(rec.acquired_ns, rec.released_ns, strict=True)
+    )
+    switches = sum(1 for x, y in itertools.pairwise(events) if x[2] != y[2])
+    overlaps = sum(1 for x, y in itertools.pairwise(events) if y[0] < x[1])
+    waits = [
+        acq - att
+        for rec in records
+        for att, acq in zip(rec.attempts_ns, rec.acquired_ns, strict=True)
+    ]
+    requests: dict[str, int] = {}
+    for rec in records:
+        for k, v in rec.requests.items():
+            requests[k] = requests.get(k, 0) + v
+    return ContentionResult(
+        seconds=seconds,
+        per_process=[len(rec.acquired_ns) for rec in records],
+        switches=switches,
+        overlaps=overlaps,
+        waits=summarize(waits, 1e6) if waits else None,
+        cpu_s=sum(rec.cpu_s for rec in records),
+        requests=requests,
+        load=load,
+    )
+
+
+def child_contention(spec_json: str) -> int:
+    """A child process of :func:`contention_run` (``--child-contention SPEC``): says "ready",
+    waits for "go START END" (monotonic ns), then loops lock() -> unlock() until END."""
+    spec = json.loads(spec_json)
+    hold_s = float(spec["hold_s"])
+    stats: StoreStats | None = None
+    if spec["mode"] == "filelock":
+        flock = filelock.FileLock(spec["file"])
+
+        def acquire(timeout: float) -> bool:
+            try:
+                flock.acquire(timeout=timeout)
+            except filelock.Timeout:
+                return False
+            return True
+
+        release: Callable[[], object] = flock.release
+        close: Callable[[], object] = flock.release
+    else:
+        store = open_store(spec["url"])
+        stats = store.stats
+        lock = LockBuilder().store(store).path(*spec["path"]).owner(f"proc-{spec['index']}").build()
+
+        def acquire(timeout: float) -> bool:
+            try:
+                lock.lock(timeout=timeout)
+            except LockTimeout:
+                return False
+            return True
+
+        release = lock.unlock
+        close = lock.close
+    print("ready", flush=True)
+    words = sys.stdin.readline().split()
+    if len(words) != 3 or words[0] != "go":
+        return 2
+    start, end = int(words[1]), int(words[2])
+    time.sleep(max(0.0, (start - time.monotonic_ns()) / 1e9))
+    attempts: list[int] = []
+    acquired: list[int] = []
+    released: list[int] = []
+    before = stats.snapshot() if stats is not None else {}
+    cpu = time.process_time()
+    clock = time.monotonic_ns
+    while True:
+        t0 = clock()
+        if t0 >= end or not acquire((end - t0) / 1e9):
+            break
+        t1 = clock()
+        if hold_s:
+            time.sleep(hold_s)
+        t2 = clock()
+        release()
+        attempts.append(t0)
+        acquired.append(t1)
+        released.append(t2)
+    cpu = time.process_time() - cpu
+    after = stats.snapshot() if stats is not None else {}
+    close()
+    result = ContentionChild(
+        attempts_ns=attempts,
+        acquired_ns=acquired,
+        released_ns=released,
+        cpu_s=cpu,
+        requests={k: after[k] - before[k] for k in after if k != "total" and after[k] != before[k]},
+    )
+    sys.stdout.write("result " + json.dumps(asdict(result)) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def section_contention(b: Bench) -> Section:
+    s = b.sizes
+    variants = _contention_variants(b)
+    results = {v.key: contention_run(v, s.contention_procs, s.contention_s) for v in variants}
+    ref = results["filelock"].acquisitions / s.contention_s
+    table: list[list[str]] = []
+    rows: list[Json] = []
+    for v in variants:
+        r = results[v.key]
+        rate = r.acquisitions / r.seconds
+        counts = sorted(r.per_process)
+        per_acq = {k: n / r.acquisitions for k, n in r.requests.items()} if r.acquisitions else {}
+        waits = r.waits
+        table.append(
+            [
+                v.label,
+                fmt_num(rate),
+                f"{rate / ref:.2f}x" if ref else "-",
+                fmt_num(r.switches / r.seconds),
+                f"{counts[0]} / {statistics.median(counts):g} / {counts[-1]}",
+                "-" if waits is None else f"{fmt_num(waits.median)} / {fmt_num(waits.p99)}",
+                "-" if waits is None else fmt_num(waits.max),
+                fmt_counts({k: round(x, 2) for k, x in per_acq.items()}) if per_acq else "-",
+                f"{100 * r.cpu_s / r.seconds:.0f}",
+                str(r.overlaps),
+            ]
+        )
+        rows.append(
+            {
+                "variant": v.key,
+                "label": v.label,
+                "processes": s.contention_procs,
+                "hold_s": CONTENTION_HOLD_S,
+                "seconds": r.seconds,
+                "acquisitions": r.acquisitions,
+                "acquisitions_per_s": rate,
+                "vs_filelock": rate / ref if ref else None,
+                "switches": r.switches,
+                "switches_per_s": r.switches / r.seconds,
+                "per_process": r.per_process,
+                "per_process_min": counts[0],
+                "per_process_median": statistics.median(counts),
+                "per_process_max": counts[-1],
+                "wait_ms": None if waits is None else asdict(waits),
+                "requests": r.requests,
+                "requests_per_acquisition": per_acq,
+                "cpu_s": r.cpu_s,
+                "cpu_percent_of_one_core": 100 * r.cpu_s / r.seconds,
+                "overlaps": r.overlaps,
+                "load": r.load,
+            }
+        )
+    notes = [
+        f"{s.contention_procs} processes, one lock, {s.contention_s:g} s each variant, all "
+        "starting at once; each loops lock(timeout=rest of the window) -> unlock() with no hold "
+        f"({CONTENTION_HOLD_S:g} s) and no pause, one Lock (FileLock) object per process, default "
+        "settings (prioritylock poll_interval 1 s; filelock polls every 50 ms).",
+        "switches/s: consecutive acquisitions by different processes. per process: acquisitions "
+        "of the least / median / busiest process. wait: lock() call -> it returned, over every "
+        "acquisition (ms). CPU: all the contending processes together, % of one core. overlaps: "
+        "acquisitions noted before the previous holder's unlock() call (must be 0).",
+        f"The machine has {os.cpu_count()} cores: the {s.contention_procs} processes also "
+        "contend for CPU.",
+    ]
+    if "local" not in results:
+        notes.append("LocalStore not picked (--stores): filelock alone.")
+    return Section(
+        name="contention",
+        title=f"Contention: {s.contention_procs} processes x 1 lock, lock() -> unlock() loop",
+        headers=[
+            "variant",
+            "acq/s",
+            "vs filelock",
+            "switches/s",
+            "per process min/med/max",
+            "wait p50/p99 ms",
+            "max ms",
+            "requests/acq",
+            "CPU %",
+            "overlaps",
+        ],
+        table=table,
+        rows=rows,
+        notes=notes,
     )
 
 
@@ -1685,9 +2050,10 @@ class Component:
     us_per_call: float
 
 
-def _components(b: Bench) -> list[Component]:
+def _components(b: Bench, profiled: Sequence[ProfileLine]) -> list[Component]:
     """What the pieces of a same-Lock memory-store try_lock()+unlock() cost, each timed alone
-    (no profiler). Reaches into library internals; if they moved, the caller skips the table."""
+    (no profiler), times how often the profiled cycle (``profiled``) called each. Reaches into
+    library internals; if they moved, the caller skips the table."""
     lease_mod: Any = importlib.import_module("prioritylock._lease")
     store = open_store(b.url(MEMORY))
     lock = b.builder(store, b.path("components"), "bench").build()
@@ -1701,30 +2067,56 @@ def _components(b: Bench) -> list[Component]:
     def replace() -> None:
         version[0] = store.replace("bench/components-scratch", found.data, version[0])
 
+    def calls(suffix: str) -> float:
+        """Calls per profiled cycle of the function whose name ends with ``suffix``."""
+        return sum(p.calls_per_cycle for p in profiled if p.function.endswith(suffix))
+
     version[0] = store.create("bench/components-scratch", found.data)
     pieces: list[tuple[str, float, Callable[[], object]]] = [
-        ("encode (lease -> JSON bytes)", 2, lambda: lease_mod.encode(lease)),
-        ("Lease.rewritten (attrs.evolve + new nonce)", 2, lease.rewritten),
-        ("new_lock_id (secrets.token_urlsafe)", 1, lease_mod.new_lock_id),
-        ("LockInfo.from_lease (for the acquired signal)", 1, lambda: LockInfo.from_lease(lease)),
-        ("threading.Event() (in-process wakeup)", 1, threading.Event),
-        ("MemoryStore.replace", 2, replace),
+        (
+            "encode (lease -> JSON bytes)",
+            calls("_lease.py:" + _line(lease_mod.encode) + "(encode)"),
+            lambda: lease_mod.encode(lease),
+        ),
+        (
+            "Lease.rewritten (a copy + new nonce)",
+            calls("(rewritten)"),
+            lease.rewritten,
+        ),
+        ("new_lock_id (keyed BLAKE2b)", calls("(new_lock_id)"), lease_mod.new_lock_id),
+        (
+            "LockInfo.from_lease (only with a listener or receiver)",
+            calls("(from_lease)"),
+            lambda: LockInfo.from_lease(lease),
+        ),
+        (
+            "threading.Event() (only when a lock() call waits)",
+            calls("threading.py:" + _line(threading.Event.__init__) + "(__init__)"),
+            threading.Event,
+        ),
+        ("MemoryStore.replace", calls("_memory.py:" + _line(store.replace) + "(replace)"), replace),
         (
             "decode (fresh Lock only: its first read)",
-            0,
+            calls("(decode)"),
             lambda: lease_mod.decode(lock.key, found.data, name=lock.key),
         ),
     ]
     n = max(1000, b.sizes.profile_cycles)
     out: list[Component] = []
-    for name, calls, fn in pieces:
+    for name, per_cycle, fn in pieces:
         for _ in range(100):
             fn()
         started = time.perf_counter_ns()
         for _ in range(n):
             fn()
-        out.append(Component(name, calls, (time.perf_counter_ns() - started) / n / 1e3))
+        out.append(Component(name, per_cycle, (time.perf_counter_ns() - started) / n / 1e3))
     return out
+
+
+def _line(fn: Callable[..., object]) -> str:
+    """The line a function starts on, as cProfile names it."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return str(code.co_firstlineno) if code is not None else "?"
 
 
 def section_profile(b: Bench) -> Section:
@@ -1732,12 +2124,15 @@ def section_profile(b: Bench) -> Section:
     table: list[list[str]] = []
     rows: list[Json] = []
     notes: list[str] = []
-    for kind in b.local_kinds:
+    memory_lines: list[ProfileLine] = []
+    for key, label, kind, url in _local_stores(b):
         cycles = s.profile_cycles_slow if kind.slow else s.profile_cycles
-        lock = b.builder(open_store(b.url(kind)), b.path("profile"), "bench").build()
+        lock = b.builder(open_store(url), b.path("profile"), "bench").build()
         lines = _profile_lines(_profile_cycles(lock, cycles), cycles)
+        if kind is MEMORY:
+            memory_lines = lines
         own = sorted(lines, key=lambda p: p.own_us, reverse=True)[: 6 if kind.slow else 12]
-        table.append([f"{kind.label}: top own time ({cycles} cycles under cProfile)", "", "", ""])
+        table.append([f"{label}: top own time ({cycles} cycles under cProfile)", "", "", ""])
         for p in own:
             table.append(
                 [
@@ -1753,27 +2148,32 @@ def section_profile(b: Bench) -> Section:
             reverse=True,
         )
         if not kind.slow:
-            table.append([f"{kind.label}: library functions, cumulative", "", "", ""])
+            table.append([f"{label}: library functions, cumulative", "", "", ""])
             for p in watched:
                 table.append([f"  {p.function}", f"{p.calls_per_cycle:.1f}", "", fmt_num(p.cum_us)])
         rows.append(
             {
-                "store": kind.name,
+                "store": key,
                 "cycles": cycles,
                 "top_own": [asdict(p) for p in own],
                 "library_cumulative": [asdict(p) for p in watched],
             }
         )
-        _pyinstrument(lock, cycles, HERE / "results" / f"profile-{kind.name}.txt", notes)
+        _pyinstrument(lock, cycles, HERE / "results" / f"profile-{key}.txt", notes)
     hb = _heartbeat_wakeup_cost(b)
     rows.append({"heartbeat_wakeup": {k: asdict(v) for k, v in hb.items()}})
     try:
-        parts = _components(b)
+        parts = _components(b, memory_lines)
     except (ImportError, AttributeError, TypeError) as exc:
         notes.append(f"component timings skipped: library internals changed ({exc})")
     else:
         table.append(
-            ["Pieces of the MemoryStore cycle, timed alone (µs)", "", "per call", "per cycle"]
+            [
+                "Pieces of the MemoryStore cycle, timed alone (µs; calls: from the profile)",
+                "",
+                "per call",
+                "per cycle",
+            ]
         )
         for c in parts:
             table.append(
@@ -1869,6 +2269,26 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (Linux ``/proc/stat``: user nice system idle iowait irq
+    softirq steal ...), in clock ticks; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    return [int(x) for x in first[1:]] if first and first[0] == "cpu" else None
+
+
+def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
+    """% of the CPU time between two :func:`cpu_times` the hypervisor gave to other guests."""
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    delta = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
+    total = sum(delta)
+    return 100 * delta[7] / total if total > 0 else None
+
+
 def _load() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
@@ -1917,6 +2337,7 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "preemption": section_preemption,
     "requests": section_requests,
     "handoff": section_handoff,
+    "contention": section_contention,
     "profile": section_profile,
 }
 
@@ -1981,10 +2402,12 @@ def _run_sections(
     for name, run in SECTIONS.items():
         if name in wanted:
             load = _load()
+            cpu = cpu_times()
             t0 = time.monotonic()
             section = done[name] = run(bench)
             section.elapsed_s = time.monotonic() - t0
             section.load = load
+            section.steal = steal_percent(cpu, cpu_times())
             print()
             print(section.render(), flush=True)
 
@@ -2006,9 +2429,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--dir", default=None, help="parent of the scratch dir (default: $TMPDIR)")
     parser.add_argument("--child-handoff", help=argparse.SUPPRESS)
+    parser.add_argument("--child-contention", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_handoff:
         return child_handoff(args.child_handoff)
+    if args.child_contention:
+        return child_contention(args.child_contention)
 
     wanted = [s.strip() for s in args.sections.split(",") if s.strip()] or [
         s for s in SECTIONS if s != "profile" or args.profile
@@ -2048,6 +2474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "title": s.title,
                 "elapsed_s": round(s.elapsed_s, 1),
                 "load": s.load,
+                "steal_percent": s.steal,
                 "rows": s.rows,
                 "notes": s.notes,
             }

@@ -1,116 +1,725 @@
 """Scale: one process holding many leases. CPU used by the heartbeat, and how late renewals ran.
 
-    python benchmarks/scale.py [--leases 1000,10000] [--seconds 30] [--json PATH]
+    python benchmarks/scale.py [--store memory|s3-moto|s3-seaweedfs] [--leases 1000,10000]
+                               [--seconds 30] [--workers 8] [--plain | --profile | --floor]
+                               [--json PATH]
 
-Every lease uses the default timings (lease 30 s: renewed every 10 s, watched every 5 s) on one
-MemoryStore, so the figures are the library's own cost. A lease that is not renewed before its
-deadline fires ``lock_lost``; the run reports how many did (it must be 0).
+Every lease uses the default timings (lease 30 s: renewed every 10 s, watched every 5 s, a
+renewal restarting the watch interval). ``--store memory`` (the default; 1,000 and 10,000 leases)
+holds them on one MemoryStore, so the figures are the library's own cost: its heartbeat renews
+in-process leases on the scheduler thread. ``--store s3-moto`` or ``s3-seaweedfs`` (1,000 leases)
+starts that S3 emulator on a free port (``_servers.py``) and holds them on one S3Store: there the
+heartbeat hands each renewal and watch read to its pool of 8 workers, so requests run 8 at a time.
+
+Measured over the window, after every lease is held (acquired by 8 threads at once, as fast as
+the store allows) and before any is released:
+
+- CPU: this process's CPU time (every thread) over the window, as % of one core; on an emulator
+  also the emulator process's, which shares the machine.
+- Requests made (``store.stats``) and, on an emulator, each request's latency as the lock sees it.
+- Lateness of each heartbeat task: when it started against when it was due (on the pool that
+  includes its wait for a free worker). For renewals also when the renewal *finished* against
+  when it was due, and the margin left: the old lease's deadline minus that finish (a lease is
+  lost if a renewal does not finish before its deadline; with the defaults the margin should be
+  about 20 s).
+- Losses (``lock_lost``; must be 0), and how many leases are still held at the end.
+- The machine's CPU over the window (``/proc/stat``): busy, idle, and stolen by a hypervisor.
+
+``--plain`` leaves the per-task timing out (CPU only); ``--profile`` profiles the heartbeat
+threads (cProfile) to ``results/profile-scale-STORE-N.txt``; ``--floor`` runs no locks at all,
+only the heartbeat with a no-op task per lease at the same rate, its due times spread as real
+leases' are and then rounded to 50 ms: the scheduler's own cost.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import datetime
+import io
 import json
+import math
 import os
+import platform
+import pstats
 import statistics
+import sys
+import tempfile
 import threading
 import time
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
 
-from prioritylock import Heartbeat, LockBuilder, signals
+import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
+
+import prioritylock
+from prioritylock import Heartbeat, Lock, LockBuilder, signals
 from prioritylock._heartbeat import ScheduledTask
-from prioritylock.stores import MemoryStore
+from prioritylock.stores import (
+    MemoryStore,
+    ObjectStore,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    open_store,
+)
+
+STORES = ("memory", "s3-moto", "s3-seaweedfs")
+DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}
+#: Threads that acquire (and at the end release) the leases: as many as the heartbeat's workers,
+#: so the S3 client's connection pool (10) is never short.
+SETUP_THREADS = 8
+RESULTS = Path(__file__).resolve().parent / "results"
+
+T = TypeVar("T")
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """What the heartbeat did, task by task (appended under ``MeasuringHeartbeat._mutex``)."""
+
+    start_late: list[float] = field(default_factory=list)  # every task: started - due
+    renew_start_late: list[float] = field(default_factory=list)  # renewals: started - due
+    renew_done_late: list[float] = field(default_factory=list)  # renewals: finished - due
+    margin: list[float] = field(default_factory=list)  # renewals: old deadline - finished
+    renewals: dict[str, int] = field(default_factory=dict)  # per lease key
+
+    def clear(self) -> None:
+        for values in (self.start_late, self.renew_start_late, self.renew_done_late, self.margin):
+            values.clear()
+        self.renewals.clear()
 
 
 class MeasuringHeartbeat(Heartbeat):
-    """A Heartbeat that records how late each task started against its due time."""
+    """A Heartbeat that records how late each task started against its due time and, for a
+    renewal, when it finished and how much of the old lease was left.
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.lateness: list[float] = []
+    A renewal is told apart from a watch read by the holding's deadline moving. That reads the
+    lock's private ``_holding`` (``deadline``, ``next_renew``); if those move in the library, only
+    the start lateness is measured.
+
+    ``mode``: ``measure`` (the above), ``plain`` (run tasks as the library's Heartbeat does, no
+    more), or ``profile`` (cProfile on the scheduler thread and around every task run on the
+    pool; wall-clock timer, so on a network store a task's time includes its request).
+    """
+
+    def __init__(self, workers: int = 8, *, mode: str = "measure") -> None:
+        super().__init__(workers=workers)
+        self.mode = mode
+        self.tally = Tally()
+        self.locks: dict[str, Lock] = {}  # task name ("lease KEY") -> its lock
+        self.profiles: list[cProfile.Profile] = []
         self._mutex = threading.Lock()
+        self._local = threading.local()
+
+    def watch(self, lock: Lock) -> None:
+        self.locks[f"lease {lock.key}"] = lock
+
+    def _profiler(self) -> cProfile.Profile:
+        """This thread's profiler, made on first use."""
+        profiler: cProfile.Profile | None = getattr(self._local, "profiler", None)
+        if profiler is None:
+            profiler = cProfile.Profile()  # wall clock: a per-thread CPU clock costs a syscall
+            self._local.profiler = profiler
+            with self._mutex:
+                self.profiles.append(profiler)
+        return profiler
+
+    def _loop(self) -> None:
+        if self.mode != "profile":
+            super()._loop()
+            return
+        profiler = self._profiler()
+        self._local.in_loop = True
+        profiler.enable()
+        try:
+            super()._loop()
+        finally:
+            profiler.disable()
 
     def _run(self, entry: ScheduledTask) -> None:
-        late = self.clock.monotonic() - entry.when
-        with self._mutex:
-            self.lateness.append(late)
+        if self.mode == "plain" or getattr(self._local, "in_loop", False):
+            super()._run(entry)  # plain, or an inline task inside the profiled scheduler loop
+            return
+        if self.mode == "profile":
+            profiler = self._profiler()
+            profiler.enable()
+            try:
+                super()._run(entry)
+            finally:
+                profiler.disable()
+            return
+        started = self.clock.monotonic()
+        due = entry.when  # before the run: it re-schedules the entry
+        lock = self.locks.get(entry.name)
+        holding = getattr(lock, "_holding", None)
+        deadline = getattr(holding, "deadline", None)
+        renew_due = getattr(holding, "next_renew", None)
         super()._run(entry)
+        done = self.clock.monotonic()
+        renewed = deadline is not None and getattr(holding, "deadline", None) != deadline
+        with self._mutex:
+            self.tally.start_late.append(started - due)
+            if renewed and renew_due is not None and deadline is not None:
+                self.tally.renew_start_late.append(started - renew_due)
+                self.tally.renew_done_late.append(done - renew_due)
+                self.tally.margin.append(deadline - done)
+                self.tally.renewals[entry.name] = self.tally.renewals.get(entry.name, 0) + 1
+
+    def close_and_wait(self) -> None:
+        """Close, and wait for the scheduler thread and running tasks to end (for profiles)."""
+        self.close()
+        thread, pool = getattr(self, "_thread", None), getattr(self, "_pool", None)
+        if thread is not None:
+            thread.join(10)
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
-def _percentile(values: list[float], q: float) -> float:
+class TimedStore:
+    """A store wrapper that records every request's duration (seconds). ``namespace``,
+    ``capabilities`` and ``stats`` are the inner store's, so the lock behaves as on the store."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self._inner = inner
+        self._mutex = threading.Lock()
+        self.durations: list[float] = []
+        self.recording = False
+
+    def _time(self, call: Callable[[], T]) -> T:
+        t0 = time.perf_counter()
+        try:
+            return call()
+        finally:
+            if self.recording:
+                elapsed = time.perf_counter() - t0
+                with self._mutex:
+                    self.durations.append(elapsed)
+
+    @property
+    def namespace(self) -> object:
+        return getattr(self._inner, "namespace", None) or id(self._inner)
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._inner.stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self._inner.capabilities
+
+    def read(self, key: str) -> Versioned | None:
+        return self._time(lambda: self._inner.read(key))
+
+    def create(self, key: str, data: bytes) -> str:
+        return self._time(lambda: self._inner.create(key, data))
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        return self._time(lambda: self._inner.replace(key, data, version))
+
+    def delete(self, key: str, version: str) -> None:
+        self._time(lambda: self._inner.delete(key, version))
+
+    def list(self, prefix: str) -> list[str]:
+        return self._time(lambda: self._inner.list(prefix))
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def measure(leases: int, seconds: float) -> dict[str, Any]:
-    store = MemoryStore()
-    heartbeat = MeasuringHeartbeat()
+def _ms(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p99 and max of ``values`` (seconds) in ms; None when there are none."""
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    return {
+        "p50": round(1000 * statistics.median(values), 3),
+        "p99": round(1000 * _percentile(values, 0.99), 3),
+        "max": round(1000 * max(values), 3),
+    }
+
+
+def _process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by process ``pid`` (Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _machine_cpu() -> list[int] | None:
+    """The machine's CPU time counters (``/proc/stat``, clock ticks), None off Linux."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    return [int(x) for x in first[1:9]] if first and first[0] == "cpu" else None
+
+
+def _machine_split(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+    """How the machine's CPU time went between two readings: % busy, idle and stolen (VM)."""
+    if before is None or after is None:
+        return None
+    d = [a - b for a, b in zip(after, before, strict=True)]
+    total = sum(d) or 1
+    idle, steal = d[3] + d[4], d[7]
+    return {
+        "busy": round(100 * (total - idle - steal) / total, 1),
+        "idle": round(100 * idle / total, 1),
+        "steal": round(100 * steal / total, 1),
+    }
+
+
+def _in_threads(fn: Callable[[Lock], object], locks: Sequence[Lock]) -> None:
+    with ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="scale-setup") as pool:
+        for _ in pool.map(fn, locks):
+            pass
+
+
+def _acquire(lock: Lock) -> None:
+    if not lock.try_lock():
+        raise RuntimeError(f"could not acquire the free lock {lock.key}")
+
+
+def _release(lock: Lock) -> None:
+    with contextlib.suppress(prioritylock.PriorityLockError):
+        lock.unlock()
+
+
+def measure(
+    store: ObjectStore,
+    leases: int,
+    seconds: float,
+    emulator_pid: int | None = None,
+    workers: int = 8,
+    mode: str = "measure",
+) -> dict[str, Any]:
+    timed = store if isinstance(store, TimedStore) else None
+    heartbeat = MeasuringHeartbeat(workers, mode=mode)
     lost: list[str] = []
 
     def on_lost(sender: object, **kwargs: Any) -> None:
         lost.append(str(kwargs.get("reason")))
 
     signals.lock_lost.connect(on_lost, weak=False)
+    prefix = uuid.uuid4().hex[:8]
     locks = [
-        LockBuilder().store(store).path("scale", f"lock-{i}").heartbeat(heartbeat).build()
+        LockBuilder().store(store).path("scale", f"{prefix}-{i}").heartbeat(heartbeat).build()
         for i in range(leases)
     ]
-    started = time.perf_counter()
     for lock in locks:
-        assert lock.try_lock()
-    acquire_s = time.perf_counter() - started
-    heartbeat.lateness.clear()
-    store.stats.reset()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    time.sleep(seconds)  # the workload: holding; the heartbeat does all the work
-    cpu = time.process_time() - cpu0
-    wall = time.perf_counter() - wall0
-    held = sum(lock.is_current_owner() for lock in locks)
-    snap = store.stats.snapshot()
-    for lock in locks:
-        lock.unlock()
-    heartbeat.close()
-    signals.lock_lost.disconnect(on_lost)
-    late_ms = [x * 1000 for x in heartbeat.lateness] or [0.0]
+        heartbeat.watch(lock)
+    defaults = locks[0].config
+    try:
+        started = time.perf_counter()
+        _in_threads(_acquire, locks)
+        acquire_s = time.perf_counter() - started
+        with heartbeat._mutex:
+            heartbeat.tally.clear()
+        if timed is not None:
+            timed.recording = True
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        machine_cpu0 = _machine_cpu()
+        before = store.stats.snapshot()
+        emulator_cpu0 = _process_cpu_s(emulator_pid) if emulator_pid else None
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        time.sleep(seconds)  # the workload: holding; the heartbeat does all the work
+        cpu = time.process_time() - cpu0
+        wall = time.perf_counter() - wall0
+        emulator_cpu1 = _process_cpu_s(emulator_pid) if emulator_pid else None
+        machine_cpu = _machine_split(machine_cpu0, _machine_cpu())
+        after = store.stats.snapshot()
+        with heartbeat._mutex:
+            tally = heartbeat.tally
+            heartbeat.tally = Tally()
+        if timed is not None:
+            timed.recording = False
+        held = sum(lock.is_current_owner() for lock in locks)
+        lost_in_window = len(lost)
+        started = time.perf_counter()
+        _in_threads(_release, locks)
+        release_s = time.perf_counter() - started
+    finally:
+        heartbeat.close_and_wait()
+        signals.lock_lost.disconnect(on_lost)
+    requests = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+    # Tasks in the window, counted by their requests (each task makes one: a renewal or a read).
+    tasks = len(tally.start_late) or requests.get("total", 0)
+    renew_counts = [tally.renewals.get(f"lease {lock.key}", 0) for lock in locks]
+    # Per lease and renew interval: 1 renewal, and a watch read every watch interval in between.
+    interval = defaults.renew_interval
+    expected = leases / interval * (1 + max(0, math.ceil(interval / defaults.watch_interval) - 1))
+    emulator_cpu = (
+        None
+        if emulator_cpu0 is None or emulator_cpu1 is None
+        else round(100 * (emulator_cpu1 - emulator_cpu0) / wall, 1)
+    )
     return {
         "leases": leases,
+        "workers": workers,
+        "mode": mode,
+        "load_at_window_start": load,
+        "machine_cpu_percent": machine_cpu,
         "seconds": round(wall, 2),
+        "lease_timeout_s": defaults.lease_timeout,
+        "renew_interval_s": defaults.renew_interval,
+        "watch_interval_s": defaults.watch_interval,
         "acquire_all_s": round(acquire_s, 3),
+        "release_all_s": round(release_s, 3),
         "cpu_percent_of_one_core": round(100 * cpu / wall, 2),
-        "tasks_run": len(heartbeat.lateness),
-        "renews": snap["replaces"],
-        "watch_reads": snap["reads"],
-        "late_ms_p50": round(statistics.median(late_ms), 3),
-        "late_ms_p99": round(_percentile(late_ms, 0.99), 3),
-        "late_ms_max": round(max(late_ms), 3),
+        "emulator_cpu_percent_of_one_core": emulator_cpu,
+        "requests": requests,
+        "requests_per_s": round(requests.get("total", 0) / wall, 1),
+        "requests_per_s_expected": round(expected, 1),
+        "request_ms": _ms(timed.durations) if timed is not None else None,
+        "tasks_run": tasks,
+        "renews": requests.get("replaces", 0),
+        "watch_reads": requests.get("reads", 0),
+        "late_ms": _ms(tally.start_late),
+        "renew_start_late_ms": _ms(tally.renew_start_late),
+        "renew_done_late_ms": _ms(tally.renew_done_late),
+        "renewals_measured": len(tally.margin),
+        "renewals_per_lease_min": min(renew_counts) if mode == "measure" else None,
+        "renewals_per_lease_max": max(renew_counts) if mode == "measure" else None,
+        "min_margin_s": round(min(tally.margin), 3) if tally.margin else None,
         "still_held": held,
-        "lost": len(lost),
+        "lost": lost_in_window,
+        "lost_reasons": sorted(set(lost)),
+        "profile": _profile_summary(heartbeat.profiles) if heartbeat.profiles else None,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--leases", default="1000,10000")
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    rows = [measure(int(n), args.seconds) for n in args.leases.split(",")]
-    header = (
-        f"{'leases':>7} {'cpu % core':>10} {'renews':>7} {'reads':>7} {'late p50 ms':>11} "
-        f"{'p99 ms':>8} {'max ms':>8} {'held':>6} {'lost':>5}"
-    )
-    print(f"scale on the memory store ({os.cpu_count()} cores, {args.seconds:g} s held)")
-    print(header)
-    for r in rows:
-        print(
-            f"{r['leases']:>7} {r['cpu_percent_of_one_core']:>10} {r['renews']:>7} "
-            f"{r['watch_reads']:>7} {r['late_ms_p50']:>11} {r['late_ms_p99']:>8} "
-            f"{r['late_ms_max']:>8} {r['still_held']:>6} {r['lost']:>5}"
+def _func_name(key: tuple[str, int, str]) -> str:
+    filename, line, name = key
+    if filename == "~":
+        return name
+    if "prioritylock" in filename:
+        return f"{filename[filename.rindex('prioritylock') :]}:{line}({name})"
+    return f"{Path(filename).name}:{line}({name})"
+
+
+#: Where the scheduler thread sleeps between due times (idle, not work): left out of the sums.
+_IDLE = ("threading.py", "wait")
+
+
+def _profile_summary(profiles: Sequence[cProfile.Profile]) -> dict[str, Any]:
+    """The heartbeat threads' profiles merged: µs per heartbeat task (``Lock._beat`` call) with
+    the scheduler's own bookkeeping, the top functions by their own time, the full listing."""
+    stats = pstats.Stats(profiles[0])
+    for profiler in profiles[1:]:
+        stats.add(profiler)
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
+    beats = sum(v[1] for k, v in raw.items() if k[2] == "_beat" and k[0].endswith("_lock.py"))
+    idle = sum(v[3] for k, v in raw.items() if k[0].endswith(_IDLE[0]) and k[2] == _IDLE[1])
+    idle_keys = {
+        k
+        for k, v in raw.items()
+        if (k[0].endswith(_IDLE[0]) and k[2] == _IDLE[1])
+        or k[2] == "<method 'acquire' of '_thread.lock' objects>"
+    }
+    busy: float = stats.total_tt - idle  # type: ignore[attr-defined]
+    per = 1e6 / max(1, beats)
+    top = sorted(
+        ((k, v) for k, v in raw.items() if k not in idle_keys),
+        key=lambda kv: kv[1][2],
+        reverse=True,
+    )[:15]
+    text = io.StringIO()
+    stats.stream = text  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(r"prioritylock", 30)
+    return {
+        "timer": "wall clock under cProfile, the scheduler's idle waits left out",
+        "tasks": beats,
+        "busy_s": round(busy, 3),
+        "us_per_task": round(busy * per, 2),
+        "top_own_us_per_task": [
+            {
+                "function": _func_name(k),
+                "calls_per_task": round(v[1] / max(1, beats), 2),
+                "own_us": round(v[2] * per, 2),
+                "cum_us": round(v[3] * per, 2),
+            }
+            for k, v in top
+        ],
+        "text": text.getvalue(),
+    }
+
+
+# -- stores ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def open_scale_store(name: str) -> Iterator[tuple[ObjectStore, int | None, dict[str, Any]]]:
+    """The store to hold the leases on, the emulator's pid (if any), and facts about it."""
+    if name == "memory":
+        yield MemoryStore(), None, {}
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="prioritylock-scale-") as work,
+        _servers.running([name], Path(work)) as running,
+    ):
+        emulator = running[name]
+        with _servers.environment(emulator.env()):
+            bucket = emulator.make_bucket()
+            store = open_store(emulator.url(bucket, f"scale-{uuid.uuid4().hex[:8]}"))
+            facts = {
+                "emulator_startup_s": round(emulator.startup_s, 2),
+                "versions": _servers.versions(),
+            }
+            try:
+                yield TimedStore(store), emulator._process.process.pid, facts
+            finally:
+                store.close()
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        cpu = next(
+            (ln.split(":", 1)[1].strip() for ln in f if ln.lower().startswith("model name")),
+            cpu,
         )
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "prioritylock": prioritylock.__version__,
+        "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: Any) -> str:
+    cloud = store != "memory"
+    headers = ["leases", "cpu % core"]
+    if cloud:
+        headers += ["emulator cpu %", "req/s (expected)", "request p50/p99 ms"]
+    headers += [
+        "renews",
+        "reads",
+        "late p50/p99/max ms",
+        "renewal done p50/p99/max ms",
+        "min margin s",
+        "renewals/lease",
+        "held",
+        "lost",
+    ]
+    table: list[list[str]] = []
+    for r in rows:
+        late, done = r["late_ms"], r["renew_done_late_ms"]
+        line = [f"{r['leases']:,}", f"{r['cpu_percent_of_one_core']:.1f}"]
+        if cloud:
+            req = r["request_ms"] or {}
+            line += [
+                _fmt(r["emulator_cpu_percent_of_one_core"]),
+                f"{r['requests_per_s']:.0f} ({r['requests_per_s_expected']:.0f})",
+                f"{_fmt(req.get('p50'))} / {_fmt(req.get('p99'))}",
+            ]
+        line += [
+            str(r["renews"]),
+            str(r["watch_reads"]),
+            f"{_fmt(late['p50'])} / {_fmt(late['p99'])} / {_fmt(late['max'])}",
+            f"{_fmt(done['p50'])} / {_fmt(done['p99'])} / {_fmt(done['max'])}",
+            _fmt(r["min_margin_s"]),
+            "-"
+            if r["renewals_per_lease_min"] is None
+            else f"{r['renewals_per_lease_min']}-{r['renewals_per_lease_max']}",
+            f"{r['still_held']:,}",
+            str(r["lost"]),
+        ]
+        table.append(line)
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
+    workers = rows[0]["workers"] if rows else 8
+    mode = rows[0]["mode"] if rows else "measure"
+    how = {
+        "measure": "",
+        "plain": ", tasks not timed (--plain)",
+        "profile": ", UNDER THE PROFILER (--profile)",
+    }[mode]
+    out = [
+        f"scale on {store} ({os.cpu_count()} cores, {seconds:g} s held, default timings, "
+        f"{workers} heartbeat workers{how}; "
+        f"load average {facts['loadavg_start'][0]:.2f} at the start)",
+        "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
+        "  ".join("-" * w for w in widths),
+    ]
+    out += ["  ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)) for t in table]
+    for r in rows:
+        out.append(
+            f"  {r['leases']:,} leases: acquired in {r['acquire_all_s']:.1f} s, released in "
+            f"{r['release_all_s']:.1f} s ({SETUP_THREADS} threads); {r['tasks_run']:,} heartbeat "
+            f"tasks in the window"
+            + (f", {r['renewals_measured']:,} of them renewals" if r["mode"] == "measure" else "")
+            + (
+                f"; load average {r['load_at_window_start']:.2f} when it opened"
+                if r["load_at_window_start"] is not None
+                else ""
+            )
+            + (
+                f"; machine CPU {m['busy']:.0f}% busy, {m['idle']:.0f}% idle, "
+                f"{m['steal']:.0f}% stolen by the hypervisor"
+                if (m := r["machine_cpu_percent"])
+                else ""
+            )
+            + (f"; lost: {', '.join(r['lost_reasons'])}" if r["lost_reasons"] else "")
+        )
+        prof = r["profile"]
+        if prof:
+            out.append(
+                f"  profile ({prof['timer']}): {prof['tasks']:,} tasks, "
+                f"{prof['us_per_task']:.1f} µs each; top own time, µs per task:"
+            )
+            for f in prof["top_own_us_per_task"]:
+                out.append(
+                    f"    {f['own_us']:8.2f} own {f['cum_us']:8.2f} cum {f['calls_per_task']:6.2f}"
+                    f" calls  {f['function']}"
+                )
+    return "\n".join(out)
+
+
+#: A lease's heartbeat makes one request every 5 s at the defaults (a renewal every 10 s, a
+#: watch read half-way): the no-op floor runs one task per lease every this many seconds.
+FLOOR_PERIOD = 5.0
+
+
+def heartbeat_floor(leases: int, seconds: float, slot_s: float) -> dict[str, Any]:
+    """CPU of a Heartbeat running ``leases`` no-op inline tasks, each every FLOOR_PERIOD, their
+    due times spread evenly (``slot_s`` 0) or rounded to multiples of ``slot_s``."""
+    heartbeat = Heartbeat()
+    start = time.monotonic() + 0.5
+
+    def task_at(first: float) -> Callable[[], float]:
+        due = [first]
+
+        def task() -> float:
+            due[0] += FLOOR_PERIOD
+            return due[0]
+
+        return task
+
+    dues = []
+    for i in range(leases):
+        due = start + FLOOR_PERIOD * i / leases
+        if slot_s:
+            due = start + math.floor((due - start) / slot_s) * slot_s
+        dues.append(due)
+        heartbeat.schedule(task_at(due), due, f"noop {i}", inline=True)
+    time.sleep(FLOOR_PERIOD / 2)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    cpu = time.process_time() - cpu0
+    wall = time.perf_counter() - wall0
+    heartbeat.close()
+    return {
+        "leases": leases,
+        "slot_s": slot_s,
+        "tasks_per_s": leases / FLOOR_PERIOD,
+        "wakeups_per_s": len(set(dues)) / FLOOR_PERIOD,
+        "cpu_percent_of_one_core": round(100 * cpu / wall, 2),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--store", choices=STORES, default="memory")
+    parser.add_argument(
+        "--leases", default=None, help="counts, comma-separated (default: per store)"
+    )
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--workers", type=int, default=8, help="the heartbeat's pool (default: the library's, 8)"
+    )
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--plain",
+        action="store_true",
+        help="don't time each heartbeat task (CPU without the measuring; no lateness figures)",
+    )
+    modes.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the heartbeat threads (cProfile, wall clock; figures inflated); "
+        "the listing goes to benchmarks/results/profile-scale-STORE-N.txt",
+    )
+    modes.add_argument(
+        "--floor",
+        action="store_true",
+        help="no locks: the heartbeat alone running no-op tasks at the rate N leases need, each "
+        "at its own due time and with due times rounded to 50 ms (the scheduler's own cost)",
+    )
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    counts = [int(n) for n in (args.leases or DEFAULT_LEASES[args.store]).split(",")]
+    facts: dict[str, Any] = machine()
+    if args.floor:
+        floor = [heartbeat_floor(n, args.seconds, slot) for n in counts for slot in (0.0, 0.05)]
+        print(
+            f"the heartbeat alone: no-op inline tasks, 2 per lease per {FLOOR_PERIOD * 2:g} s "
+            f"({os.cpu_count()} cores, {args.seconds:g} s)"
+        )
+        for f in floor:
+            spread = f"rounded to {f['slot_s'] * 1000:g} ms" if f["slot_s"] else "each its own"
+            print(
+                f"  {f['leases']:>7,} leases = {f['tasks_per_s']:,.0f} tasks/s, due times "
+                f"{spread} ({f['wakeups_per_s']:,.0f} distinct/s): "
+                f"{f['cpu_percent_of_one_core']:.2f} % of a core"
+            )
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump({"floor": floor, "machine": facts}, out, indent=2)
+                out.write("\n")
+        return 0
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in counts:
+            with open_scale_store(args.store) as (store, pid, store_facts):
+                facts.update(store_facts)
+                mode = "plain" if args.plain else "profile" if args.profile else "measure"
+                rows.append(measure(store, n, args.seconds, pid, args.workers, mode))
+    except _servers.EmulatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(render(args.store, args.seconds, rows, facts))
+    for r in rows:
+        if r["profile"]:
+            path = RESULTS / f"profile-scale-{args.store}-{r['leases']}.txt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(r["profile"].pop("text"), encoding="utf-8")
+            print(f"profile written to {path.relative_to(RESULTS.parents[1])}")
     if args.json:
+        payload = {"store": args.store, "machine": facts, "rows": rows}
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(rows, out, indent=2)
+            json.dump(payload, out, indent=2)
+            out.write("\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
