@@ -34,13 +34,16 @@ Task = Callable[[], "float | None"]
 class ScheduledTask:
     """A handle on a scheduled task; cancel it with :meth:`Heartbeat.cancel`."""
 
-    __slots__ = ("cancelled", "inline", "name", "running", "task", "when")
+    __slots__ = ("cancelled", "inline", "name", "running", "task", "tolerance", "when")
 
-    def __init__(self, task: Task, when: float, name: str, inline: bool = False) -> None:
+    def __init__(
+        self, task: Task, when: float, name: str, inline: bool = False, tolerance: float = 0.0
+    ) -> None:
         self.task = task
         self.when = when
         self.name = name
         self.inline = inline
+        self.tolerance = tolerance
         self.cancelled = False
         self.running = False
 
@@ -74,13 +77,22 @@ class Heartbeat:
     # -- scheduling ----------------------------------------------------------------------------
 
     def schedule(
-        self, task: Task, when: float, name: str = "task", *, inline: bool = False
+        self,
+        task: Task,
+        when: float,
+        name: str = "task",
+        *,
+        inline: bool = False,
+        tolerance: float = 0.0,
     ) -> ScheduledTask:
         """Run ``task`` at ``when`` (monotonic seconds on this heartbeat's clock).
 
         ``inline`` tasks are quick (no network): they run on the scheduler's own thread.
+        ``tolerance`` lets a task run up to that much *later* than asked: its times are rounded
+        up to a grid of that step, so thousands of leases share wakeups instead of waking the
+        scheduler one by one.
         """
-        entry = ScheduledTask(task, when, name, inline)
+        entry = ScheduledTask(task, when, name, inline, tolerance)
         with self._cond:
             if self._closed:
                 raise RuntimeError("heartbeat is closed")
@@ -101,6 +113,8 @@ class Heartbeat:
             entry.cancelled = True  # skipped lazily when it reaches the top of the heap
 
     def _push(self, entry: ScheduledTask, when: float) -> None:
+        if entry.tolerance > 0:
+            when = math.ceil(when / entry.tolerance) * entry.tolerance
         entry.when = when
         heapq.heappush(self._heap, (when, next(self._seq), entry))
         # Wake the loop only if it sleeps past this entry's time: waking it costs the caller

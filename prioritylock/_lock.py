@@ -559,6 +559,10 @@ class Lock:
             # An in-process store answers in microseconds: run its heartbeat on the scheduler's
             # own thread rather than pay a hand-off to the pool for every renewal.
             inline=not self._store.capabilities.shared_across_processes,
+            # Up to 50 ms late (a tenth of the shortest interval for short ones): renewals of
+            # many leases then share the scheduler's wakeups. Ownership itself is judged on the
+            # clock, so a late check can only make a loss known later, never a lease longer.
+            tolerance=min(0.05, cfg.watch_interval / 10, cfg.renew_interval / 10),
         )
 
     def _announce_acquired(self) -> None:

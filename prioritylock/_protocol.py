@@ -271,7 +271,19 @@ def _take(lease: Lease, me: Claim, wall: float, kind: str) -> Write:
 def renewed(lease: Lease, wall: float) -> Lease:
     """The holder's next heartbeat: same holder, ``beat + 1``."""
     assert lease.holder is not None
-    holder = attrs.evolve(lease.holder, renewed_at=wall, beat=lease.holder.beat + 1)
+    h = lease.holder
+    holder = Holder(  # spelled out: attrs.evolve inspects the class on every call
+        lock_id=h.lock_id,
+        owner=h.owner,
+        message=h.message,
+        priority=h.priority,
+        lease_timeout=h.lease_timeout,
+        cleanup_timeout=h.cleanup_timeout,
+        forceful=h.forceful,
+        acquired_at=h.acquired_at,
+        renewed_at=wall,
+        beat=h.beat + 1,
+    )
     return lease.rewritten(holder=holder)
 
 

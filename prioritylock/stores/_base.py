@@ -178,7 +178,7 @@ class ObjectStore(Protocol):
         ...
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=65536)
 def _check_key(key: str) -> None:
     _validate_key(key)
 
