@@ -465,18 +465,11 @@ class Lock:
                         seen = self._read()
                         continue
                 if isinstance(step, proto.Owned):
-                    # Handed over to us. Our lease clock must start at a write of our own.
-                    assert seen.lease is not None and seen.version is not None
-                    started = self._clock.monotonic()
-                    beat = proto.renewed(seen.lease, self._clock.time())
-                    result = self._write(
-                        beat, seen.version, create=False, deadline=self._op_deadline()
-                    )
-                    if not isinstance(result, str):
-                        seen = result
-                        continue
-                    self._become_holder(claim, beat, result, started)
-                    break
+                    confirmed = self._confirm_handover(claim, seen)
+                    if confirmed is None:
+                        break
+                    seen = confirmed
+                    continue
                 if isinstance(step, proto.Refused):
                     mine = None
                     self._notify_denied(seen.lease)
@@ -487,11 +480,8 @@ class Lock:
                     return False
                 now = self._clock.monotonic()
                 if deadline is not None and now >= deadline:
-                    if mine is not None:
-                        won = self._withdraw(claim, seen)
-                        if won is not None:
-                            self._become_holder(claim, won[0], won[1], won[2])
-                            break
+                    if mine is not None and self._withdraw(claim, seen):
+                        break
                     return False
             pause = delay.next()
             if step.until is not None:
@@ -508,30 +498,41 @@ class Lock:
         self._announce_acquired()
         return True
 
-    def _withdraw(self, claim: proto.Claim, seen: _Seen) -> tuple[Lease, str, float] | None:
+    def _confirm_handover(self, claim: proto.Claim, seen: _Seen) -> _Seen | None:
+        """The lease names us as holder (handed over, or our write landed unseen). Our lease
+        clock must start at a write of our own: renew, and hold from its start. Returns None
+        once we hold, or what is there instead if the renewal lost a race."""
+        assert seen.lease is not None and seen.version is not None
+        started = self._clock.monotonic()
+        beat = proto.renewed(seen.lease, self._clock.time())
+        result = self._write(beat, seen.version, create=False, deadline=self._op_deadline())
+        if not isinstance(result, str):
+            return result
+        self._become_holder(claim, beat, result, started)
+        return None
+
+    def _withdraw(self, claim: proto.Claim, seen: _Seen) -> bool:
         """Take our pending request back (our own deadline ran out). If the lock was handed to us
-        meanwhile, confirm it and return (lease, version, started)."""
+        meanwhile, confirm it and return True (we hold it)."""
         while seen.lease is not None:
             lease = seen.lease
             if lease.holder is not None and lease.holder.lock_id == claim.lock_id:
-                started = self._clock.monotonic()
-                beat = proto.renewed(lease, self._clock.time())
-                result = self._write(beat, seen.version, create=False, deadline=self._op_deadline())
-                if isinstance(result, str):
-                    return beat, result, started
-                seen = result
+                confirmed = self._confirm_handover(claim, seen)
+                if confirmed is None:
+                    return True
+                seen = confirmed
                 continue
             if lease.requestor is None or lease.requestor.requestor_id != claim.lock_id:
-                return None
+                return False
             withdrawn = lease.rewritten(requestor=None)
             result = self._write(
                 withdrawn, seen.version, create=False, deadline=self._op_deadline()
             )
             if isinstance(result, str):
                 self._seen = _Seen(withdrawn, result)
-                return None
+                return False
             seen = result
-        return None
+        return False
 
     def _sight(self, lease: Lease | None, now: float) -> None:
         self._holder_seen = proto.sight(self._holder_seen, proto.heartbeat_ident(lease), now)
