@@ -52,6 +52,7 @@ from prioritylock._lease import (
     new_nonce,
 )
 from prioritylock._listener import CleanupNotice
+from prioritylock.stores._base import NOT_MODIFIED, ConditionalReader
 
 __all__ = ["Lock"]
 
@@ -158,6 +159,8 @@ class Lock:
     def __init__(self, config: LockConfig) -> None:
         self._cfg = config
         self._store = config.store
+        # Stores that can answer "unchanged" (HTTP 304) spare the body and its decoding.
+        self._reader = config.store if isinstance(config.store, ConditionalReader) else None
         self._key = config.key
         self._clock = config.clock
         self._hb: Heartbeat = config.heartbeat or default_heartbeat()
@@ -854,12 +857,20 @@ class Lock:
         the store timeout from now). One attempt is always made."""
         if deadline is None:
             deadline = self._op_deadline()
-        found = self._retrying(lambda: self._store.read(self._key), deadline)
         cached = self._seen
+        reader = self._reader
+        if reader is not None and cached is not None and cached.version is not None:
+            known = cached.version
+            found = self._retrying(lambda: reader.read_if_changed(self._key, known), deadline)
+        else:
+            found = self._retrying(lambda: self._store.read(self._key), deadline)
         if found is None:
             seen = _Seen(None, None)
-        elif cached is not None and cached.version == found.version and cached.lease is not None:
+        elif found is NOT_MODIFIED:
+            assert cached is not None
             seen = cached  # unchanged since we last decoded it (a watch read, mostly)
+        elif cached is not None and cached.version == found.version and cached.lease is not None:
+            seen = cached  # a store without conditional reads, or one that ignored the condition
         else:
             seen = _Seen(decode(self._key, found.data, name=self._key), found.version)
         self._seen = seen

@@ -7,7 +7,16 @@ requests in ``store.stats``. ``open_store(url)`` picks one from a URL. The cloud
 
 from typing import TYPE_CHECKING, Any
 
-from prioritylock.stores._base import ObjectStore, StoreCapabilities, StoreStats, Versioned
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ConditionalReader,
+    NotModified,
+    ObjectStore,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+)
 from prioritylock.stores._cas import replace_if_unchanged
 from prioritylock.stores._local import LocalStore
 from prioritylock.stores._memory import MemoryStore
@@ -42,10 +51,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AzureBlobStore",
+    "ConditionalReader",
     "GCSStore",
     "LocalStore",
     "MemoryStore",
+    "NOT_MODIFIED",
+    "NotModified",
     "ObjectStore",
+    "ReadResult",
     "S3Store",
     "StoreCapabilities",
     "StoreStats",

@@ -7,18 +7,23 @@ create-if-absent and compare-and-swap on an opaque version token. A failed condi
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 import threading
-from typing import Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
 from prioritylock._errors import ConfigError
 
 __all__ = [
+    "ConditionalReader",
     "MAX_KEY_BYTES",
+    "NOT_MODIFIED",
+    "NotModified",
     "ObjectStore",
+    "ReadResult",
     "StoreCapabilities",
     "StoreStats",
     "Versioned",
@@ -29,12 +34,25 @@ MAX_KEY_BYTES = 1024
 _BAD_KEY_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
+class NotModified(enum.Enum):
+    """What :meth:`ConditionalReader.read_if_changed` returns when the object is unchanged."""
+
+    NOT_MODIFIED = "not modified"
+
+
+NOT_MODIFIED: Final = NotModified.NOT_MODIFIED
+
+
 @attrs.frozen
 class Versioned:
     """Bytes read from a store with the version token they were read at."""
 
     data: bytes
     version: str
+
+
+#: What a conditional read returns: the object, ``None`` (absent), or :data:`NOT_MODIFIED`.
+ReadResult = Versioned | None | Literal[NotModified.NOT_MODIFIED]
 
 
 @attrs.frozen
@@ -68,10 +86,21 @@ class StoreStats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(_KINDS, 0)
+        self._not_modified = 0
 
     def count(self, kind: str) -> None:
         with self._lock:
             self._counts[kind] += 1
+
+    def count_not_modified(self) -> None:
+        """A conditional read found the object unchanged (it is counted in ``reads`` too)."""
+        with self._lock:
+            self._not_modified += 1
+
+    @property
+    def not_modified(self) -> int:
+        """Reads answered "unchanged" (HTTP 304): billed as reads, but no body was sent."""
+        return self._not_modified
 
     @property
     def reads(self) -> int:
@@ -114,6 +143,7 @@ class StoreStats:
         with self._lock:
             for kind in _KINDS:
                 self._counts[kind] = 0
+            self._not_modified = 0
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v}" for k, v in self.snapshot().items())
@@ -175,6 +205,24 @@ class ObjectStore(Protocol):
 
     def close(self) -> None:
         """Release clients and connections; the store is not used afterwards."""
+        ...
+
+
+@runtime_checkable
+class ConditionalReader(Protocol):
+    """A store that can read "only if changed" (HTTP ``If-None-Match`` and its kin).
+
+    Optional: the lock uses it when a store offers it, and a plain :meth:`ObjectStore.read`
+    otherwise. Every store in prioritylock offers it.
+    """
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """:data:`NOT_MODIFIED` if the object is still at ``version``; else what :meth:`read`
+        returns. One request, counted in ``stats.reads`` (and ``stats.not_modified`` when
+        unchanged): a store that can't ask conditionally may read in full and compare.
+
+        :raises StoreError: the store failed.
+        """
         ...
 
 

@@ -7,6 +7,8 @@ import threading
 
 from prioritylock._errors import ConditionFailed
 from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
     StoreCapabilities,
     StoreStats,
     Versioned,
@@ -54,6 +56,18 @@ class MemoryStore:
         with self._lock:
             found = self._objects.get(key)
         return None if found is None else Versioned(found[0], found[1])
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        validate_key(key)
+        self._stats.count("reads")
+        with self._lock:
+            found = self._objects.get(key)
+        if found is None:
+            return None
+        if found[1] == version:
+            self._stats.count_not_modified()
+            return NOT_MODIFIED
+        return Versioned(found[0], found[1])
 
     def create(self, key: str, data: bytes) -> str:
         validate_key(key)

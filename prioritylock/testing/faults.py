@@ -21,7 +21,15 @@ import random
 import threading
 
 from prioritylock._errors import ConditionFailed, StoreUnavailable
-from prioritylock.stores._base import ObjectStore, StoreCapabilities, StoreStats, Versioned
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ConditionalReader,
+    ObjectStore,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+)
 
 __all__ = ["FAULTS", "FaultyStore"]
 
@@ -105,6 +113,21 @@ class FaultyStore:
         if self._fault("read") is not None:
             raise StoreUnavailable(f"injected: read {key!r} throttled (429)")
         return self.inner.read(key)
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """The inner store's conditional read (a full read and compare if it has none)."""
+        self._stats.count("reads")
+        if self._fault("read") is not None:
+            raise StoreUnavailable(f"injected: read {key!r} throttled (429)")
+        if isinstance(self.inner, ConditionalReader):
+            found = self.inner.read_if_changed(key, version)
+        else:
+            found = self.inner.read(key)
+            if found is not None and found.version == version:
+                found = NOT_MODIFIED
+        if found is NOT_MODIFIED:
+            self._stats.count_not_modified()
+        return found
 
     def create(self, key: str, data: bytes) -> str:
         return self._write("create", key, lambda: self.inner.create(key, data))
