@@ -73,6 +73,7 @@ from _servers import Emulator
 import prioritylock
 from prioritylock import (
     CleanupNotice,
+    FakeClock,
     Heartbeat,
     Lock,
     LockBuilder,
@@ -948,6 +949,27 @@ def _single_client_ops(b: Bench, store: ObjectStore) -> dict[str, dict[str, int]
     # ``fresh`` still caches the version of its own release; others have written since.
     out["acquire_stale_cache"] = stats_delta(store, fresh.try_lock)
     fresh.unlock()
+    out.update(_expired_takeover(b, store))
+    return out
+
+
+def _expired_takeover(b: Bench, store: ObjectStore) -> dict[str, dict[str, int]]:
+    """A holder that died (its heartbeat never runs) and a rival that takes over: one request to
+    see the holder (refused), then, lease_timeout + max_clock_drift later on the rival's own
+    clock, what taking the expired lease costs. Fake clocks: no waiting."""
+    clock = FakeClock()
+    stopped = Heartbeat(clock, threaded=False)  # never stepped: the holder never renews
+    path = b.path("expired")
+    dead = b.builder(store, path, "dead").clock(clock).heartbeat(stopped).lease_timeout(2).build()
+    if not dead.try_lock():
+        raise RuntimeError("the expired-takeover holder could not take a fresh lock")
+    rival = b.builder(store, path, "rival").clock(clock).heartbeat(stopped).build()
+    out = {"acquire_expired_sight": stats_delta(store, rival.try_lock)}
+    clock.advance(2 + 0.5 + 0.01)  # the holder's lease timeout + the default max_clock_drift
+    out["acquire_expired"] = stats_delta(store, rival.try_lock)
+    if not rival.is_current_owner():
+        raise RuntimeError("the rival did not take over the expired lease")
+    rival.unlock()
     return out
 
 
@@ -960,6 +982,8 @@ _OPS = [
     ("release", "unlock()"),
     ("acquire_stale_cache", "acquire, stale cached version (same Lock, others wrote since)"),
     ("try_lock_refused", "try_lock() refused (held by another)"),
+    ("acquire_expired_sight", "expired holder: first sight (try_lock refused)"),
+    ("acquire_expired", "expired holder: take over after lease_timeout + drift"),
 ]
 
 

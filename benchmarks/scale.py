@@ -1,7 +1,7 @@
 """Scale: one process holding many leases. CPU used by the heartbeat, and how late renewals ran.
 
     python benchmarks/scale.py [--store memory|s3-moto|s3-seaweedfs] [--leases 1000,10000]
-                               [--seconds 30] [--workers 8] [--plain | --profile | --floor]
+                               [--seconds 30] [--workers 32] [--plain | --profile | --floor]
                                [--json PATH]
 
 Every lease uses the default timings (lease 30 s: renewed every 10 s, watched every 5 s, a
@@ -9,7 +9,8 @@ renewal restarting the watch interval). ``--store memory`` (the default; 1,000 a
 holds them on one MemoryStore, so the figures are the library's own cost: its heartbeat renews
 in-process leases on the scheduler thread. ``--store s3-moto`` or ``s3-seaweedfs`` (1,000 leases)
 starts that S3 emulator on a free port (``_servers.py``) and holds them on one S3Store: there the
-heartbeat hands each renewal and watch read to its pool of 8 workers, so requests run 8 at a time.
+heartbeat hands each renewal and watch read to its pool of workers (32 by default), so that many
+requests run at a time.
 
 Measured over the window, after every lease is held (acquired by 8 threads at once, as fast as
 the store allows) and before any is released:
@@ -59,10 +60,12 @@ import _servers  # benchmarks/_servers.py: run as a script, this directory is on
 
 import prioritylock
 from prioritylock import Heartbeat, Lock, LockBuilder, signals
-from prioritylock._heartbeat import ScheduledTask
+from prioritylock._heartbeat import DEFAULT_WORKERS, ScheduledTask
 from prioritylock.stores import (
+    ConditionalReader,
     MemoryStore,
     ObjectStore,
+    ReadResult,
     StoreCapabilities,
     StoreStats,
     Versioned,
@@ -111,7 +114,7 @@ class MeasuringHeartbeat(Heartbeat):
     pool; wall-clock timer, so on a network store a task's time includes its request).
     """
 
-    def __init__(self, workers: int = 8, *, mode: str = "measure") -> None:
+    def __init__(self, workers: int = DEFAULT_WORKERS, *, mode: str = "measure") -> None:
         super().__init__(workers=workers)
         self.mode = mode
         self.tally = Tally()
@@ -219,6 +222,12 @@ class TimedStore:
     def read(self, key: str) -> Versioned | None:
         return self._time(lambda: self._inner.read(key))
 
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        inner = self._inner
+        if isinstance(inner, ConditionalReader):
+            return self._time(lambda: inner.read_if_changed(key, version))
+        return self._time(lambda: inner.read(key))
+
     def create(self, key: str, data: bytes) -> str:
         return self._time(lambda: self._inner.create(key, data))
 
@@ -307,7 +316,7 @@ def measure(
     leases: int,
     seconds: float,
     emulator_pid: int | None = None,
-    workers: int = 8,
+    workers: int = DEFAULT_WORKERS,
     mode: str = "measure",
 ) -> dict[str, Any]:
     timed = store if isinstance(store, TimedStore) else None
@@ -556,7 +565,7 @@ def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: An
         ]
         table.append(line)
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
-    workers = rows[0]["workers"] if rows else 8
+    workers = rows[0]["workers"] if rows else DEFAULT_WORKERS
     mode = rows[0]["mode"] if rows else "measure"
     how = {
         "measure": "",
@@ -654,7 +663,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument(
-        "--workers", type=int, default=8, help="the heartbeat's pool (default: the library's, 8)"
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"the heartbeat's pool (default: the library's, {DEFAULT_WORKERS})",
     )
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument(
