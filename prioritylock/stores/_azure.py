@@ -12,6 +12,10 @@ delete      Delete Blob with ``If-Match: <etag>``                         --
 list        List Blobs with ``prefix``, one request per page              --
 ==========  ===========================================================  ================
 
+``read_if_changed`` is Get Blob with ``If-None-Match: <etag>``: an unchanged blob costs a 304
+without a body (Azurite honours it too). The SDK raises the 304 as an error, typed by its error
+code (``ResourceModifiedError`` for ``ConditionNotMet``), so the store goes by the status alone.
+
 Decisions that shape this module:
 
 - **The SDK never retries.** Every call passes ``retry_total=0`` (the SDK's default is ten
@@ -73,6 +77,8 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
     StoreCapabilities,
     StoreStats,
     Versioned,
@@ -250,21 +256,22 @@ class AzureBlobStore:
         :raises StoreAccessError: credentials refused or the container is missing.
         :raises StoreError: any other failure of the store.
         """
-        blob = self._client.get_blob_client(self._name(key))
-        self._stats.count("reads")
-        try:
-            downloader = blob.download_blob(**self._options)
-            data = downloader.readall()
-        except AzureError as exc:
-            if _error_code(exc) == "BlobNotFound":
-                return None
-            raise self._translate(exc, "read", key) from exc
-        if downloader.size == 0:
-            self._stats.count("reads")  # the SDK's ranged GET got 416, then it asked again
-        etag = downloader.properties.etag
-        if not etag:
-            raise StoreUnavailable(f"Azure read of {key!r} in {self._where()} returned no ETag")
-        return Versioned(bytes(data), str(etag))
+        found = self._download(key, None)
+        assert found is not NOT_MODIFIED, "an unconditional Get Blob answered 304"
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """:data:`~prioritylock.stores.NOT_MODIFIED` if the object's ETag is still ``version``
+        (``If-None-Match``: Azure answers 304, without the body); else what :meth:`read` returns.
+
+        One request (two when it finds an empty blob changed, see the module notes).
+
+        :raises ConfigError: invalid key.
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
+        :raises StoreAccessError: credentials refused or the container is missing.
+        :raises StoreError: any other failure of the store.
+        """
+        return self._download(key, version)
 
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent (``If-None-Match: *``); return the new ETag.
@@ -358,6 +365,36 @@ class AzureBlobStore:
 
     def _name(self, key: str) -> str:
         return prefixed_key(self._prefix, key, "Azure blob name")
+
+    def _download(self, key: str, version: str | None) -> ReadResult:
+        """One Get Blob; with ``version``, only if the blob is no longer at it."""
+        blob = self._client.get_blob_client(self._name(key))
+        # A token that can't be an ETag names no blob: a plain download answers the same.
+        known = version if version is not None and _is_etag(version) else None
+        conditions: dict[str, Any] = {}
+        if known is not None:
+            conditions = {"etag": known, "match_condition": MatchConditions.IfModified}
+        self._stats.count("reads")
+        try:
+            downloader = blob.download_blob(**conditions, **self._options)
+            data = downloader.readall()
+        except AzureError as exc:
+            if _error_code(exc) == "BlobNotFound":
+                return None
+            if known is not None and isinstance(exc, HttpResponseError) and exc.status_code == 304:
+                self._stats.count_not_modified()
+                return NOT_MODIFIED
+            raise self._translate(exc, "read", key) from exc
+        if downloader.size == 0:
+            self._stats.count("reads")  # the SDK's ranged GET got 416, then it asked again
+        etag = downloader.properties.etag
+        if not etag:
+            raise StoreUnavailable(f"Azure read of {key!r} in {self._where()} returned no ETag")
+        if str(etag) == known:
+            # A server that ignores If-None-Match sends the blob anyway: the answer is the same.
+            self._stats.count_not_modified()
+            return NOT_MODIFIED
+        return Versioned(bytes(data), str(etag))
 
     def _upload(self, operation: str, key: str, data: bytes, **conditions: Any) -> str:
         blob = self._client.get_blob_client(self._name(key))
@@ -477,9 +514,14 @@ def _check_etag(key: str, version: str) -> str:
 
     :raises ConditionFailed: it can't (empty, not printable ASCII), so no blob is at it.
     """
-    if isinstance(version, str) and _ETAG_RE.match(version):
+    if _is_etag(version):
         return version
     raise ConditionFailed(key, f"version {version!r} is not an Azure ETag")
+
+
+def _is_etag(version: str) -> bool:
+    """Whether ``version`` can be an ETag (and so be sent in a header)."""
+    return isinstance(version, str) and _ETAG_RE.match(version) is not None
 
 
 def _validate_account_url(account_url: str) -> str:

@@ -12,6 +12,10 @@ delete      object delete with ``ifGenerationMatch=<generation>``       --
 list        object list with ``prefix``, one request per page           --
 ==========  ==========================================================  ==================
 
+``read_if_changed`` is the media download with ``ifGenerationNotMatch=<generation>``: GCS answers
+an unchanged object with 304 and no body. fake-gcs-server 0.1.1 ignores the parameter and sends the
+object; the store then compares generations, so the answer is the same either way.
+
 Decisions that shape this module:
 
 - **The SDK never retries.** Every call passes ``retry=None``: a retried conditional write whose
@@ -66,6 +70,8 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
     StoreCapabilities,
     StoreStats,
     Versioned,
@@ -190,15 +196,21 @@ class GCSStore:
         :raises StoreAccessError: credentials refused.
         :raises StoreError: any other failure of the store.
         """
-        blob = self._bucket.blob(self._name(key))
-        self._stats.count("reads")
-        try:
-            data = blob.download_as_bytes(retry=None, timeout=self._timeout)
-        except _SDK_ERRORS as exc:
-            if isinstance(exc, api_exceptions.NotFound) and not _names_bucket(exc):
-                return None
-            raise self._translate(exc, "read", key) from exc
-        return Versioned(bytes(data), self._generation_of(blob, "read", key))
+        found = self._download(key, None)
+        assert found is not NOT_MODIFIED, "an unconditional download answered 304"
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """:data:`~prioritylock.stores.NOT_MODIFIED` if the object is still at generation
+        ``version`` (``ifGenerationNotMatch``: GCS answers 304, without the body); else what
+        :meth:`read` returns. One request.
+
+        :raises ConfigError: invalid key.
+        :raises StoreUnavailable: throttled, 5xx, timeout, lost connection or a corrupt download.
+        :raises StoreAccessError: credentials refused.
+        :raises StoreError: any other failure of the store.
+        """
+        return self._download(key, version)
 
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent (``ifGenerationMatch=0``); return the version.
@@ -286,6 +298,30 @@ class GCSStore:
 
     def _name(self, key: str) -> str:
         return prefixed_key(self._prefix, key, "GCS object name")
+
+    def _download(self, key: str, version: str | None) -> ReadResult:
+        """One media download; with ``version``, only if the object is no longer at it."""
+        blob = self._bucket.blob(self._name(key))
+        # A token that is not a generation names no object: a plain download answers the same.
+        known = None if version is None else _generation(version)
+        self._stats.count("reads")
+        try:
+            data = blob.download_as_bytes(
+                if_generation_not_match=known, retry=None, timeout=self._timeout
+            )
+        except _SDK_ERRORS as exc:
+            if isinstance(exc, api_exceptions.NotFound) and not _names_bucket(exc):
+                return None
+            if known is not None and isinstance(exc, api_exceptions.NotModified):
+                self._stats.count_not_modified()
+                return NOT_MODIFIED
+            raise self._translate(exc, "read", key) from exc
+        generation = self._generation_of(blob, "read", key)
+        if known is not None and generation == str(known):
+            # fake-gcs-server ignores ifGenerationNotMatch and sends the object anyway.
+            self._stats.count_not_modified()
+            return NOT_MODIFIED
+        return Versioned(bytes(data), generation)
 
     def _upload(self, operation: str, key: str, data: bytes, generation: int) -> str:
         blob = self._bucket.blob(self._name(key))
@@ -435,11 +471,19 @@ def _parse_generation(key: str, version: str) -> int:
     :raises ConditionFailed: not a positive integer, so no GCS object can be at that version (and
         ``0`` would turn a replace into a create).
     """
+    generation = _generation(version)
+    if generation is None:
+        raise ConditionFailed(key, f"version {version!r} is not a GCS generation")
+    return generation
+
+
+def _generation(version: str) -> int | None:
+    """The generation a version token names, or ``None`` if it is not a positive integer."""
     if isinstance(version, str) and version.isascii() and version.isdigit():
         generation = int(version)
         if generation > 0:
             return generation
-    raise ConditionFailed(key, f"version {version!r} is not a GCS generation")
+    return None
 
 
 def _validate_endpoint(endpoint: str) -> str:

@@ -12,6 +12,9 @@ delete      ``DeleteObject`` with ``If-Match: <etag>``         --
 list        ``ListObjectsV2``, one request per page of 1000    --
 ==========  =================================================  ====================
 
+``read_if_changed`` is ``GetObject`` with ``If-None-Match: <etag>``: an unchanged object costs a
+304 without a body (a store that ignores the header sends the body, and the ETag tells).
+
 Two decisions shape this module:
 
 - **botocore never retries.** A retried conditional write whose first attempt landed comes back as
@@ -55,6 +58,8 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
     StoreCapabilities,
     StoreStats,
     Versioned,
@@ -72,6 +77,9 @@ ADDRESSING_STYLES = ("auto", "path", "virtual")
 # Permissive on purpose: S3-compatible stores and legacy us-east-1 buckets accept more than
 # today's AWS rules; the store itself rejects what it can't take (InvalidBucketName).
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{1,254}$")
+
+# What a quoted ETag can be: printable ASCII without inner quotes, as a header value must be.
+_ETAG_RE = re.compile(r'^"[\x21\x23-\x7e]{0,256}"$')
 
 # Codes that mean "the condition did not hold" (or the key vanished under a conditional write).
 _CONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"})
@@ -227,20 +235,20 @@ class S3Store:
         :raises StoreError: any other failure of the store.
         :raises ConfigError: an invalid key, refused before any request.
         """
-        full = self._full_key(key)
-        try:
-            with self._counting("reads"):
-                response = self._client.get_object(Bucket=self._bucket, Key=full)
-                body = response["Body"]
-                try:
-                    data = body.read()
-                finally:
-                    body.close()
-        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
-            if _error_code(exc) == "NoSuchKey":
-                return None
-            raise self._translate(exc, "read", key, write=False) from exc
-        return Versioned(bytes(data), self._etag(response, "read", key))
+        found = self._get(key, None)
+        assert found is not NOT_MODIFIED, "an unconditional GetObject answered 304"
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """:data:`~prioritylock.stores.NOT_MODIFIED` if the object's ETag is still ``version``
+        (``If-None-Match``: S3 answers 304, without the body); else what :meth:`read` returns.
+
+        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
+        :raises StoreAccessError: credentials refused or the bucket is missing.
+        :raises StoreError: any other failure of the store.
+        :raises ConfigError: an invalid key, refused before any request.
+        """
+        return self._get(key, version)
 
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent (``If-None-Match: *``); return the new ETag.
@@ -337,6 +345,33 @@ class S3Store:
 
     def _full_key(self, key: str) -> str:
         return prefixed_key(self._prefix, key, "S3 key")
+
+    def _get(self, key: str, version: str | None) -> ReadResult:
+        """One ``GetObject``; with ``version``, only if the object is no longer at it."""
+        full = self._full_key(key)
+        known = None if version is None else _if_none_match(version)
+        conditions = {} if known is None else {"IfNoneMatch": known}
+        try:
+            with self._counting("reads"):
+                response = self._client.get_object(Bucket=self._bucket, Key=full, **conditions)
+                body = response["Body"]
+                try:
+                    data = body.read()
+                finally:
+                    body.close()
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            if _error_code(exc) == "NoSuchKey":
+                return None
+            if known is not None and _not_modified(exc):
+                self._stats.count_not_modified()
+                return NOT_MODIFIED
+            raise self._translate(exc, "read", key, write=False) from exc
+        etag = self._etag(response, "read", key)
+        if etag == known:
+            # A store that ignores If-None-Match sends the body anyway: the answer is the same.
+            self._stats.count_not_modified()
+            return NOT_MODIFIED
+        return Versioned(bytes(data), etag)
 
     def _counting(self, kind: str) -> _Counting:
         return _Counting(self._local, kind)
@@ -492,6 +527,20 @@ def _condition_detail(operation: str, code: str) -> str:
     if operation == "create":
         return "already exists"
     return "absent or at another version"
+
+
+def _not_modified(exc: Exception) -> bool:
+    """Whether a conditional GetObject was answered 304 (botocore: a ClientError, code "304")."""
+    if not isinstance(exc, botocore.exceptions.ClientError):
+        return False
+    return _http_status(exc) == 304 or _error_code(exc) in ("304", "NotModified")
+
+
+def _if_none_match(version: str) -> str | None:
+    """``version`` as an ``If-None-Match`` value, or ``None`` if no object can be at it (a
+    token that can't be an ETag: then a plain read answers the same, in one request too)."""
+    quoted = _quoted(version)
+    return quoted if _ETAG_RE.match(quoted) else None
 
 
 def _quoted(etag: str) -> str:

@@ -35,7 +35,13 @@ from typing import Any, ClassVar, TypeVar
 import pytest
 
 from prioritylock._errors import ConditionFailed, ConfigError
-from prioritylock.stores._base import ObjectStore, StoreCapabilities, Versioned
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ConditionalReader,
+    ObjectStore,
+    StoreCapabilities,
+    Versioned,
+)
 
 __all__ = ["StoreContract"]
 
@@ -106,6 +112,24 @@ def _expect_condition_failed(key: str, call: Callable[[], object], what: str) ->
 def _expect_unchanged(store: ObjectStore, key: str, before: Versioned, what: str) -> None:
     after = store.read(key)
     assert after == before, f"{what} changed the object: was {before!r}, now {after!r}"
+
+
+def _conditional(store: ObjectStore) -> ConditionalReader:
+    """``store`` as a :class:`ConditionalReader`; the test is skipped for a store without one."""
+    if not isinstance(store, ConditionalReader):
+        pytest.skip(f"{type(store).__name__} has no read_if_changed (an optional operation)")
+    return store
+
+
+def _expect_one_read(store: ObjectStore, not_modified: int, what: str) -> None:
+    """Since the last reset: one request, a read, ``not_modified`` of them answered unchanged."""
+    snapshot = store.stats.snapshot()
+    assert (snapshot["reads"], snapshot["total"]) == (1, 1), (
+        f"{what} is one read request, counted as {store.stats!r}"
+    )
+    assert store.stats.not_modified == not_modified, (
+        f"{what}: stats.not_modified is {store.stats.not_modified}, expected {not_modified}"
+    )
 
 
 def _run_racers(body: Callable[[int, threading.Barrier], _T]) -> list[_T | Exception]:
@@ -311,6 +335,73 @@ class StoreContract:
         )
         assert _read_present(store, key) == Versioned(b"same", second)
 
+    # -- conditional reads (ConditionalReader, optional) --------------------------------------
+
+    def test_read_if_changed_on_an_unchanged_object_is_not_modified(
+        self, store: ObjectStore
+    ) -> None:
+        reader = _conditional(store)
+        key = _new_base() + "doc"
+        version = store.create(key, b"same")
+        store.stats.reset()
+        found = reader.read_if_changed(key, version)
+        assert found is NOT_MODIFIED, f"read_if_changed at the current version returned {found!r}"
+        _expect_one_read(store, 1, "read_if_changed of an unchanged object")
+
+    def test_read_if_changed_after_a_replace_returns_the_new_object(
+        self, store: ObjectStore
+    ) -> None:
+        reader = _conditional(store)
+        key = _new_base() + "doc"
+        first = store.create(key, b"one")
+        second = store.replace(key, b"two", first)
+        store.stats.reset()
+        found = reader.read_if_changed(key, first)
+        assert found == Versioned(b"two", second), f"after a replace, it returned {found!r}"
+        _expect_one_read(store, 0, "read_if_changed of a replaced object")
+        assert reader.read_if_changed(key, second) is NOT_MODIFIED, "not at the new version"
+
+    def test_read_if_changed_of_an_absent_object_is_none(self, store: ObjectStore) -> None:
+        reader = _conditional(store)
+        base = _new_base()
+        other = store.create(base + "other", b"x")
+        gone = store.create(base + "gone", b"x")
+        store.delete(base + "gone", gone)
+        store.stats.reset()
+        found = reader.read_if_changed(base + "absent", other)
+        assert found is None, f"read_if_changed of a key never created returned {found!r}"
+        _expect_one_read(store, 0, "read_if_changed of an absent object")
+        found = reader.read_if_changed(base + "gone", gone)
+        assert found is None, f"read_if_changed at a deleted object's version returned {found!r}"
+
+    def test_read_if_changed_sees_a_delete_and_create_again(self, store: ObjectStore) -> None:
+        """ABA across delete/create: never "unchanged" (content-hash versions: new bytes only)."""
+        reader = _conditional(store)
+        key = _new_base() + "doc"
+        first = store.create(key, b"first")
+        store.delete(key, first)
+        data = b"first" if store.capabilities.unique_versions else b"second"
+        second = store.create(key, data)
+        found = reader.read_if_changed(key, first)
+        assert found is not NOT_MODIFIED, "the object created again read as not modified"
+        assert found == Versioned(data, second), f"it returned {found!r}"
+
+    def test_read_if_changed_at_a_version_never_seen_returns_the_object(
+        self, store: ObjectStore
+    ) -> None:
+        reader = _conditional(store)
+        key = _new_base() + "doc"
+        version = store.create(key, b"data")
+        for unknown in ("1", '"0x8D000000000001"', "never-a-version", "", "é \n"):
+            if unknown == version:
+                continue
+            store.stats.reset()
+            found = reader.read_if_changed(key, unknown)
+            assert found == Versioned(b"data", version), (
+                f"read_if_changed at version {unknown!r} returned {found!r}"
+            )
+            _expect_one_read(store, 0, f"read_if_changed at version {unknown!r}")
+
     # -- list ---------------------------------------------------------------------------------
 
     def test_list_by_prefix(self, store: ObjectStore) -> None:
@@ -395,6 +486,9 @@ class StoreContract:
             "replace": lambda: store.replace(key, b"x", "1"),
             "delete": lambda: store.delete(key, "1"),
         }
+        if isinstance(store, ConditionalReader):
+            reader = store
+            calls["read_if_changed"] = lambda: reader.read_if_changed(key, "1")
         for name, call in calls.items():
             with pytest.raises(ConfigError):
                 call()

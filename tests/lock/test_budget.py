@@ -1,9 +1,12 @@
-"""Request budget (PROTOCOL.md): acquire <= 2 (1 when the state is known), renew 1, release 1."""
+"""Request budget (PROTOCOL.md): acquire <= 2 (1 when the state is known), renew 1, release 1,
+watch 1 (a 304 without a body where the store can read conditionally)."""
 
 from __future__ import annotations
 
 import pytest
 
+from prioritylock import FakeClock, Heartbeat
+from prioritylock.stores import ConditionalReader
 from tests.conftest import StoreFactory
 from tests.lock.helpers import make
 
@@ -61,3 +64,34 @@ def test_refusal_costs_one_read(store_factory: StoreFactory) -> None:
     assert b.try_lock() is False
     assert stats.total == 1 and stats.reads == 1
     a.unlock()
+
+
+def test_a_watch_is_one_read_and_unchanged_on_conditional_stores(
+    store_factory: StoreFactory,
+) -> None:
+    clock = FakeClock()
+    heartbeat = Heartbeat(clock, threaded=False)
+    store = store_factory()
+    stats = store.stats
+    lock = make(
+        store,
+        clock=clock,
+        heartbeat=heartbeat,
+        lease_timeout=60,
+        renew_interval=20,
+        watch_interval=5,
+    )
+    assert lock.try_lock()
+    unchanged = 1 if isinstance(store, ConditionalReader) else 0
+    nothing = dict.fromkeys(["reads", "creates", "replaces", "deletes", "lists"], 0)
+    for beat in range(1, 6):  # every 5.1 s a watch; the 4th beat renews instead (due at 20 s)
+        stats.reset()
+        clock.advance(5.1)
+        heartbeat.run_due()
+        if beat == 4:
+            assert stats.snapshot() == {**nothing, "replaces": 1, "total": 1}, repr(stats)
+            continue
+        assert stats.snapshot() == {**nothing, "reads": 1, "total": 1}, f"watch {beat}: {stats!r}"
+        assert stats.not_modified == unchanged, f"watch {beat}, nothing changed: {stats!r}"
+    assert lock.is_current_owner()
+    lock.unlock()

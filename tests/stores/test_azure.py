@@ -15,11 +15,13 @@ import traceback
 import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential
 from azure.core.exceptions import AzureError
-from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+from azure.core.pipeline import PipelineRequest, PipelineResponse
+from azure.storage.blob import ContainerClient, ContainerSasPermissions, generate_container_sas
 
 from prioritylock import (
     ConditionFailed,
@@ -28,7 +30,7 @@ from prioritylock import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock.stores import Versioned, open_store
+from prioritylock.stores import NOT_MODIFIED, ConditionalReader, Versioned, open_store
 from prioritylock.stores._azure import (
     ACCOUNT_ENV,
     CONNECTION_STRING_ENV,
@@ -43,6 +45,7 @@ pytestmark = [pytest.mark.timeout(60)]
 
 KEY = "team/resource"
 WRITES = ("create", "replace", "delete")
+OPERATIONS = ("read", "read_if_changed", *WRITES, "list")
 # A well-formed account key that is not Azurite's: every request signed with it is refused.
 WRONG_KEY = base64.b64encode(b"prioritylock-wrong-key-" + bytes(range(41))).decode()
 _ENV = (CONNECTION_STRING_ENV, ACCOUNT_ENV, KEY_ENV, SAS_ENV)
@@ -94,6 +97,8 @@ def _call(store: AzureBlobStore, operation: str, version: str = '"0x1"') -> obje
     """Run one seam operation on :data:`KEY`."""
     if operation == "read":
         return store.read(KEY)
+    if operation == "read_if_changed":
+        return store.read_if_changed(KEY, version)
     if operation == "create":
         return store.create(KEY, b"new")
     if operation == "replace":
@@ -187,7 +192,9 @@ def test_every_operation_is_one_http_request(faulty: Faulty) -> None:
         ("read absent", lambda: store.read(KEY), "GET"),
         ("create", create, "PUT"),
         ("read", lambda: store.read(KEY), "GET"),
+        ("read_if_changed, unchanged", lambda: store.read_if_changed(KEY, version), "GET"),
         ("replace", replace, "PUT"),
+        ("read_if_changed, changed", lambda: store.read_if_changed(KEY, '"0x1"'), "GET"),
         ("list", lambda: store.list(""), "GET"),
         ("delete", lambda: store.delete(KEY, version), "DELETE"),
     ]
@@ -209,6 +216,119 @@ def test_reading_an_empty_blob_takes_two_requests_and_counts_both(faulty: Faulty
     assert faulty.store.stats.reads == 2
 
 
+def test_reading_an_empty_blob_conditionally_counts_every_request(faulty: Faulty) -> None:
+    """Unchanged: the 304 comes before the range is looked at (one request); changed: two."""
+    store = faulty.store
+    version = store.create(KEY, b"")
+    for known, answer, requests in (
+        (version, NOT_MODIFIED, 1),
+        ('"0x1"', Versioned(b"", version), 2),
+    ):
+        store.stats.reset()
+        mark = len(faulty.adapter.sent)
+        assert store.read_if_changed(KEY, known) == answer
+        assert len(faulty.sent_since(mark)) == requests
+        assert store.stats.reads == requests
+
+
+# -- conditional reads ---------------------------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """One request of a store and its answer, as the SDK's raw hooks see them."""
+
+    method: str
+    if_none_match: str | None
+    status: int
+    body_length: int
+
+
+class Recorder:
+    """Records every request's ``If-None-Match`` and its answer (azure-core's raw hooks).
+
+    With :attr:`drop_condition` set it strips ``If-None-Match`` first, as a server that ignores
+    the header would; the request hook runs before signing, so the request stays valid.
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[Exchange] = []
+        self.drop_condition = False
+        self._sent: list[tuple[str, str | None]] = []
+
+    def on_request(self, request: PipelineRequest[Any]) -> None:
+        headers = request.http_request.headers
+        if self.drop_condition:
+            headers.pop("If-None-Match", None)
+        self._sent.append((request.http_request.method, headers.get("If-None-Match")))
+
+    def on_response(self, response: PipelineResponse[Any, Any]) -> None:
+        answer = response.http_response
+        length = int(answer.headers.get("Content-Length", "0"))
+        self.seen.append(Exchange(*self._sent.pop(0), answer.status_code, length))
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
+
+
+@pytest.fixture
+def recorded(
+    azurite_server: AzuriteServer, container: str, recorder: Recorder
+) -> Iterator[AzureBlobStore]:
+    """A store on ``container`` whose requests ``recorder`` sees."""
+    client = ContainerClient.from_connection_string(
+        azurite_server.connection_string,
+        container,
+        retry_total=0,
+        raw_request_hook=recorder.on_request,
+        raw_response_hook=recorder.on_response,
+    )
+    try:
+        yield AzureBlobStore(container, "locks/", client=client)
+    finally:
+        client.close()
+
+
+def test_an_unchanged_blob_is_a_304_without_a_body(
+    recorded: AzureBlobStore, recorder: Recorder
+) -> None:
+    """Azurite honours If-None-Match on Get Blob, as Azure does."""
+    store = recorded
+    assert isinstance(store, ConditionalReader)
+    first = store.create(KEY, b"1" * 4096)
+    store.stats.reset()
+    assert store.read_if_changed(KEY, first) is NOT_MODIFIED
+    second = store.replace(KEY, b"2" * 4096, first)
+    assert store.read_if_changed(KEY, first) == Versioned(b"2" * 4096, second)
+    gets = [e for e in recorder.seen if e.method == "GET"]
+    assert gets == [Exchange("GET", first, 304, 0), Exchange("GET", first, 206, 4096)]
+    assert (store.stats.reads, store.stats.not_modified) == (2, 1)
+
+
+def test_a_server_that_ignores_if_none_match_still_answers_not_modified(
+    recorded: AzureBlobStore, recorder: Recorder
+) -> None:
+    version = recorded.create(KEY, b"same")
+    recorder.drop_condition = True
+    del recorder.seen[:]
+    recorded.stats.reset()
+    assert recorded.read_if_changed(KEY, version) is NOT_MODIFIED
+    assert recorder.seen == [Exchange("GET", None, 206, 4)]
+    assert (recorded.stats.total, recorded.stats.not_modified) == (1, 1)
+
+
+@pytest.mark.parametrize("version", ["", "0x1 2", '"\n"', "é"])
+def test_a_version_that_cannot_be_an_etag_is_read_without_a_condition(
+    recorded: AzureBlobStore, recorder: Recorder, version: str
+) -> None:
+    current = recorded.create(KEY, b"data")
+    del recorder.seen[:]
+    assert recorded.read_if_changed(KEY, version) == Versioned(b"data", current)
+    assert recorder.seen == [Exchange("GET", None, 206, 4)]
+
+
 # -- access and secrets --------------------------------------------------------------------------
 
 
@@ -217,7 +337,7 @@ def test_missing_container_is_an_access_error_naming_it_on_every_operation(
 ) -> None:
     store = azurite_server.store("plk-no-such-container")
     try:
-        for operation in ("read", "create", "replace", "delete", "list"):
+        for operation in OPERATIONS:
             with pytest.raises(StoreAccessError, match="plk-no-such-container") as caught:
                 _call(store, operation)
             assert "ContainerNotFound" in str(caught.value), operation
@@ -284,7 +404,7 @@ def test_wrong_credentials_are_access_errors_that_show_no_secret(
     store = make()
     shown = [repr(store)]
     try:
-        for operation in ("read", "create", "replace", "delete", "list"):
+        for operation in OPERATIONS:
             with pytest.raises(StoreAccessError, match=container) as caught:
                 _call(store, operation)
             assert "HTTP 403" in str(caught.value), operation
@@ -315,7 +435,14 @@ def test_a_malformed_connection_string_is_a_config_error_that_does_not_echo_it(
 
 # -- transient failures and unknown outcomes ----------------------------------------------------
 
-_METHODS = {"read": "GET", "create": "PUT", "replace": "PUT", "delete": "DELETE", "list": "GET"}
+_METHODS = {
+    "read": "GET",
+    "read_if_changed": "GET",
+    "create": "PUT",
+    "replace": "PUT",
+    "delete": "DELETE",
+    "list": "GET",
+}
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+import requests
 from google.api_core import exceptions as api_exceptions
 
 from prioritylock import (
@@ -22,7 +23,7 @@ from prioritylock import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock.stores import Versioned, open_store
+from prioritylock.stores import NOT_MODIFIED, ConditionalReader, Versioned, open_store
 from prioritylock.stores._gcs import EMULATOR_ENV, MAX_OBJECT_BYTES, GCSStore
 from tests._servers.gcs import FakeGCSServer, FaultyAdapter, free_port, gcs_error_body
 
@@ -77,6 +78,8 @@ def _call(store: GCSStore, operation: str, version: str = "1") -> object:
     """Run one seam operation on :data:`KEY`."""
     if operation == "read":
         return store.read(KEY)
+    if operation == "read_if_changed":
+        return store.read_if_changed(KEY, version)
     if operation == "create":
         return store.create(KEY, b"new")
     if operation == "replace":
@@ -170,6 +173,74 @@ def test_every_operation_is_one_http_request_and_nothing_runs_behind_it(faulty: 
     assert store.stats.total == len(steps) == len(faulty.adapter.sent)
 
 
+# -- conditional reads ---------------------------------------------------------------------------
+
+
+def _statuses(store: GCSStore) -> list[int]:
+    """The HTTP status of every response the store's client gets from now on."""
+    statuses: list[int] = []
+
+    def record(response: requests.Response, *_args: object, **_kwargs: object) -> None:
+        statuses.append(response.status_code)
+
+    store.client._http.hooks["response"].append(record)
+    return statuses
+
+
+def test_read_if_changed_is_one_download_with_if_generation_not_match(faulty: Faulty) -> None:
+    """fake-gcs-server 0.1.1 ignores the condition and sends the object: the store compares."""
+    store = faulty.store
+    assert isinstance(store, ConditionalReader)
+    first = store.create(KEY, b"one")
+    statuses = _statuses(store)
+    store.stats.reset()
+    mark = len(faulty.adapter.sent)
+    assert store.read_if_changed(KEY, first) is NOT_MODIFIED
+    second = store.replace(KEY, b"two", first)
+    assert store.read_if_changed(KEY, first) == Versioned(b"two", second)
+    sent = faulty.sent_since(mark)
+    assert len(sent) == 3, sent
+    for request in sent[0], sent[2]:
+        assert request.startswith("GET /download/") and f"ifGenerationNotMatch={first}" in request
+    assert statuses == [200, 200, 200], (
+        "fake-gcs-server now answers ifGenerationNotMatch with 304: say so in the module notes"
+    )
+    assert (store.stats.reads, store.stats.not_modified) == (2, 1)
+
+
+def test_a_304_is_not_modified_and_costs_one_request(
+    fake_gcs_server: FakeGCSServer, bucket: str
+) -> None:
+    """What GCS itself answers for an unchanged object (fabricated: the emulator can't)."""
+
+    def no_body(_status: int) -> tuple[bytes, dict[str, str]]:
+        return b"", {}  # a 304 never has one
+
+    for faulty in _faulty(fake_gcs_server, bucket, no_body):
+        store = faulty.store
+        version = store.create(KEY, b"one")
+        store.stats.reset()
+        faulty.adapter.fail_next("GET", status=304)
+        assert store.read_if_changed(KEY, version) is NOT_MODIFIED
+        assert store.stats.snapshot()["total"] == 1 and store.stats.not_modified == 1
+        # Without a condition a 304 means nothing sensible: an error, never "unchanged".
+        faulty.adapter.fail_next("GET", status=304)
+        with pytest.raises(StoreError, match="HTTP 304"):
+            store.read(KEY)
+        assert store.stats.not_modified == 1
+
+
+@pytest.mark.parametrize("version", ["0", "-1", "abc", "", " 1", "١٢"])
+def test_a_version_that_is_not_a_generation_is_read_without_a_condition(
+    faulty: Faulty, version: str
+) -> None:
+    current = faulty.store.create(KEY, b"data")
+    mark = len(faulty.adapter.sent)
+    assert faulty.store.read_if_changed(KEY, version) == Versioned(b"data", current)
+    (sent,) = faulty.sent_since(mark)
+    assert "ifGenerationNotMatch" not in sent, sent
+
+
 def test_store_made_clients_have_background_bucket_requests_off(gcs: GCSStore) -> None:
     assert gcs.client._bucket_metadata_cache is None
 
@@ -187,6 +258,7 @@ def test_missing_bucket_is_an_access_error_naming_it(fake_gcs_server: FakeGCSSer
         # A 404 on a read or delete does not say whether the bucket or the object is missing
         # (GCS answers "No such object" for both): absent, as for an existing bucket.
         assert store.read(KEY) is None
+        assert store.read_if_changed(KEY, "1") is None
         with pytest.raises(ConditionFailed):
             store.delete(KEY, "1")
     finally:
@@ -201,14 +273,20 @@ def test_a_404_that_names_the_bucket_is_an_access_error_on_reads_too(
         return json.dumps(body).encode(), {"Content-Type": "application/json"}
 
     for faulty in _faulty(fake_gcs_server, bucket, no_bucket):
-        for method, operation in (("GET", "read"), ("DELETE", "delete")):
+        for method, operation in (
+            ("GET", "read"),
+            ("GET", "read_if_changed"),
+            ("DELETE", "delete"),
+        ):
             faulty.adapter.fail_next(method, status=404)
             with pytest.raises(StoreAccessError, match=bucket):
                 _call(faulty.store, operation)
 
 
 @pytest.mark.parametrize("status", [401, 403])
-@pytest.mark.parametrize(("method", "operation"), [("GET", "read"), ("POST", "create")])
+@pytest.mark.parametrize(
+    ("method", "operation"), [("GET", "read"), ("GET", "read_if_changed"), ("POST", "create")]
+)
 def test_refused_credentials_are_access_errors_naming_the_bucket(
     faulty: Faulty, bucket: str, status: int, method: str, operation: str
 ) -> None:
@@ -232,7 +310,14 @@ def test_no_credentials_is_an_access_error_saying_what_to_set(
 
 # -- transient failures and unknown outcomes ----------------------------------------------------
 
-_METHODS = {"read": "GET", "create": "POST", "replace": "POST", "delete": "DELETE", "list": "GET"}
+_METHODS = {
+    "read": "GET",
+    "read_if_changed": "GET",
+    "create": "POST",
+    "replace": "POST",
+    "delete": "DELETE",
+    "list": "GET",
+}
 
 
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])

@@ -29,7 +29,14 @@ from prioritylock import (
     StoreAccessError,
     StoreUnavailable,
 )
-from prioritylock.stores import ObjectStore, StoreCapabilities, Versioned, open_store
+from prioritylock.stores import (
+    NOT_MODIFIED,
+    ConditionalReader,
+    ObjectStore,
+    StoreCapabilities,
+    Versioned,
+    open_store,
+)
 from prioritylock.stores._s3 import S3Store
 from tests._servers.s3 import S3Server
 from tests.conftest import selected_kinds
@@ -40,7 +47,7 @@ SERVERS = [kind.removeprefix("s3-") for kind in selected_kinds(["s3-moto", "s3-s
 needs_moto = pytest.mark.skipif("moto" not in SERVERS, reason="s3-moto not selected")
 needs_seaweedfs = pytest.mark.skipif("seaweedfs" not in SERVERS, reason="s3-seaweedfs not selected")
 WRITES = ("create", "replace", "delete")
-OPERATIONS = ("read", *WRITES, "list")
+OPERATIONS = ("read", "read_if_changed", *WRITES, "list")
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -122,9 +129,10 @@ def _deliver(request: Any) -> int:
         session.close()
 
 
-def _run(store: ObjectStore, operation: str, key: str, version: str) -> object:
+def _run(store: S3Store, operation: str, key: str, version: str) -> object:
     calls: dict[str, Callable[[], object]] = {
         "read": lambda: store.read(key),
+        "read_if_changed": lambda: store.read_if_changed(key, version),
         "create": lambda: store.create(key, b"after"),
         "replace": lambda: store.replace(key, b"after", version),
         "delete": lambda: store.delete(key, version),
@@ -139,6 +147,33 @@ def _target(store: ObjectStore, operation: str) -> tuple[str, str, Versioned | N
     if operation == "create":
         return "new", version, None
     return "doc", version, Versioned(b"before", version)
+
+
+@contextlib.contextmanager
+def _get_objects(client: Any) -> Iterator[list[tuple[str | None, int, int]]]:
+    """Every GetObject in the block: (its If-None-Match, the status, the body's length)."""
+    seen: list[tuple[str | None, int, int]] = []
+    sent: list[str | None] = []
+
+    def on_send(request: Any, **_kwargs: Any) -> None:
+        value = request.headers.get("If-None-Match")  # bytes, once botocore has signed it
+        sent.append(value.decode() if isinstance(value, bytes) else value)
+
+    def on_answer(response_dict: dict[str, Any], **_kwargs: Any) -> None:
+        body = response_dict["body"]
+        # An error (304 included) arrives read in full; a 200's body is still a stream.
+        size = (
+            len(body)
+            if isinstance(body, bytes)
+            else int(response_dict["headers"]["content-length"])
+        )
+        seen.append((sent.pop(0), int(response_dict["status_code"]), size))
+
+    with (
+        _hooked(client, "before-send.s3.GetObject", on_send),
+        _hooked(client, "before-parse.s3.GetObject", on_answer),
+    ):
+        yield seen
 
 
 def _everything_said(exc: BaseException) -> str:
@@ -208,6 +243,51 @@ def test_identical_bytes_give_identical_versions(store: S3Store) -> None:
     """S3 ETags are content hashes (the ABA hazard the lease's nonce is there for)."""
     first = store.create("doc", b"same")
     assert store.replace("doc", b"same", first) == first
+
+
+def test_an_unchanged_object_is_a_304_without_a_body(store: S3Store) -> None:
+    """moto and SeaweedFS both honour If-None-Match on GetObject, as S3 does."""
+    assert isinstance(store, ConditionalReader)
+    version = store.create("doc", b"1" * 4096)
+    store.stats.reset()
+    with _get_objects(store.client) as seen:
+        assert store.read_if_changed("doc", version) is NOT_MODIFIED
+        assert store.read_if_changed("doc", version.strip('"')) is NOT_MODIFIED  # unquoted too
+        newer = store.replace("doc", b"2" * 4096, version)
+        assert store.read_if_changed("doc", version) == Versioned(b"2" * 4096, newer)
+    assert seen == [(version, 304, 0), (version, 304, 0), (version, 200, 4096)]
+    assert (store.stats.reads, store.stats.not_modified) == (3, 2)
+
+
+@needs_moto
+def test_a_server_that_ignores_if_none_match_still_answers_not_modified(
+    moto_store: S3Store,
+) -> None:
+    """Some S3-compatible servers send the body anyway: the ETag then says it is unchanged."""
+    version = moto_store.create("doc", b"same")
+
+    def drop_condition(request: Any, **_kwargs: Any) -> None:
+        del request.headers["If-None-Match"]  # before signing, so the request stays valid
+
+    moto_store.stats.reset()
+    with (
+        _hooked(moto_store.client, "before-sign.s3.GetObject", drop_condition),
+        _get_objects(moto_store.client) as seen,
+    ):
+        assert moto_store.read_if_changed("doc", version) is NOT_MODIFIED
+    assert seen == [(None, 200, 4)]
+    assert (moto_store.stats.total, moto_store.stats.not_modified) == (1, 1)
+
+
+@needs_moto
+def test_a_version_that_cannot_be_an_etag_is_read_without_a_condition(
+    moto_store: S3Store,
+) -> None:
+    version = moto_store.create("doc", b"data")
+    with _get_objects(moto_store.client) as seen:
+        for unknown in ("é", 'a"b', "x\ny", "z" * 300):
+            assert moto_store.read_if_changed("doc", unknown) == Versioned(b"data", version)
+    assert seen == [(None, 200, 4)] * 4
 
 
 def test_keys_live_under_the_prefix(server: S3Server, bucket: str) -> None:
