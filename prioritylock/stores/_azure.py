@@ -48,6 +48,8 @@ import urllib.parse
 from typing import Any, TypeAlias
 
 try:
+    import requests
+    import requests.adapters
     from azure.core import MatchConditions
     from azure.core.credentials import (
         AzureNamedKeyCredential,
@@ -62,7 +64,9 @@ try:
         ServiceRequestError,
         ServiceResponseError,
     )
+    from azure.core.pipeline.transport import RequestsTransport
     from azure.storage.blob import BlobType, ContainerClient
+    from urllib3.util.retry import Retry
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"Azure stores need azure-storage-blob: pip install 'prioritylock[azure]' ({_exc})"
@@ -76,6 +80,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._heartbeat import DEFAULT_WORKERS
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
@@ -546,6 +551,21 @@ def _validate_account_url(account_url: str) -> str:
     return account_url
 
 
+def _pooled_transport() -> RequestsTransport:
+    """azure-core's requests transport with one connection per heartbeat worker (its default
+    pool of 10 would open and discard connections, logging a warning each time, when many
+    leases renew at once), and urllib3's retries off as azure-core sets them."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(
+        max_retries=Retry(total=False, redirect=False, raise_on_status=False),
+        pool_connections=1,
+        pool_maxsize=DEFAULT_WORKERS,
+    )
+    for scheme in ("https://", "http://"):
+        session.mount(scheme, adapter)
+    return RequestsTransport(session=session, session_owner=True)
+
+
 def _make_client(
     container: str,
     connection_string: str | None,
@@ -569,6 +589,7 @@ def _make_client(
                 "AzureBlobStore needs connection_string=, account_url= with credential=, or"
                 f" {CONNECTION_STRING_ENV} in the environment"
             )
+    options = {**options, "transport": _pooled_transport()}
     try:
         if connection_string is not None:
             return ContainerClient.from_connection_string(connection_string, container, **options)

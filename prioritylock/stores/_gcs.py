@@ -50,6 +50,7 @@ from typing import Any
 
 try:
     import requests
+    import requests.adapters
     import urllib3.exceptions
     from google.api_core import exceptions as api_exceptions
     from google.auth import exceptions as auth_exceptions
@@ -69,6 +70,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._heartbeat import DEFAULT_WORKERS
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
@@ -513,7 +515,7 @@ def _make_client(
         credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
     try:
         # project=None: object requests need no project, and the SDK does not go looking for one.
-        return storage.Client(
+        client = storage.Client(
             project=project, credentials=credentials, client_options=client_options
         )
     except auth_exceptions.DefaultCredentialsError as exc:
@@ -522,6 +524,14 @@ def _make_client(
         ) from exc
     except (auth_exceptions.GoogleAuthError, ValueError) as exc:
         raise ConfigError(f"could not configure the GCS client ({type(exc).__name__})") from exc
+    # One connection per heartbeat worker: requests' default pool (10) would open and discard
+    # connections (and log a warning each time) when many leases renew at once.
+    adapter = requests.adapters.HTTPAdapter(
+        pool_connections=1, pool_maxsize=DEFAULT_WORKERS, max_retries=0
+    )
+    for scheme in ("https://", "http://"):
+        client._http.mount(scheme, adapter)
+    return client
 
 
 def _disable_background_requests(client: Any) -> None:

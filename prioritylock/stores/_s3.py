@@ -57,6 +57,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._heartbeat import DEFAULT_WORKERS
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
@@ -631,6 +632,9 @@ def _make_client(
         retries={"total_max_attempts": 1, "mode": "standard"},
         s3={"addressing_style": addressing_style} if addressing_style else None,
         user_agent_extra="prioritylock",
+        # One connection per heartbeat worker: a smaller pool would open and discard connections
+        # (and log a warning each time) when many leases renew at once.
+        max_pool_connections=DEFAULT_WORKERS,
     )
     try:
         with _client_lock:
