@@ -220,15 +220,21 @@ _q = json.encoder.encode_basestring_ascii  # a quoted, escaped, ASCII-only JSON 
 
 
 def _num(value: float) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    # Exact class checks first: the common cases cost one comparison (bool is not int here).
+    cls = value.__class__
+    if (cls is float and math.isfinite(value)) or cls is int:
+        return repr(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"not a finite number: {value!r}")
-    return repr(value)
+    return repr(float(value) if isinstance(value, float) else int(value))
 
 
 def _int(value: int) -> str:
+    if value.__class__ is int:
+        return str(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"not an integer: {value!r}")
-    return str(value)
+    return str(int(value))
 
 
 def _bool(value: bool) -> str:
