@@ -83,6 +83,7 @@ from prioritylock import (
     LockTimeout,
 )
 from prioritylock.stores import ObjectStore, StoreCapabilities, StoreStats, Versioned, open_store
+from prioritylock.testing._servers import EmulatorError
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"
@@ -2481,7 +2482,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with _emulators(bench, kinds, wanted):
                 _run_sections(bench, wanted, machine, done)
-        except _servers.EmulatorError as exc:
+        except EmulatorError as exc:
             print(f"error: {exc}", file=sys.stderr)
             print("(install it, or leave its store out with --stores)", file=sys.stderr)
             return 2

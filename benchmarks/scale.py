@@ -71,6 +71,7 @@ from prioritylock.stores import (
     Versioned,
     open_store,
 )
+from prioritylock.testing._servers import EmulatorError
 
 STORES = ("memory", "s3-moto", "s3-seaweedfs")
 DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}
@@ -493,7 +494,7 @@ def open_scale_store(name: str) -> Iterator[tuple[ObjectStore, int | None, dict[
                 "versions": _servers.versions(),
             }
             try:
-                yield TimedStore(store), emulator._process.process.pid, facts
+                yield TimedStore(store), emulator.pid, facts
             finally:
                 store.close()
 
@@ -715,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 facts.update(store_facts)
                 mode = "plain" if args.plain else "profile" if args.profile else "measure"
                 rows.append(measure(store, n, args.seconds, pid, args.workers, mode))
-    except _servers.EmulatorError as exc:
+    except EmulatorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(render(args.store, args.seconds, rows, facts))

@@ -1,0 +1,57 @@
+"""Pytest plugins running the cloud-store emulators for a session (listed in tests/conftest.py).
+
+The process plumbing (ports, process groups, readiness, logs, stopping) is
+:mod:`prioritylock.testing._servers`, which the benchmarks share; the plugins add the fixtures,
+per-test buckets and SDK clients, and the emulators' known gaps as strict xfails. This module has
+the two helpers every plugin uses: :func:`emulator` and :func:`store_factory`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from prioritylock.stores import ObjectStore
+from prioritylock.testing import _servers
+
+__all__ = ["emulator", "store_factory"]
+
+StoreFactory = Callable[[], ObjectStore]
+
+
+@contextlib.contextmanager
+def emulator(name: str, work: Path) -> Iterator[_servers.Emulator]:
+    """The emulator ``name`` running for the ``with`` block, its logs and data in ``work``.
+
+    A test that needs it fails (without a traceback into the plumbing) if it is not installed or
+    does not start; the message says what to install, or holds the server's log tail.
+    """
+    with contextlib.ExitStack() as stack:
+        try:
+            started = stack.enter_context(_servers.running([name], work))
+        except _servers.EmulatorError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield started[name]
+
+
+def store_factory(
+    open_store: StoreFactory, cleanup: Callable[[], None] = lambda: None
+) -> Iterator[StoreFactory]:
+    """For a fixture to ``yield from``: ``open_store``, closing every store it opened at the end,
+    then calling ``cleanup`` (e.g. to remove the test's bucket)."""
+    opened: list[ObjectStore] = []
+
+    def open_new() -> ObjectStore:
+        store = open_store()
+        opened.append(store)
+        return store
+
+    try:
+        yield open_new
+    finally:
+        for store in opened:
+            store.close()
+        cleanup()

