@@ -2,29 +2,62 @@
 
 Layout of the store directory (every name is derived from the key, so no key can escape it)::
 
-    a.obj            key "a"           first line: the version (32 hex digits), then the bytes
+    a.obj            key "a"           a header block, then two slots (see below)
     a.d/b.obj        key "a/b"         a segment that has children becomes a directory "SEG.d"
-    a.d/b.obj.tmp    a write in flight (or left by a killed writer); ignored by list()
+    a.d/b.obj.tmp    a new file in flight (or left by a killed writer); ignored by list()
     .locks/<sha256>  one lock file per key ever written; flock()ed around every write
 
-A write takes the key's lock (a process-wide thread lock, then ``flock`` on the key's lock file),
-checks the condition, writes the whole document to the key's temp file, fsyncs it and renames it
-over the object with ``os.replace``. Readers take no lock: a rename is atomic, so a read sees one
-complete document, header and bytes together, even when a writer is SIGKILLed halfway.
+An object file (format 1; integers little-endian; the slots start at 4 KiB boundaries)::
+
+    0       header  magic b"\\x89PLOCK1\\n", slot capacity C (u64), crc32 of the two
+    24      record  sequence number of the last write known to be on disk (u64), its crc32
+    4096    slot 0  seq (u64), data length (u64), version (16 bytes), crc32 of the data,
+    4096+C  slot 1  crc32 of those 36 bytes; then the data. A slot of zeros was never written.
+
+The object is the valid slot with the highest sequence number. **Writes.** A write takes the key's
+lock (a process-wide thread lock, then ``flock`` on the key's lock file), reads the file, checks
+the condition and overwrites the *other* slot in place with one ``pwrite``; durable, it then syncs
+it (``fdatasync``) and, once that returned, updates the record (unsynced: the next write's sync
+takes it along, and until then it lags, which is safe). The slot overwritten holds the document
+before the current one, which nobody needs, so a writer killed at any point, or a power loss during
+an unsynced write, leaves the current slot whole and a new one whose checksums fail. A create, and
+a document too large for its slots, write a new file instead (temp file, fsync, rename over it,
+fsync the directory) with slots twice the document's size; slots never shrink. Only lock holders
+open an object file for writing, and only for as long as they hold the lock, so nothing ever
+writes into a file that a delete unlinked or a rename replaced.
+
+**Reads** take no lock: they read the file (one ``pread`` for a small object) and accept a slot
+only if its checksums pass. If both slot headers pass, the newer slot is the latest write: one
+that had finished before the read began sits in a slot that now holds it or a newer write, or is
+being overwritten and fails its checksum. So a read is linearizable, and ``read_if_changed`` can
+answer "not modified" from the slot headers alone. If a slot fails, a writer may be in the middle
+of it: the reader tries twice more, then takes the key's lock shared (waiting out that one write)
+and reads again. Under the lock no write is in flight, so a failed slot is a write that never
+finished, and the other slot is the object, unless the record says that a write newer than the
+other slot had completed: then the newest document is damaged, and the store raises
+:class:`~prioritylock.StoreError` rather than serve an older one, which would roll a lease (and its
+fence) back. Only durable writes keep the record (an unsynced one could name a write that an OS
+crash lost), so without ``durable`` damage to the newest slot reads as the slot before it.
+Checksums are CRC-32: a torn slot passes with a chance of 2**-32 per read that meets one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import fcntl
+import functools
 import hashlib
 import itertools
 import os
 import secrets
+import struct
 import threading
 import time
+import zlib
 from collections.abc import Iterator
+from typing import Final, NamedTuple
 
 from prioritylock._errors import (
     ConditionFailed,
@@ -34,6 +67,9 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    NotModified,
+    ReadResult,
     StoreCapabilities,
     StoreStats,
     Versioned,
@@ -47,12 +83,28 @@ _OBJ = ".obj"
 _DIR = ".d"
 _TMP = ".tmp"
 _LOCKS = ".locks"
-_VERSION_CHARS = 32  # 64 random bits per process, then a 64-bit counter, in hex
-_HEADER_LEN = _VERSION_CHARS + 1  # the version and its newline
-_HEX = frozenset("0123456789abcdef")
 # A segment becomes a file name "SEG.obj.tmp"; most filesystems cap names at 255 bytes.
 _MAX_SEGMENT_BYTES = 255 - len(_OBJ + _TMP)
 _ACCESS_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+# -- the object file ----------------------------------------------------------------------------
+
+_MAGIC = b"\x89PLOCK1\n"  # not a hex digit: files of the format before slots start with one
+_HEADER = struct.Struct("<8sQI")  # magic, slot capacity, crc32 of the two
+_RECORD = struct.Struct("<QI")  # completed sequence number, its crc32
+_RECORD_AT = 24
+_SLOT = struct.Struct("<QQ16sII")  # seq, data length, version, data crc32, crc32 of the first four
+_SLOT_BYTES = _SLOT.size  # 40; the data follows
+_SLOT_CHECKED = _SLOT_BYTES - 4
+_EMPTY_SLOT = bytes(_SLOT_BYTES)
+_BLOCK = 4096  # the header's block; slots start at block boundaries
+_MIN_CAPACITY = _BLOCK
+# One pread of this much holds a small object whole (the usual lease document: under 2 KiB).
+_FIRST_READ = _BLOCK + 2 * _MIN_CAPACITY
+_OLD_FORMAT_HEADER = 33  # 32 hex digits and a newline: the format before slots
+_HEX = frozenset(b"0123456789abcdef")
+_VERSION_BYTES = 16
+_LOCK_FREE_ATTEMPTS = 3
 
 # Thread locks striped by (directory, key), shared by every LocalStore of this process. flock alone
 # would do on a local filesystem (each operation opens its own file description), but where flock
@@ -61,45 +113,138 @@ _ACCESS_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 _STRIPES = tuple(threading.Lock() for _ in range(64))
 
 
-def _new_version() -> str:
+def _new_version() -> bytes:
     """A version no write of any process ever made: 64 random bits per process, and a counter.
 
-    (No system call per write; the random part is drawn again in a forked child.)
+    Unique without looking at the file, so they stay unique across delete and create, a file
+    rewritten for a larger document, or a slot damaged and skipped. (No system call per write;
+    the random part is drawn again in a forked child.)
     """
-    return f"{_version_prefix}{next(_version_counter):016x}"
+    return _version_prefix + next(_version_counter).to_bytes(8, "big")
 
 
 def _reseed_versions() -> None:
     global _version_prefix, _version_counter
-    _version_prefix = secrets.token_hex(_VERSION_CHARS // 4)
+    _version_prefix = secrets.token_bytes(_VERSION_BYTES // 2)
     _version_counter = itertools.count(1)
 
 
-_version_prefix = ""
+_version_prefix = b""
 _version_counter = itertools.count(1)
 _reseed_versions()
 os.register_at_fork(after_in_child=_reseed_versions)
+
+
+class _Slot(NamedTuple):
+    """A slot header whose checksum passed; its data may still be half-written."""
+
+    position: int  # 0 or 1
+    seq: int
+    version: bytes
+    length: int
+    data_crc: int
+
+
+class _Current(NamedTuple):
+    """The object's document: the valid slot with the highest sequence number."""
+
+    slot: _Slot
+    capacity: int
+    data: bytes
+
+    @property
+    def version(self) -> str:
+        return self.slot.version.hex()
+
+
+class _Torn(enum.Enum):
+    """A slot header whose checksum fails: written halfway (or damaged)."""
+
+    TORN = "torn"
+
+
+_TORN: Final = _Torn.TORN
+
+
+class _Unsettled(enum.Enum):
+    """A lock-free read that met a slot in flight; it is tried again."""
+
+    UNSETTLED = "unsettled"
+
+
+_UNSETTLED: Final = _Unsettled.UNSETTLED
+
+
+def _capacity_for(length: int) -> int:
+    """Slot capacity for a document of ``length`` bytes: room to grow to twice its size."""
+    need = 2 * (_SLOT_BYTES + length)
+    return max(_MIN_CAPACITY, -(-need // _BLOCK) * _BLOCK)
+
+
+def _slot_offset(index: int, capacity: int) -> int:
+    return _BLOCK + index * capacity
+
+
+def _pack_slot(seq: int, version: bytes, data: bytes) -> bytes:
+    head = _SLOT.pack(seq, len(data), version, zlib.crc32(data), 0)[:_SLOT_CHECKED]
+    return head + zlib.crc32(head).to_bytes(4, "little") + data
+
+
+def _pack_record(seq: int) -> bytes:
+    head = seq.to_bytes(8, "little")
+    return head + zlib.crc32(head).to_bytes(4, "little")
+
+
+def _new_file(capacity: int, seq: int, version: bytes, data: bytes) -> bytes:
+    """A whole object file holding ``data`` in slot 0 (slot 1 is left to ftruncate: zeros)."""
+    head = _HEADER.pack(_MAGIC, capacity, 0)[:-4]
+    header = head + zlib.crc32(head).to_bytes(4, "little")
+    block = header + bytes(_RECORD_AT - len(header)) + _pack_record(seq)
+    return block + bytes(_BLOCK - len(block)) + _pack_slot(seq, version, data)
+
+
+def _parse_record(buf: bytes) -> int | None:
+    """The completed sequence number in the file's first bytes ``buf``, ``None`` if damaged."""
+    record = buf[_RECORD_AT : _RECORD_AT + _RECORD.size]
+    if len(record) < _RECORD.size:
+        return None
+    completed, crc = _RECORD.unpack(record)
+    return int(completed) if crc == zlib.crc32(record[:8]) else None
+
+
+def _parse_slot(raw: bytes, index: int, capacity: int) -> _Slot | _Torn | None:
+    """The slot header ``raw``: a :class:`_Slot`, ``None`` if never written, or torn."""
+    if len(raw) < _SLOT_BYTES:
+        raw = raw + bytes(_SLOT_BYTES - len(raw))  # past the end of a short file: zeros
+    seq, length, version, data_crc, crc = _SLOT.unpack(raw)
+    if crc != zlib.crc32(raw[:_SLOT_CHECKED]) or length > capacity - _SLOT_BYTES or seq == 0:
+        return None if raw == _EMPTY_SLOT else _TORN
+    return _Slot(index, seq, version, length, data_crc)
 
 
 class LocalStore:
     """Objects as files under ``directory``; shared by the processes of one machine.
 
     Every write is atomic: a writer killed at any moment leaves either the old document or the
-    new one, never a torn one. With ``durable=True`` (the default) it is also durable: the file
-    and its directory are fsync'ed before the write returns, so a power loss can't roll a lease
-    (and its fencing counter) back. ``durable=False`` skips the fsyncs: several times faster,
-    still atomic against crashed processes, but after an operating-system crash a document may
-    be older than the last write (fences may then repeat after the reboot).
-    Versions are 128 bits, unique per write, so they never repeat for a key, even after delete and
-    create. The directory is created if missing.
+    new one, never a torn one, and readers never see a half-written one. With ``durable=True``
+    (the default) it is also durable: a write returns only after its data is on disk (one
+    ``fdatasync``; a create, or a document outgrowing its file, also syncs the directory), so a
+    power loss can't roll a lease (and its fencing counter) back to before a write that returned;
+    and a file whose newest document is damaged raises :class:`~prioritylock.StoreError` instead of
+    serving the one before. ``durable=False`` skips the syncs: faster, still atomic against
+    crashed processes, but after an operating-system crash a document may be older than the last
+    write (fences may then repeat after the reboot), and a damaged newest document reads as the
+    one before it. Versions are 128 bits, unique per write, so they never repeat for a key, even
+    after delete and create. The directory is created if missing.
 
     Not for network filesystems: ``flock`` and ``rename`` are only as atomic as the filesystem
     makes them. Keys that differ only in case collide on case-insensitive filesystems.
 
     :param directory: the store's directory.
-    :param durable: fsync every write (default); see above.
-    :param lock_timeout: seconds a write waits for another writer of the same key before failing
-        with :class:`~prioritylock.StoreUnavailable` (a writer holds it for one fsync'ed write).
+    :param durable: sync every write to disk (default); see above.
+    :param lock_timeout: seconds a write waits for another writer of the same key (and a read for
+        a write it met in flight) before failing with :class:`~prioritylock.StoreUnavailable`; a
+        writer holds the key's lock for one write.
     :raises ConfigError: ``directory`` exists and is not a directory, or ``lock_timeout`` is not
         positive.
     :raises StoreAccessError: the directory can't be created or entered (permissions).
@@ -154,21 +299,34 @@ class LocalStore:
 
         :raises ConfigError: invalid key.
         :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreError: the file is not a LocalStore document, or another I/O error
+        :raises StoreError: the file is not a LocalStore document or is damaged; or another I/O
+            error, or a write in flight that held the key's lock past ``lock_timeout``
             (:class:`~prioritylock.StoreUnavailable`).
         """
-        path = self._object_path(key)
+        path, lock_path = _key_paths(self._root, key)
         self._stats.count("reads")
-        try:
-            with open(path, "rb") as file:
-                blob = file.read()
-        except FileNotFoundError as exc:
-            self._check_root(exc, "read", key)
+        found = self._read(key, path, lock_path, None)
+        if found is None:
             return None
-        except OSError as exc:
-            raise self._error(exc, "read", key) from exc
-        version = self._parse_header(key, blob[:_HEADER_LEN])
-        return Versioned(blob[_HEADER_LEN:], version)
+        assert not isinstance(found, NotModified)  # only with a known version
+        return Versioned(found.data, found.version)
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """:data:`~prioritylock.stores.NOT_MODIFIED` if the object is still at ``version``, else
+        what :meth:`read` returns. An unchanged object costs one small read: the slot headers,
+        not the document.
+
+        :raises ConfigError: invalid key.
+        :raises StoreAccessError: the directory is gone or unreadable.
+        :raises StoreError: as :meth:`read`.
+        """
+        path, lock_path = _key_paths(self._root, key)
+        self._stats.count("reads")
+        found = self._read(key, path, lock_path, version)
+        if found is NOT_MODIFIED:
+            self._stats.count_not_modified()
+            return NOT_MODIFIED
+        return None if found is None else Versioned(found.data, found.version)
 
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent; return the new version.
@@ -178,14 +336,16 @@ class LocalStore:
         :raises StoreAccessError: permissions, or the directory is gone.
         :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
             ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document.
+        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
-        path = self._object_path(key)
+        path, lock_path = _key_paths(self._root, key)
         self._stats.count("creates")
-        with self._locked(key, "create"):
-            if self._current_version(key, path, "create") is not None:
+        with self._locked(key, lock_path, "create"):
+            if self._locked_current(key, path, "create") is not None:
                 raise ConditionFailed(key, "already exists")
-            return self._write(key, path, data, "create")
+            version = _new_version()
+            self._write_file(key, path, "create", seq=1, version=version, data=data)
+        return version.hex()
 
     def replace(self, key: str, data: bytes, version: str) -> str:
         """Store ``data`` only if the object is at ``version``; return the new version.
@@ -195,17 +355,32 @@ class LocalStore:
         :raises StoreAccessError: permissions, or the directory is gone.
         :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
             ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document.
+        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
-        path = self._object_path(key)
+        path, lock_path = _key_paths(self._root, key)
         self._stats.count("replaces")
-        with self._locked(key, "replace"):
-            current = self._current_version(key, path, "replace")
-            if current is None:
-                raise ConditionFailed(key, "absent")
-            if current != version:
-                raise ConditionFailed(key, "version changed")
-            return self._write(key, path, data, "replace")
+        with self._locked(key, lock_path, "replace"):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError as exc:
+                self._check_root(exc, "replace", key)
+                raise ConditionFailed(key, "absent") from None
+            except OSError as exc:
+                raise self._error(exc, "replace", key) from exc
+            try:
+                current = self._settle(key, fd, "replace", None, locked=True)
+                assert isinstance(current, _Current)
+                if current.version != version:
+                    raise ConditionFailed(key, "version changed")
+                new_version = _new_version()
+                seq = current.slot.seq + 1
+                if _SLOT_BYTES + len(data) <= current.capacity:
+                    self._write_slot(key, fd, current, seq=seq, version=new_version, data=data)
+                else:
+                    self._write_file(key, path, "replace", seq=seq, version=new_version, data=data)
+            finally:
+                os.close(fd)
+        return new_version.hex()
 
     def delete(self, key: str, version: str) -> None:
         """Delete the object only if it is at ``version``.
@@ -217,16 +392,19 @@ class LocalStore:
         :raises StoreAccessError: permissions, or the directory is gone.
         :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
             ``lock_timeout``; ``outcome_unknown`` is true if the delete may have landed.
-        :raises StoreError: the existing file is not a LocalStore document.
+        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
-        path = self._object_path(key)
+        path, lock_path = _key_paths(self._root, key)
         self._stats.count("deletes")
-        with self._locked(key, "delete"):
-            current = self._current_version(key, path, "delete")
+        with self._locked(key, lock_path, "delete"):
+            current = self._locked_current(key, path, "delete")
             if current is None:
                 raise ConditionFailed(key, "absent")
-            if current != version:
+            if current.version != version:
                 raise ConditionFailed(key, "version changed")
+            # A reader that opened the file before the unlink finishes reading the old document
+            # (its read overlaps the delete); writers open the path only under the lock, so none
+            # can write into the unlinked file.
             unlinked = False
             try:
                 os.unlink(path)
@@ -269,111 +447,210 @@ class LocalStore:
         durable = "" if self._durable else ", durable=False"
         return f"LocalStore({self._root!r}{durable})"
 
-    # -- paths ------------------------------------------------------------------------------
+    # -- reading ----------------------------------------------------------------------------
 
-    def _object_path(self, key: str) -> str:
-        """The file of ``key``: segments become ``SEG.d`` directories, the last ``SEG.obj``."""
-        validate_key(key)
-        segments = key.split("/")
-        for segment in segments:
-            if len(segment.encode("utf-8")) > _MAX_SEGMENT_BYTES:
-                raise ConfigError(
-                    f"LocalStore key segments are limited to {_MAX_SEGMENT_BYTES} bytes"
-                    f" (a file name), got {len(segment.encode('utf-8'))}: {key[:60]!r}..."
-                )
-        *parents, leaf = segments
-        return os.path.join(self._root, *(p + _DIR for p in parents), leaf + _OBJ)
+    def _read(
+        self, key: str, path: str, lock_path: str, known: str | None
+    ) -> _Current | NotModified | None:
+        """The object (or ``NOT_MODIFIED`` if it is at ``known``), or ``None`` when absent.
 
-    def _lock_path(self, key: str) -> str:
-        return os.path.join(self._locks_dir, hashlib.sha256(key.encode("utf-8")).hexdigest())
-
-    # -- locking and writing ----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _locked(self, key: str, op: str) -> Iterator[None]:
-        """Hold ``key``'s lock: this process's stripe lock, then ``flock`` on its lock file.
-
-        The flock dies with the process (SIGKILL included), so a killed writer never leaves the
-        key locked; the lock file itself stays, empty, and is reused.
+        Lock-free first; after :data:`_LOCK_FREE_ATTEMPTS` reads that each met a slot in flight
+        (or one left by a killed writer), once more under the key's lock, shared.
         """
-        deadline = time.monotonic() + self._lock_timeout
-        stripe = _STRIPES[hash((self._root, key)) % len(_STRIPES)]
-        if not stripe.acquire(timeout=self._lock_timeout):
-            raise self._lock_timed_out(op, key)
-        try:
-            fd = self._open_lock_file(key, op)
-            try:
-                delay = 0.0002
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        # Another process writes this key: it holds the lock for one write.
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            raise self._lock_timed_out(op, key) from None
-                        time.sleep(min(delay, remaining))
-                        delay = min(delay * 2, 0.005)
-                    except OSError as exc:
-                        raise self._error(exc, op, key) from exc
-                yield
-            finally:
-                os.close(fd)  # releases the flock
-        finally:
-            stripe.release()
+        for _ in range(_LOCK_FREE_ATTEMPTS):
+            found = self._read_once(key, path, known, locked=False)
+            if found is not _UNSETTLED:
+                return found
+        with self._locked(key, lock_path, "read", fcntl.LOCK_SH):
+            found = self._read_once(key, path, known, locked=True)
+        assert found is not _UNSETTLED
+        return found
 
-    def _open_lock_file(self, key: str, op: str) -> int:
-        path = self._lock_path(key)
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    def _read_once(
+        self, key: str, path: str, known: str | None, *, locked: bool
+    ) -> _Current | NotModified | _Unsettled | None:
         try:
-            return os.open(path, flags, 0o666)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except FileNotFoundError as exc:
-            # The lock directory was removed by hand; recreate it if the store is still there.
-            self._check_root(exc, op, key)
-            try:
-                os.makedirs(self._locks_dir, exist_ok=True)
-                return os.open(path, flags, 0o666)
-            except OSError as again:
-                raise self._error(again, op, key) from again
+            self._check_root(exc, "read", key)
+            return None
         except OSError as exc:
-            raise self._error(exc, op, key) from exc
-
-    def _lock_timed_out(self, op: str, key: str) -> StoreUnavailable:
-        return StoreUnavailable(
-            f"LocalStore could not {op} {key!r} in {self._root!r}: another writer held the key's"
-            f" lock for more than {self._lock_timeout:g}s"
-        )
-
-    def _current_version(self, key: str, path: str, op: str) -> str | None:
-        """The version in the header of ``key``'s file, or ``None`` when absent (lock held)."""
+            raise self._error(exc, "read", key) from exc
         try:
-            with open(path, "rb") as file:
-                header = file.read(_HEADER_LEN)
+            return self._settle(key, fd, "read", known, locked=locked)
+        finally:
+            os.close(fd)
+
+    def _locked_current(self, key: str, path: str, op: str) -> _Current | None:
+        """The object's document, or ``None`` when absent (the key's lock held)."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except FileNotFoundError as exc:
             self._check_root(exc, op, key)
             return None
         except OSError as exc:
             raise self._error(exc, op, key) from exc
-        return self._parse_header(key, header)
+        try:
+            current = self._settle(key, fd, op, None, locked=True)
+        finally:
+            os.close(fd)
+        assert isinstance(current, _Current)
+        return current
 
-    def _write(self, key: str, path: str, data: bytes, op: str) -> str:
-        """Write the whole document to the temp file, fsync, rename over ``path`` (lock held).
+    def _settle(
+        self, key: str, fd: int, op: str, known: str | None, *, locked: bool
+    ) -> _Current | NotModified | _Unsettled:
+        """Pick the document in the open object file ``fd``, or :data:`NOT_MODIFIED` if it is
+        at version ``known``.
 
-        The temp name is fixed per key: only the lock holder writes it, so one left by a killed
-        writer is simply truncated and reused by the next write, or removed by a delete.
+        ``locked``: the caller holds the key's lock (shared or exclusive), so no write is in
+        flight and a failed slot is one a killed writer left. Lock-free, a failed slot or record
+        may be a write in flight: :data:`_UNSETTLED`, try again.
+
+        :raises StoreError: not a LocalStore file, or damaged (see the module docstring).
         """
-        version = _new_version()
+        try:
+            buf = os.pread(fd, _FIRST_READ, 0)
+            capacity = self._capacity(key, buf)
+            second = _slot_offset(1, capacity)
+            if capacity == _MIN_CAPACITY:
+                raw1 = buf[second : second + _SLOT_BYTES]
+            else:
+                raw1 = os.pread(fd, _SLOT_BYTES, second)
+            slot0 = _parse_slot(buf[_BLOCK : _BLOCK + _SLOT_BYTES], 0, capacity)
+            slot1 = _parse_slot(raw1, 1, capacity)
+            completed = _parse_record(buf)
+            if not locked and (completed is None or slot0 is _TORN or slot1 is _TORN):
+                return _UNSETTLED
+            if completed is None:
+                raise self._damaged(key, "its completion record fails its checksum")
+            newest_first = (
+                (slot1, slot0)
+                if isinstance(slot1, _Slot)
+                and (not isinstance(slot0, _Slot) or slot1.seq > slot0.seq)
+                else (slot0, slot1)
+            )
+            for slot in newest_first:
+                if not isinstance(slot, _Slot):
+                    continue
+                if slot.seq < completed:
+                    break  # a write that had completed is damaged: never read an older one instead
+                version = slot.version.hex()
+                if not locked and version == known:
+                    # Both slot headers are whole, so no write newer than this one had finished
+                    # when the read began, and ``known`` came from a write that had finished:
+                    # the object is at ``known``. Its data isn't needed.
+                    return NOT_MODIFIED
+                data = self._slot_data(fd, buf, slot, capacity)
+                if zlib.crc32(data) == slot.data_crc:
+                    return NOT_MODIFIED if version == known else _Current(slot, capacity, data)
+                if not locked:
+                    return _UNSETTLED  # its data may still be arriving
+        except OSError as exc:
+            raise self._error(exc, op, key) from exc
+        if not locked:
+            return _UNSETTLED
+        if not (isinstance(slot0, _Slot) or isinstance(slot1, _Slot)):
+            raise self._damaged(key, "neither of its two slots holds a whole document")
+        raise self._damaged(
+            key,
+            f"its last completed write (sequence {completed}) fails its checksum; reading the"
+            " slot before it would roll the object back",
+        )
+
+    @staticmethod
+    def _slot_data(fd: int, buf: bytes, slot: _Slot, capacity: int) -> bytes:
+        start = _slot_offset(slot.position, capacity) + _SLOT_BYTES
+        end = start + slot.length
+        if end <= len(buf):
+            return buf[start:end]
+        return os.pread(fd, slot.length, start)
+
+    def _capacity(self, key: str, buf: bytes) -> int:
+        """The slot capacity from the file's header.
+
+        :raises StoreError: not a LocalStore file, a file of the format before slots, or a header
+            that fails its checksum.
+        """
+        head = buf[: _HEADER.size]
+        if len(head) == _HEADER.size:
+            magic, capacity, crc = _HEADER.unpack(head)
+            if magic == _MAGIC:
+                if crc != zlib.crc32(head[:-4]) or capacity < _MIN_CAPACITY or capacity % _BLOCK:
+                    raise self._damaged(key, "its header fails its checksum")
+                return int(capacity)
+        old = buf[:_OLD_FORMAT_HEADER]
+        if len(old) == _OLD_FORMAT_HEADER and old[-1:] == b"\n" and set(old[:-1]) <= _HEX:
+            raise StoreError(
+                f"LocalStore object {key!r} in {self._root!r} was written by an older"
+                " prioritylock (a version line, then the bytes), which this one can't read:"
+                " delete the file or the store directory (the old lock leases it holds go too)"
+            )
+        raise StoreError(
+            f"LocalStore object {key!r} in {self._root!r} is not a LocalStore object file;"
+            " it was not written by LocalStore"
+        )
+
+    def _damaged(self, key: str, problem: str) -> StoreError:
+        return StoreError(
+            f"LocalStore object {key!r} in {self._root!r} is damaged: {problem}. It was left"
+            " as it is; move it away (or delete it) to use the key again"
+        )
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _write_slot(
+        self, key: str, fd: int, current: _Current, *, seq: int, version: bytes, data: bytes
+    ) -> None:
+        """Overwrite the slot before ``current`` in place (the key's lock held).
+
+        The slot overwritten is the one ``current`` superseded: nobody needs it, so a write cut
+        short (a kill, a full disk) leaves ``current`` whole and a slot whose checksums fail.
+        """
+        blob = memoryview(_pack_slot(seq, version, data))
+        offset = _slot_offset(1 - current.slot.position, current.capacity)
+        try:
+            while blob:  # a short write (a full disk) leaves a slot that fails its checksum
+                written = os.pwrite(fd, blob, offset)
+                blob = blob[written:]
+                offset += written
+        except OSError as exc:
+            raise self._error(exc, "replace", key) from exc
+        if not self._durable:
+            return
+        try:
+            os.fdatasync(fd)
+            # Only now: a record naming a write that is not on disk yet would, after a power
+            # loss, make the slot before it look damaged. Written without a sync of its own: the
+            # next write's fdatasync takes it along (until then it may lag, which is safe).
+            os.pwrite(fd, _pack_record(seq), _RECORD_AT)
+        except OSError as exc:
+            # The slot is whole in the page cache: readers may already see it.
+            raise self._error(exc, "replace", key, outcome_unknown=True) from exc
+
+    def _write_file(
+        self, key: str, path: str, op: str, *, seq: int, version: bytes, data: bytes
+    ) -> None:
+        """Write a new object file holding ``data``: temp file, fsync, rename over ``path``.
+
+        For a create, and for a document too large for the file's slots (the key's lock held).
+        The temp name is fixed per key: only the lock holder writes it, so one left by a killed
+        writer is simply truncated and reused by the next, or removed by a delete.
+        """
+        capacity = _capacity_for(len(data))
         temp = path + _TMP
         renaming = False
         try:
             fd = self._open_temp(temp)
-            with os.fdopen(fd, "wb") as file:
-                file.write(version.encode("ascii") + b"\n")
-                file.write(data)
-                file.flush()
+            try:
+                blob = memoryview(_new_file(capacity, seq, version, data))
+                while blob:
+                    blob = blob[os.write(fd, blob) :]
+                os.ftruncate(fd, _slot_offset(2, capacity))
                 if self._durable:
-                    os.fsync(file.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             renaming = True
             os.replace(temp, path)
             self._fsync_dir(os.path.dirname(path))
@@ -382,7 +659,6 @@ class LocalStore:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
             raise self._error(exc, op, key, outcome_unknown=renaming) from exc
-        return version
 
     def _open_temp(self, temp: str) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -415,16 +691,74 @@ class LocalStore:
         finally:
             os.close(fd)
 
-    # -- errors -----------------------------------------------------------------------------
+    # -- locking ----------------------------------------------------------------------------
 
-    def _parse_header(self, key: str, header: bytes) -> str:
-        version = header[:_VERSION_CHARS].decode("ascii", "replace")
-        if len(header) != _HEADER_LEN or header[-1:] != b"\n" or not set(version) <= _HEX:
-            raise StoreError(
-                f"LocalStore object {key!r} in {self._root!r} has no version header;"
-                " it was not written by LocalStore"
-            )
-        return version
+    @contextlib.contextmanager
+    def _locked(
+        self, key: str, lock_path: str, op: str, mode: int = fcntl.LOCK_EX
+    ) -> Iterator[None]:
+        """Hold ``key``'s lock: this process's stripe lock, then ``flock`` on its lock file,
+        exclusive for a write (``mode``), shared for a read that must not meet a write in flight.
+
+        The flock dies with the process (SIGKILL included), so a killed writer never leaves the
+        key locked; the lock file itself stays, empty, and is reused. Each call opens its own file
+        description: flock belongs to it, so two calls never share (or convert) one lock.
+        """
+        deadline = time.monotonic() + self._lock_timeout
+        stripe = _STRIPES[hash((self._root, key)) % len(_STRIPES)]
+        if not stripe.acquire(timeout=self._lock_timeout):
+            raise self._lock_timed_out(op, key)
+        try:
+            fd = self._open_lock_file(lock_path, key, op)
+            try:
+                delay = 0.0002
+                while True:
+                    try:
+                        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        # Another process writes this key: it holds the lock for one write.
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            raise self._lock_timed_out(op, key) from None
+                        time.sleep(min(delay, remaining))
+                        delay = min(delay * 2, 0.005)
+                    except OSError as exc:
+                        raise self._error(exc, op, key) from exc
+                yield
+            finally:
+                os.close(fd)  # releases the flock
+        finally:
+            stripe.release()
+
+    def _open_lock_file(self, path: str, key: str, op: str) -> int:
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            return os.open(path, flags, 0o666)
+        except FileNotFoundError as exc:
+            # The lock directory was removed by hand; recreate it if the store is still there.
+            self._check_root(exc, op, key)
+            try:
+                os.makedirs(self._locks_dir, exist_ok=True)
+                return os.open(path, flags, 0o666)
+            except OSError as again:
+                raise self._error(again, op, key) from again
+        except PermissionError:
+            # A reader with read access only: a shared flock needs no more.
+            try:
+                return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError as again:
+                raise self._error(again, op, key) from again
+        except OSError as exc:
+            raise self._error(exc, op, key) from exc
+
+    def _lock_timed_out(self, op: str, key: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"LocalStore could not {op} {key!r} in {self._root!r}: another writer held the key's"
+            f" lock for more than {self._lock_timeout:g}s"
+        )
+
+    # -- errors -----------------------------------------------------------------------------
 
     def _check_root(self, exc: OSError, op: str, key: str) -> None:
         """After ENOENT: a missing key is normal, a missing store directory is not.
@@ -449,6 +783,35 @@ class LocalStore:
         return StoreUnavailable(
             f"LocalStore could not {where}: {exc.strerror or exc}", outcome_unknown=outcome_unknown
         )
+
+
+def _key_paths(root: str, key: str) -> tuple[str, str]:
+    """The object file and lock file of ``key`` in the store at ``root``.
+
+    :raises ConfigError: invalid key, or a segment too long for a file name.
+    """
+    if type(key) is not str:
+        validate_key(key)  # raises, before the cache would hash it
+    return _cached_key_paths(root, key)
+
+
+@functools.lru_cache(maxsize=65536)
+def _cached_key_paths(root: str, key: str) -> tuple[str, str]:
+    """Segments become ``SEG.d`` directories, the last ``SEG.obj``; the lock file is named by the
+    key's SHA-256. Invalid keys are not cached: they raise every time.
+    """
+    validate_key(key)
+    segments = key.split("/")
+    for segment in segments:
+        if len(segment.encode("utf-8")) > _MAX_SEGMENT_BYTES:
+            raise ConfigError(
+                f"LocalStore key segments are limited to {_MAX_SEGMENT_BYTES} bytes"
+                f" (a file name), got {len(segment.encode('utf-8'))}: {key[:60]!r}..."
+            )
+    *parents, leaf = segments
+    path = os.path.join(root, *(p + _DIR for p in parents), leaf + _OBJ)
+    lock = os.path.join(root, _LOCKS, hashlib.sha256(key.encode("utf-8")).hexdigest())
+    return path, lock
 
 
 def _visit(
