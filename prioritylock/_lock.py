@@ -52,7 +52,7 @@ from prioritylock._lease import (
     new_nonce,
 )
 from prioritylock._listener import CleanupNotice
-from prioritylock.stores._base import NOT_MODIFIED, ConditionalReader
+from prioritylock.stores._base import NOT_MODIFIED, ConditionalReader, UnsyncedWriter
 
 __all__ = ["Lock"]
 
@@ -161,6 +161,8 @@ class Lock:
         self._store = config.store
         # Stores that can answer "unchanged" (HTTP 304) spare the body and its decoding.
         self._reader = config.store if isinstance(config.store, ConditionalReader) else None
+        # Stores that sync every write (LocalStore) may skip it where a lost write is harmless.
+        self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
         self._key = config.key
         self._clock = config.clock
         self._hb: Heartbeat = config.heartbeat or default_heartbeat()
@@ -885,10 +887,24 @@ class Lock:
         """
         data = encode(lease)
         backoff = _Backoff(1.0, start=0.02)
+        # A write that keeps the fence (renew, release, request) may skip the disk sync: lost to
+        # an OS crash, it leaves the lease as it was before, at the same fence. Known only when
+        # the version we replace is the one we last saw; when unsure, sync.
+        base = self._seen
+        unsynced = (
+            self._unsynced
+            if base is not None
+            and base.version == version
+            and base.lease is not None
+            and base.lease.fence == lease.fence
+            else None
+        )
         while True:
             try:
                 if create or version is None:
                     return self._store.create(self._key, data)
+                if unsynced is not None:
+                    return unsynced.replace_unsynced(self._key, data, version)
                 return self._store.replace(self._key, data, version)
             except ConditionFailed:
                 fresh = self._read(deadline)

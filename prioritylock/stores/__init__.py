@@ -15,6 +15,7 @@ from prioritylock.stores._base import (
     ReadResult,
     StoreCapabilities,
     StoreStats,
+    UnsyncedWriter,
     Versioned,
 )
 from prioritylock.stores._cas import replace_if_unchanged
@@ -62,6 +63,7 @@ __all__ = [
     "S3Store",
     "StoreCapabilities",
     "StoreStats",
+    "UnsyncedWriter",
     "Versioned",
     "open_store",
     "replace_if_unchanged",

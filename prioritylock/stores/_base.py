@@ -26,6 +26,7 @@ __all__ = [
     "ReadResult",
     "StoreCapabilities",
     "StoreStats",
+    "UnsyncedWriter",
     "Versioned",
     "validate_key",
 ]
@@ -222,6 +223,25 @@ class ConditionalReader(Protocol):
         unchanged): a store that can't ask conditionally may read in full and compare.
 
         :raises StoreError: the store failed.
+        """
+        ...
+
+
+@runtime_checkable
+class UnsyncedWriter(Protocol):
+    """A store whose writes are durable (synced to disk) by default, and that can skip the sync.
+
+    Optional, for stores on one machine's disk (``LocalStore``): the lock replaces unsynced
+    only where losing the write to an operating-system crash or power loss is harmless, that
+    is, where the write keeps the lease's fence (a renewal, a release, a request). Every write
+    that raises the fence is synced, so a fence a holder has used never comes back.
+    """
+
+    def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
+        """Exactly :meth:`ObjectStore.replace` (conditional, atomic, at once visible to every
+        reader, counted in ``stats.replaces``), except that it may return before the write is
+        on disk: after an OS crash or power loss the object may be at the version before it,
+        whole, never torn, never older than the last synced write.
         """
         ...
 
