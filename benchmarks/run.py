@@ -82,7 +82,16 @@ from prioritylock import (
     LockListener,
     LockTimeout,
 )
-from prioritylock.stores import ObjectStore, StoreCapabilities, StoreStats, Versioned, open_store
+from prioritylock.stores import (
+    ConditionalReader,
+    ObjectStore,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    UnsyncedWriter,
+    Versioned,
+    open_store,
+)
 from prioritylock.testing._servers import EmulatorError
 
 HERE = Path(__file__).resolve().parent
@@ -561,6 +570,7 @@ _CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
     ("raw_get", "raw SDK GET", ()),
     ("raw_put", "raw SDK conditional PUT", ()),
     ("store_read", "store.read()", ("raw_get",)),
+    ("store_read_unchanged", "store.read_if_changed(), unchanged (304)", ("raw_get",)),
     ("store_replace", "store.replace()", ("raw_put",)),
     ("acquire", "acquire: try_lock(), fresh Lock on a free lock", ("raw_get", "raw_put")),
     ("acquire_known", "acquire: try_lock(), same Lock after its release", ("raw_put",)),
@@ -577,6 +587,20 @@ _RAW_CALLS = {
 }
 #: Where the library adds more than this over the raw SDK calls, the section flags it.
 OVERHEAD_FLAG = 1.2
+
+
+def _read_if_changed(store: ObjectStore, key: str, version: str) -> ReadResult:
+    """The store's conditional read, so a wrapped store reads as the lock would read it bare."""
+    if isinstance(store, ConditionalReader):
+        return store.read_if_changed(key, version)
+    return store.read(key)
+
+
+def _replace_unsynced(store: ObjectStore, key: str, data: bytes, version: str) -> str:
+    """The store's unsynced replace where it has one (LocalStore), else its replace."""
+    if isinstance(store, UnsyncedWriter):
+        return store.replace_unsynced(key, data, version)
+    return store.replace(key, data, version)
 
 
 class StoreTimer:
@@ -613,11 +637,17 @@ class StoreTimer:
     def read(self, key: str) -> Versioned | None:
         return self._time(lambda: self._inner.read(key))
 
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        return self._time(lambda: _read_if_changed(self._inner, key, version))
+
     def create(self, key: str, data: bytes) -> str:
         return self._time(lambda: self._inner.create(key, data))
 
     def replace(self, key: str, data: bytes, version: str) -> str:
         return self._time(lambda: self._inner.replace(key, data, version))
+
+    def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
+        return self._time(lambda: _replace_unsynced(self._inner, key, data, version))
 
     def delete(self, key: str, version: str) -> None:
         self._time(lambda: self._inner.delete(key, version))
@@ -688,6 +718,12 @@ class CloudRun:
             "raw_put", lambda: raw.put(self.raw_key, body, self.raw_version)
         )
         self.timed("store_read", lambda: store.read(self.store_key), _BASES["store_read"])
+        known = self.store_version
+        self.timed(
+            "store_read_unchanged",
+            lambda: _read_if_changed(store, self.store_key, known),
+            _BASES["store_read_unchanged"],
+        )
         self.store_version = self.timed(
             "store_replace",
             lambda: store.replace(self.store_key, body, self.store_version),
@@ -807,7 +843,8 @@ def section_cloud(b: Bench) -> Section:
     notes = [
         "Raw SDK calls: one request each, on their own SDK client, configured as the store "
         "configures its own (no SDK retries); the PUTs write as many bytes as a lease document.",
-        "A round: an untimed GET, raw GET, raw PUT, store.read(), store.replace(), a fresh Lock's "
+        "A round: an untimed GET, raw GET, raw PUT, store.read(), store.read_if_changed() of the "
+        "version it just read, store.replace(), a fresh Lock's "
         "try_lock(), renew(), unlock(), try_lock() and unlock() (so unlock() has two samples a "
         f"round); the stores take turns round by round, each capped at {s.cloud_budget_s:g} s.",
         "requests: mean per operation, from store.stats. vs raw: the median over the sum of the "
@@ -879,6 +916,10 @@ class TallyStore:
         self._note("reads")
         return self._inner.read(key)
 
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        self._note("reads")
+        return _read_if_changed(self._inner, key, version)
+
     def create(self, key: str, data: bytes) -> str:
         self._note("creates")
         return self._inner.create(key, data)
@@ -886,6 +927,10 @@ class TallyStore:
     def replace(self, key: str, data: bytes, version: str) -> str:
         self._note("replaces")
         return self._inner.replace(key, data, version)
+
+    def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
+        self._note("replaces")
+        return _replace_unsynced(self._inner, key, data, version)
 
     def delete(self, key: str, version: str) -> None:
         self._note("deletes")
