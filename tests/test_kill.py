@@ -73,6 +73,12 @@ class WatchedStore(LocalStore):
         self.replaced.append((start, time.monotonic_ns()))
         return new_version
 
+    def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
+        start = time.monotonic_ns()
+        new_version = super().replace_unsynced(key, data, version)
+        self.replaced.append((start, time.monotonic_ns()))
+        return new_version
+
 
 class HolderProcess:
     """``hold_lock.py`` in a child process, its stdout lines forwarded to a queue by a thread."""

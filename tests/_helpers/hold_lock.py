@@ -26,6 +26,7 @@ import itertools
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prioritylock import LockBuilder, signals
@@ -47,27 +48,25 @@ class TimedStore(LocalStore):
 
     _numbers = itertools.count(1)
 
-    def create(self, key: str, data: bytes) -> str:
+    def _timed(self, write: Callable[[], str]) -> str:
         number = next(self._numbers)
         emit("write-start", number, time.monotonic_ns())
         try:
-            version = super().create(key, data)
+            version = write()
         except BaseException:
             emit("write-failed", number, time.monotonic_ns())
             raise
         emit("write-end", number, time.monotonic_ns())
         return version
 
+    def create(self, key: str, data: bytes) -> str:
+        return self._timed(lambda: super(TimedStore, self).create(key, data))
+
     def replace(self, key: str, data: bytes, version: str) -> str:
-        number = next(self._numbers)
-        emit("write-start", number, time.monotonic_ns())
-        try:
-            new_version = super().replace(key, data, version)
-        except BaseException:
-            emit("write-failed", number, time.monotonic_ns())
-            raise
-        emit("write-end", number, time.monotonic_ns())
-        return new_version
+        return self._timed(lambda: super(TimedStore, self).replace(key, data, version))
+
+    def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
+        return self._timed(lambda: super(TimedStore, self).replace_unsynced(key, data, version))
 
 
 def on_renewed(sender: Any, **kwargs: Any) -> None:

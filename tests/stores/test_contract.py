@@ -14,8 +14,7 @@ from prioritylock.stores import NOT_MODIFIED, ConditionalReader, Versioned
 from prioritylock.testing import StoreContract
 from tests.conftest import StoreFactory, selected_kinds
 
-# "local" joins once LocalStore reads conditionally.
-CONDITIONAL_KINDS = selected_kinds(["memory", "s3-moto", "s3-seaweedfs", "gcs", "azure"])
+CONDITIONAL_KINDS = selected_kinds(["memory", "local", "s3-moto", "s3-seaweedfs", "gcs", "azure"])
 
 
 class TestStoreContract(StoreContract):

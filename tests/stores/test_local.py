@@ -2,8 +2,9 @@
 
 Child processes come from a forkserver that preloads this module, so each one starts in
 milliseconds; they report to the test through pipes, events and barriers, never through sleeps.
-The on-disk format (a header block and two checksummed slots, see ``prioritylock.stores._local``)
-is inspected and damaged through the module's own parsing helpers.
+The on-disk format (a header block and three checksummed slots, see
+``prioritylock.stores._local``) is inspected and damaged through the module's own parsing helpers.
+Unsynced writes and power losses: ``test_local_unsynced.py``.
 """
 
 from __future__ import annotations
@@ -50,11 +51,11 @@ def _object_file(store: LocalStore, key: str) -> Path:
 
 
 def _slot_states(path: Path) -> list[tuple[str, int]]:
-    """(state, sequence number) of both slots: "empty", "valid", or "torn" (header or data)."""
+    """(state, sequence number) of every slot: "empty", "valid", or "torn" (header or data)."""
     raw = path.read_bytes()
     _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
     states: list[tuple[str, int]] = []
-    for position in (0, 1):
+    for position in range(_local._SLOTS):
         start = _local._slot_offset(position, capacity)
         slot = _local._parse_slot(raw[start : start + _local._SLOT_BYTES], position, capacity)
         if slot is None:
@@ -69,7 +70,7 @@ def _slot_states(path: Path) -> list[tuple[str, int]]:
 
 
 def _slot_data_offset(path: Path, newest: bool) -> int:
-    """Where the data of the newest (or the older) valid slot starts in the file."""
+    """Where the data of the newest (or the oldest) valid slot starts in the file."""
     states = _slot_states(path)
     valid = sorted(
         (seq, position) for position, (state, seq) in enumerate(states) if state == "valid"
@@ -78,6 +79,14 @@ def _slot_data_offset(path: Path, newest: bool) -> int:
     raw = path.read_bytes()
     _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
     return _local._slot_offset(position, capacity) + _local._SLOT_BYTES
+
+
+def _empty_slot_offset(path: Path) -> int:
+    """Where the first slot never written starts in the file."""
+    raw = path.read_bytes()
+    _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
+    position = [state for state, _ in _slot_states(path)].index("empty")
+    return _local._slot_offset(position, capacity)
 
 
 def _flip(path: Path, offset: int) -> None:
@@ -157,10 +166,11 @@ def _serial_of(key: str, found: Versioned | None) -> int:
 
 
 def _crash_writer(directory: str, first_serial: int, durable: bool, conn: Connection) -> None:
-    """Create, replace and delete large documents until killed.
+    """Create, replace (synced or not) and delete large documents until killed.
 
     After each write it sends ``"KEY VERSION SERIAL"`` (VERSION empty for a delete), so the test
     knows every version that was returned; the write in flight when it dies is never reported.
+    Of each key's replaces, two in three are unsynced, in runs of two.
     """
     try:
         store = LocalStore(directory, durable=durable)
@@ -174,6 +184,8 @@ def _crash_writer(directory: str, first_serial: int, durable: bool, conn: Connec
                 elif serial % 5 == 0:
                     store.delete(key, found.version)
                     version = ""
+                elif (serial // 2) % 3:
+                    version = store.replace_unsynced(key, _payload(serial), found.version)
                 else:
                     version = store.replace(key, _payload(serial), found.version)
                 conn.send_bytes(f"{key} {version} {serial}".encode())
@@ -331,14 +343,17 @@ def test_writer_killed_at_random_moments_never_leaves_a_torn_document(
 ) -> None:
     """SIGKILL lands anywhere: in a slot's pwrite, its fdatasync, a new file before its rename.
 
-    After each kill every key reads as a whole payload (or absent), at a version the writer
-    returned or the one write in flight, and no version ever names two documents. The writer is
-    durable every other round. The test goes on (bounded) until some kill tore a slot in place.
+    After each kill every key reads as a whole payload (or absent), and exactly as the writer's
+    last returned write left it, except the key of the one write in flight, which may read as
+    that write; no version ever names two documents. The writer is durable every other round,
+    and mixes synced and unsynced replaces. The test goes on (bounded) until some kill tore a
+    slot in place.
     """
     rng = random.Random(20240607)
     returned: dict[str, tuple[str, int]] = {}  # every version a write returned -> (key, serial)
     seen: dict[str, int] = {}  # every version read -> the serial of its document
-    torn_in_place = iteration = 0
+    now: dict[str, str | None] = dict.fromkeys(CRASH_KEYS)  # each key's version, None: absent
+    torn_in_place = iteration = latest = 0
     while iteration < KILLS or (torn_in_place == 0 and iteration < 10 * KILLS):
         iteration += 1
         reader, writer = mp_context.Pipe(duplex=False)
@@ -347,23 +362,28 @@ def test_writer_killed_at_random_moments_never_leaves_a_torn_document(
         writer.close()
         for _ in range(rng.randint(1, 4)):
             assert reader.poll(CHILD_SECONDS), f"writer {iteration} stopped writing"
-            _note_write(returned, reader.recv_bytes())
+            latest = _note_write(returned, now, reader.recv_bytes())
         # Not synchronisation: a random pause picks where in its next write the child dies.
         time.sleep(rng.uniform(0, 0.006))
         child.kill()
         child.join(CHILD_SECONDS)
         with contextlib.suppress(EOFError):  # writes it finished after our last recv
             while reader.poll(0):
-                _note_write(returned, reader.recv_bytes())
+                latest = _note_write(returned, now, reader.recv_bytes())
         reader.close()
         assert child.exitcode == -9, f"writer {iteration} ended on its own: {child.exitcode}"
 
         assert set(store.list("")) <= set(CRASH_KEYS), store.list("")
+        in_flight = []
         for key in CRASH_KEYS:
             path = _object_file(store, key)
             with contextlib.suppress(FileNotFoundError):
                 torn_in_place += any(state == "torn" for state, _ in _slot_states(path))
             found = store.read(key)
+            version = None if found is None else found.version
+            if version != now[key]:
+                in_flight.append(key)
+                now[key] = version
             if found is None:
                 continue
             serial = _serial_of(key, found)
@@ -372,6 +392,10 @@ def test_writer_killed_at_random_moments_never_leaves_a_torn_document(
             )
             if found.version in returned:
                 assert returned[found.version] == (key, serial)
+            elif key in in_flight:
+                assert serial == latest + 1, f"{key!r} reads as serial {serial}, after {latest}"
+        # A returned write never disappears: only the write in flight may have changed a key.
+        assert len(in_flight) <= 1, f"{in_flight} changed since the writer's last report"
 
     for key in CRASH_KEYS:  # temp files go with a delete or create, torn slots with a write
         found = store.read(key)
@@ -379,18 +403,24 @@ def test_writer_killed_at_random_moments_never_leaves_a_torn_document(
             store.delete(key, found.version)
         version = store.replace(key, b"again", store.create(key, b"after"))
         assert store.read(key) == Versioned(b"again", version)
-        assert [state for state, _ in _slot_states(_object_file(store, key))] == ["valid"] * 2
+        states = sorted(state for state, _ in _slot_states(_object_file(store, key)))
+        assert states == ["empty", "valid", "valid"]
     assert not list(directory.rglob("*.tmp")), "temp files survived a later create"
     assert torn_in_place > 0, "no kill tore a slot; the test proved nothing about in-place writes"
     assert len(returned) > KILLS
 
 
-def _note_write(returned: dict[str, tuple[str, int]], report: bytes) -> None:
+def _note_write(
+    returned: dict[str, tuple[str, int]], now: dict[str, str | None], report: bytes
+) -> int:
+    """Record a write the writer reported; return its serial."""
     assert not report.startswith(b"error "), f"the writer failed:\n{report.decode()}"
     key, version, serial = report.decode().split(" ")
     if version:  # a delete returns none
         assert version not in returned, f"version {version} returned twice"
         returned[version] = (key, int(serial))
+    now[key] = version or None
+    return int(serial)
 
 
 def _version(store: LocalStore, key: str) -> str:
@@ -490,9 +520,9 @@ def test_reader_meeting_a_slot_in_flight_waits_for_its_writer(
     assert ours.poll(CHILD_SECONDS), "the lock holder never took the lock"
     assert ours.recv_bytes() == b"locked"
     # What the holder's pwrite would have left so far: the new slot's header, half its data.
-    blob = _local._pack_slot(9, b"\x01" * 16, b"new document, of which half arrived")
+    blob = _local._pack_slot(2, b"\x01" * 16, b"new document, of which half arrived", synced=True)
     with path.open("r+b") as file:
-        file.seek(_local._slot_offset(1, _local._MIN_CAPACITY))
+        file.seek(_empty_slot_offset(path))
         file.write(blob[: _local._SLOT_BYTES + 12])
 
     impatient = LocalStore(directory, lock_timeout=0.05)
@@ -508,7 +538,7 @@ def test_reader_meeting_a_slot_in_flight_waits_for_its_writer(
     assert store.read_if_changed(key, version) is NOT_MODIFIED
     newer = store.replace(key, b"next", version)
     assert store.read(key) == Versioned(b"next", newer)
-    assert [state for state, _ in _slot_states(path)] == ["valid", "valid"]
+    assert [state for state, _ in _slot_states(path)] == ["valid", "valid", "empty"]
 
 
 @pytest.mark.timeout(60)
@@ -677,7 +707,7 @@ def test_read_if_changed_reads_only_the_slot_headers_of_an_unchanged_object(
 
     monkeypatch.setattr(os, "pread", pread)
     assert store.read_if_changed("big", version) is NOT_MODIFIED
-    assert sum(sizes) <= _local._FIRST_READ + _local._SLOT_BYTES, sizes
+    assert sum(sizes) <= _local._FIRST_READ + 2 * _local._SLOT_BYTES, sizes
     sizes.clear()
     assert store.read_if_changed("big", "0" * 32) == Versioned(big, version)
     assert sum(sizes) >= len(big)
@@ -688,19 +718,18 @@ def test_slot_left_half_written_is_skipped_then_overwritten(store: LocalStore) -
     """What a writer killed inside its pwrite leaves: the new slot's header and part of its data."""
     version = store.replace("k", b"current", store.create("k", b"before"))
     path = _object_file(store, "k")
-    blob = _local._pack_slot(99, b"\x02" * 16, b"the next document, cut short")
-    older = _slot_data_offset(path, newest=False) - _local._SLOT_BYTES
+    blob = _local._pack_slot(3, b"\x02" * 16, b"the next document, cut short", synced=True)
     with path.open("r+b") as file:
-        file.seek(older)
+        file.seek(_empty_slot_offset(path))
         file.write(blob[: len(blob) - 5])
-    assert sorted(state for state, _ in _slot_states(path)) == ["torn", "valid"]
+    assert [state for state, _ in _slot_states(path)] == ["valid", "valid", "torn"]
 
     assert store.read("k") == Versioned(b"current", version)
     assert store.read_if_changed("k", version) is NOT_MODIFIED
     assert store.read_if_changed("k", "0" * 32) == Versioned(b"current", version)
     newer = store.replace("k", b"next", version)
     assert store.read("k") == Versioned(b"next", newer)
-    assert [state for state, _ in _slot_states(path)] == ["valid", "valid"]
+    assert _slot_states(path) == [("valid", 1), ("valid", 2), ("valid", 3)]
 
 
 def test_damaged_older_slot_is_ignored(store: LocalStore) -> None:
@@ -708,8 +737,10 @@ def test_damaged_older_slot_is_ignored(store: LocalStore) -> None:
     path = _object_file(store, "k")
     _flip(path, _slot_data_offset(path, newest=False))
     assert store.read("k") == Versioned(b"current", version)
-    newer = store.replace("k", b"next", version)  # overwrites the damaged slot
-    assert store.read("k") == Versioned(b"next", newer)
+    for serial in range(3):  # the second overwrites the damaged slot
+        version = store.replace("k", b"next %d" % serial, version)
+        assert store.read("k") == Versioned(b"next %d" % serial, version)
+    assert [state for state, _ in _slot_states(path)] == ["valid"] * 3
 
 
 @pytest.mark.parametrize("where", ["data", "header"])
@@ -728,6 +759,7 @@ def test_damaged_newest_slot_raises_instead_of_rolling_back(store: LocalStore, w
         "read_if_changed": lambda: store.read_if_changed("k", before),
         "create": lambda: store.create("k", b"x"),
         "replace": lambda: store.replace("k", b"x", version),
+        "replace_unsynced": lambda: store.replace_unsynced("k", b"x", version),
         "replace at the older version": lambda: store.replace("k", b"x", before),
         "delete": lambda: store.delete("k", version),
     }
@@ -764,21 +796,33 @@ def test_damaged_header_or_record_raises(store: LocalStore) -> None:
         store.replace("h", b"y", version)
 
 
-def test_files_of_the_old_format_get_a_clear_error(store: LocalStore, directory: Path) -> None:
-    (directory / "old.obj").write_bytes(b"0123456789abcdef0123456789abcdef\n" + b'{"schema": 1}')
+@pytest.mark.parametrize(
+    ("start", "layout"),
+    [
+        (b"0123456789abcdef0123456789abcdef\n" + b'{"schema": 1}', "a version line"),
+        (b"\x89PLOCK1\n" + bytes(4096 * 3 - 8), "two slots"),
+    ],
+)
+def test_files_of_older_formats_get_a_clear_error(
+    store: LocalStore, directory: Path, start: bytes, layout: str
+) -> None:
+    (directory / "old.obj").write_bytes(start)
     assert store.list("") == ["old"]
     calls: dict[str, Callable[[], object]] = {
         "read": lambda: store.read("old"),
         "read_if_changed": lambda: store.read_if_changed("old", "0123456789abcdef" * 2),
         "create": lambda: store.create("old", b"x"),
         "replace": lambda: store.replace("old", b"x", "0123456789abcdef" * 2),
+        "replace_unsynced": lambda: store.replace_unsynced("old", b"x", "0123456789abcdef" * 2),
         "delete": lambda: store.delete("old", "0123456789abcdef" * 2),
     }
     for name, call in calls.items():
-        with pytest.raises(StoreError, match=r"'old'.*older prioritylock.*delete") as caught:
+        with pytest.raises(
+            StoreError, match=rf"'old'.*older prioritylock \({layout}.*delete"
+        ) as caught:
             call()
         assert not isinstance(caught.value, StoreUnavailable), name
-    assert (directory / "old.obj").read_bytes().startswith(b"0123456789abcdef")
+    assert (directory / "old.obj").read_bytes() == start
 
 
 def test_leftover_temp_files_are_ignored_and_cleaned_by_create_and_delete(
