@@ -477,7 +477,7 @@ def _info_lines(scope: LockScope, info: LockInfo | None, now: float) -> list[str
             ("acquired", _when(info.acquired_at)),
         ]
     else:
-        rows.append(("fence", f"{info.fence} (the next holder gets {info.fence + 1})"))
+        rows.append(("fence", f"{info.fence} (the next holder gets a higher one)"))
     if info.requestor_owner is not None:
         rows.append(
             (

@@ -33,6 +33,7 @@ __all__ = [
     "Holder",
     "Lease",
     "Requestor",
+    "Reserve",
     "decode",
     "encode",
     "new_lock_id",
@@ -145,6 +146,15 @@ class Event:
 
 
 @attrs.frozen
+class Reserve:
+    """Fences up to ``fence`` may be handed out by unsynced writes while the machine stays in
+    boot ``boot`` (stores on one machine's disk only; see ``_reserve``)."""
+
+    fence: int
+    boot: str
+
+
+@attrs.frozen
 class Lease:
     """One lease document."""
 
@@ -155,9 +165,13 @@ class Lease:
     requestor: Requestor | None = None
     event: Event | None = None
     schema: int = SCHEMA
+    reserve: Reserve | None = None
 
     def rewritten(self, **changes: Any) -> Lease:
-        """A copy with ``changes`` and a fresh nonce: the only way the lock makes a new version."""
+        """A copy with ``changes`` and a fresh nonce: the only way the lock makes a new version.
+
+        The fence reservation is carried over unchanged (only ``_reserve.plan_write`` sets it).
+        """
         # Spelled out: attrs.evolve inspects the class on every call.
         return Lease(
             name=changes.get("name", self.name),
@@ -167,6 +181,20 @@ class Lease:
             requestor=changes.get("requestor", self.requestor),
             event=changes.get("event", self.event),
             schema=self.schema,
+            reserve=self.reserve,
+        )
+
+    def with_reserve(self, reserve: Reserve | None) -> Lease:
+        """The same document (same nonce: not yet written) with another fence reservation."""
+        return Lease(
+            self.name,
+            self.fence,
+            self.nonce,
+            self.holder,
+            self.requestor,
+            self.event,
+            self.schema,
+            reserve,
         )
 
 
@@ -205,9 +233,12 @@ def encode(lease: Lease) -> bytes:
             f'{{"kind":{_q(e.kind)},"at":{_num(e.at)},"by":{_q(e.by)},"message":{_q(e.message)}}}'
         )
     )
+    v = lease.reserve  # written only when set: documents on the cloud stores never carry one
+    reserve = "" if v is None else f',"reserve":{{"fence":{_int(v.fence)},"boot":{_q(v.boot)}}}'
     data = (
         f'{{"schema":{_int(lease.schema)},"name":{_q(lease.name)},"fence":{_int(lease.fence)},'
-        f'"nonce":{_q(lease.nonce)},"holder":{holder},"requestor":{requestor},"event":{event}}}'
+        f'"nonce":{_q(lease.nonce)},"holder":{holder},"requestor":{requestor},"event":{event}'
+        f"{reserve}}}"
     ).encode()
     if len(data) > MAX_DOCUMENT_BYTES:
         raise CorruptLease(
@@ -273,6 +304,7 @@ def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:
         holder=_holder(key, body.get("holder")),
         requestor=_requestor(key, body.get("requestor")),
         event=_event(key, body.get("event")),
+        reserve=_reserve(key, body.get("reserve")),
     )
     if lease.holder is not None and fence == 0:
         raise CorruptLease(key, "a held lease must have a fence of at least 1")
@@ -376,6 +408,16 @@ def _requestor(key: str, value: Any) -> Requestor | None:
         lease_timeout=r.number("lease_timeout"),
         cleanup_timeout=r.number("cleanup_timeout"),
     )
+
+
+def _reserve(key: str, value: Any) -> Reserve | None:
+    r = _section(key, value, "reserve")
+    if r is None:
+        return None
+    fence = r.integer("fence")
+    if fence < 0:
+        raise CorruptLease(key, f"negative reserve.fence {fence}")
+    return Reserve(fence=fence, boot=r.text("boot", limit=64))
 
 
 def _event(key: str, value: Any) -> Event | None:

@@ -52,6 +52,7 @@ from prioritylock._lease import (
     new_nonce,
 )
 from prioritylock._listener import CleanupNotice
+from prioritylock._reserve import plan_write
 from prioritylock.stores._base import NOT_MODIFIED, ConditionalReader, UnsyncedWriter
 
 __all__ = ["Lock"]
@@ -80,6 +81,14 @@ class _Seen:
 
     lease: Lease | None
     version: str | None
+
+
+@attrs.frozen
+class _Written:
+    """A write that landed: the lease as written and its new version."""
+
+    lease: Lease
+    version: str
 
 
 @attrs.define
@@ -314,7 +323,7 @@ class Lock:
                 result = self._write(
                     freed, seen.version, create=False, deadline=self._op_deadline()
                 )
-                if isinstance(result, str):
+                if isinstance(result, _Written):
                     log.warning(
                         "prioritylock: %r force-unlocked by %s: %s", self._key, who, message
                     )
@@ -438,12 +447,12 @@ class Lock:
                     result = self._write(
                         step.lease, seen.version, create=step.create, deadline=self._op_deadline()
                     )
-                    if not isinstance(result, str):
+                    if not isinstance(result, _Written):
                         seen = result  # lost a race: decide again on what is there now
                         continue
-                    seen = _Seen(step.lease, result)
+                    seen = _Seen(result.lease, result.version)
                     if step.outcome == "acquired":
-                        self._become_holder(claim, step.lease, result, started)
+                        self._become_holder(claim, result.lease, result.version, started)
                         break
                     if step.outcome == "requested":
                         assert step.lease.holder is not None
@@ -511,9 +520,9 @@ class Lock:
         started = self._clock.monotonic()
         beat = proto.renewed(seen.lease, self._clock.time())
         result = self._write(beat, seen.version, create=False, deadline=self._op_deadline())
-        if not isinstance(result, str):
+        if not isinstance(result, _Written):
             return result
-        self._become_holder(claim, beat, result, started)
+        self._become_holder(claim, result.lease, result.version, started)
         return None
 
     def _withdraw(self, claim: proto.Claim, seen: _Seen) -> bool:
@@ -533,8 +542,8 @@ class Lock:
             result = self._write(
                 withdrawn, seen.version, create=False, deadline=self._op_deadline()
             )
-            if isinstance(result, str):
-                self._seen = _Seen(withdrawn, result)
+            if isinstance(result, _Written):
+                self._seen = _Seen(result.lease, result.version)
                 return False
             seen = result
         return False
@@ -645,9 +654,9 @@ class Lock:
                 return
             beat = proto.renewed(holding.lease, self._clock.time())
             result = self._write(beat, holding.version, create=False, deadline=holding.deadline)
-            if isinstance(result, str):
-                holding.lease, holding.version = beat, result
-                self._seen = _Seen(beat, result)
+            if isinstance(result, _Written):
+                holding.lease, holding.version = result.lease, result.version
+                self._seen = _Seen(result.lease, result.version)
                 holding.deadline = started + self._cfg.lease_timeout
                 holding.next_renew = started + self._cfg.renew_interval
                 holding.next_watch = started + self._cfg.watch_interval
@@ -767,8 +776,9 @@ class Lock:
                 self._end(holding)
                 self._retry_release_later(holding)
                 raise
-            if isinstance(result, str):
-                self._seen = _Seen(nxt, result)
+            if isinstance(result, _Written):
+                nxt = result.lease
+                self._seen = _Seen(nxt, result.version)
                 handed = nxt.holder is not None
                 self._end(holding)
                 if handed and cleanup_done:
@@ -803,7 +813,7 @@ class Lock:
                     result = self._write(
                         nxt, seen.version, create=False, deadline=self._op_deadline()
                     )
-                    if isinstance(result, str):
+                    if isinstance(result, _Written):
                         log.info("prioritylock: background release of %r landed", self._key)
                         return None
                     return self._clock.monotonic()
@@ -880,37 +890,35 @@ class Lock:
 
     def _write(
         self, lease: Lease, version: str | None, *, create: bool, deadline: float
-    ) -> str | _Seen:
-        """Write ``lease`` conditionally. Returns the new version, or what is there instead.
+    ) -> _Written | _Seen:
+        """Write ``lease`` conditionally. Returns what was written (on a store that can skip the
+        sync, with its fence reservation set: ``_reserve.plan_write``), or what is there instead.
 
         Unknown outcomes are settled by reading back and looking for our nonce.
         """
+        unsynced: UnsyncedWriter | None = None
+        if self._unsynced is not None:
+            # Unsynced only when the version we replace is the one we last saw; when unsure, sync.
+            base = self._seen
+            known = (
+                base.lease if not create and base is not None and base.version == version else None
+            )
+            lease, skip_sync = plan_write(lease, known)
+            unsynced = self._unsynced if skip_sync else None
         data = encode(lease)
         backoff = _Backoff(1.0, start=0.02)
-        # A write that keeps the fence (renew, release, request) may skip the disk sync: lost to
-        # an OS crash, it leaves the lease as it was before, at the same fence. Known only when
-        # the version we replace is the one we last saw; when unsure, sync.
-        base = self._seen
-        unsynced = (
-            self._unsynced
-            if base is not None
-            and base.version == version
-            and base.lease is not None
-            and base.lease.fence == lease.fence
-            else None
-        )
         while True:
             try:
                 if create or version is None:
-                    return self._store.create(self._key, data)
+                    return _Written(lease, self._store.create(self._key, data))
                 if unsynced is not None:
-                    return unsynced.replace_unsynced(self._key, data, version)
-                return self._store.replace(self._key, data, version)
+                    return _Written(lease, unsynced.replace_unsynced(self._key, data, version))
+                return _Written(lease, self._store.replace(self._key, data, version))
             except ConditionFailed:
                 fresh = self._read(deadline)
                 if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                     assert fresh.version is not None
-                    return fresh.version  # it landed; the 412 answered a retry of it
+                    return _Written(lease, fresh.version)  # the 412 answered a retry of it
                 return fresh
             except StoreUnavailable:
                 if self._clock.monotonic() >= deadline:
@@ -919,7 +927,7 @@ class Lock:
                 fresh = self._read(deadline)
                 if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                     assert fresh.version is not None
-                    return fresh.version
+                    return _Written(lease, fresh.version)
                 if fresh.version != version:
                     return fresh  # unchanged means it did not land: try again; else re-decide
 

@@ -26,6 +26,7 @@ from prioritylock._lease import (
     Requestor,
     new_nonce,
 )
+from prioritylock._reserve import next_fence
 
 __all__ = [
     "Claim",
@@ -257,7 +258,7 @@ def acquire_step(
 
 def _take(lease: Lease, me: Claim, wall: float, kind: str) -> Write:
     taken = lease.rewritten(
-        fence=lease.fence + 1,
+        fence=next_fence(lease),
         holder=me.as_holder(wall),
         requestor=None,
         event=Event(kind, wall, me.owner, me.message),
@@ -311,7 +312,7 @@ def handed_over(lease: Lease, wall: float) -> Lease:
         beat=0,
     )
     event = Event("handover", wall, lease.holder.owner, f"to {r.owner}")
-    return lease.rewritten(fence=lease.fence + 1, holder=holder, requestor=None, event=event)
+    return lease.rewritten(fence=next_fence(lease), holder=holder, requestor=None, event=event)
 
 
 def pending_request_for(lease: Lease, holder_priority: int) -> Requestor | None:
@@ -343,4 +344,4 @@ def after_cleanup(
 def forced_free(lease: Lease, *, by: str, message: str, wall: float) -> Lease:
     """An operator frees the lock: recorded, fence + 1 so the old holder's writes are fenced off."""
     event = Event("force_unlock", wall, by, message)
-    return lease.rewritten(fence=lease.fence + 1, holder=None, requestor=None, event=event)
+    return lease.rewritten(fence=next_fence(lease), holder=None, requestor=None, event=event)

@@ -232,9 +232,10 @@ class UnsyncedWriter(Protocol):
     """A store whose writes are durable (synced to disk) by default, and that can skip the sync.
 
     Optional, for stores on one machine's disk (``LocalStore``): the lock replaces unsynced
-    only where losing the write to an operating-system crash or power loss is harmless, that
-    is, where the write keeps the lease's fence (a renewal, a release, a request). Every write
-    that raises the fence is synced, so a fence a holder has used never comes back.
+    only where losing the write to an operating-system crash or power loss is harmless: where
+    the write keeps the lease's fence (a renewal, a release, a request), or raises it within a
+    fence reservation that a synced write made in this boot of the machine (``_reserve``), so
+    a fence a holder has used never comes back after a reboot.
     """
 
     def replace_unsynced(self, key: str, data: bytes, version: str) -> str:

@@ -303,7 +303,8 @@ class LocalStore:
     power loss can't roll a lease (and its fencing counter) back to before a write that returned;
     and a file whose newest synced document is damaged raises :class:`~prioritylock.StoreError`
     instead of serving the one before. :meth:`replace_unsynced` skips the sync for one write that
-    may be lost to a power loss (the lock uses it for writes that keep the fence): the object
+    may be lost to a power loss (the lock uses it for writes that keep the fence, and for
+    acquisitions within a fence reservation made in this boot of the machine): the object
     then stays whole, at a version no older than the last synced write. ``durable=False`` skips
     every sync: faster, still atomic against crashed processes, but after an operating-system
     crash a document may be older than the last write (fences may then repeat after the reboot),
