@@ -69,6 +69,8 @@ class Heartbeat:
         self._name = name
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, ScheduledTask]] = []
+        # Cancellations since the heap was last compacted (an upper bound of the dead entries).
+        self._cancelled = 0
         self._seq = itertools.count()
         self._closed = False
         # While the loop sleeps: the due time it sleeps until (inf: no task); None: awake.
@@ -115,7 +117,22 @@ class Heartbeat:
     def cancel(self, entry: ScheduledTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
         with self._cond:
+            if entry.cancelled:
+                return
             entry.cancelled = True  # skipped lazily when it reaches the top of the heap
+            self._cancelled += 1
+            # Every release cancels a renewal due a renew interval later: a process that takes
+            # thousands of short locks a second would pile up that many dead entries. Drop
+            # them once they are most of the heap (each compaction is paid for by as many
+            # cancellations as it scans, so the cost per cancel stays constant).
+            if self._cancelled > _COMPACT_MIN and 2 * self._cancelled > len(self._heap):
+                self._heap = [
+                    item
+                    for item in self._heap
+                    if not item[2].cancelled and not item[2].running and item[0] == item[2].when
+                ]
+                heapq.heapify(self._heap)
+                self._cancelled = 0
 
     def _push(self, entry: ScheduledTask, when: float) -> None:
         if entry.tolerance > 0:
@@ -254,6 +271,9 @@ def _safely(callback: Callable[[], None]) -> None:
     except Exception:
         log.exception("prioritylock: a listener or signal receiver raised; ignored")
 
+
+#: Cancellations below which the heap is never compacted.
+_COMPACT_MIN = 1024
 
 _default: Heartbeat | None = None
 _default_lock = threading.Lock()
