@@ -18,7 +18,7 @@ Sections, in order (``SECTIONS``); each is a function ``(Bench) -> Section``:
   lock), renew and release, with their requests from ``store.stats``, next to one GET and one
   conditional PUT made directly with the SDK: the library's overhead over the store's own cost.
 - ``preemption``: a higher-priority ``try_lock()`` call -> it holds, against a holder whose
-  cleanup takes 0 or 50 ms (memory and local stores).
+  cleanup takes 0 or 50 ms, on every store.
 - ``requests``: store requests per operation on every store, from ``store.stats``; where two
   clients share a store (a blocked waiter, a preemption) a per-thread tally splits them, checked
   against the store's own totals. Also what a held lock and an idle one cost per renew interval.
@@ -236,7 +236,7 @@ MEMORY = STORE_KINDS[0]
 NONDURABLE = "?durable=false"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset({"cloud", "requests", "handoff"})
+CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff"})
 
 
 # -- the run's context -----------------------------------------------------------------------------
@@ -1254,7 +1254,7 @@ def section_requests(b: Bench) -> Section:
         ]
     )
     for variant, label in _PREEMPT_VARIANTS:
-        counts = {k.name: b.preemptions(k, variant).requests for k in b.local_kinds}
+        counts = {k.name: b.preemptions(k, variant).requests for k in b.store_kinds}
         for who in ("requestor", "holder"):
             cells = [fmt_counts(counts[k.name][who]) if k.name in counts else "-" for k in kinds]
             table.append([f"preemption, {label}: {who}", *cells])
@@ -1305,7 +1305,7 @@ def section_requests(b: Bench) -> Section:
             f"{per_day('defaults', 'reads'):,.0f} reads; Hudi's {per_day('hudi', 'replaces'):,.0f}"
             f" writes + {per_day('hudi', 'reads'):,.0f} reads. Idle: requests in the same window.",
             "Preemption: mean over the preemption-latency runs, from the requestor's try_lock() "
-            "call until the holder is told it lost the lock (memory and local stores only).",
+            "call until the holder is told it lost the lock.",
         ],
     )
 
@@ -1992,7 +1992,7 @@ def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> Pre
 def section_preemption(b: Bench) -> Section:
     table: list[list[str]] = []
     rows: list[Json] = []
-    for kind in b.local_kinds:
+    for kind in b.store_kinds:
         for variant, label in _PREEMPT_VARIANTS:
             result = b.preemptions(kind, variant)
             summary = summarize(result.samples_ns, 1e6)
