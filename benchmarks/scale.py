@@ -75,8 +75,8 @@ from prioritylock.testing._servers import EmulatorError
 
 STORES = ("memory", "s3-moto", "s3-seaweedfs")
 DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}
-#: Threads that acquire (and at the end release) the leases: as many as the heartbeat's workers,
-#: so the S3 client's connection pool (10) is never short.
+#: Threads that acquire (and at the end release) the leases: fewer than the S3 client's pooled
+#: connections (one per heartbeat worker, 32), so setting up never opens extra ones.
 SETUP_THREADS = 8
 RESULTS = Path(__file__).resolve().parent / "results"
 
