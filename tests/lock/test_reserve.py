@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from prioritylock import CorruptLease, FakeClock, Heartbeat, Lock, LockLost, _reserve
 from prioritylock._lease import Event, Holder, Lease, Reserve, decode, encode, new_nonce
-from prioritylock.stores import MemoryStore, UnsyncedWriter
+from prioritylock.stores import LocalStore, MemoryStore, UnsyncedWriter
 from tests.lock.helpers import make
 
 pytestmark = pytest.mark.timeout(120)
@@ -259,3 +261,42 @@ def test_repeated_acquisitions_sync_once_per_reserved_block(boot: str) -> None:
     # the create, then one synced raise per block of fences; every release unsynced
     assert store.synced == 3, (store.synced, store.unsynced)
     assert store.unsynced == 2 * cycles - store.synced
+
+
+def test_on_a_local_store_acquisitions_sync_once_per_block_and_jump_after_a_reboot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_reserve, "_boot", "boot-1")
+    store = LocalStore(tmp_path)
+    clock = FakeClock()
+    lock = make(store, clock=clock, heartbeat=Heartbeat(clock, threaded=False))
+    assert lock.try_lock()  # creates the document: synced, reserves fences 2..129
+    lock.unlock()
+    syncs: list[int] = []
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        syncs.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    for _ in range(_reserve.RESERVE_BLOCK):
+        assert lock.try_lock()
+        lock.unlock()
+    # fences 2..129 went unsynced; 129 is the last one reserved, so none synced yet
+    assert syncs == [] and lock.info() is not None
+    assert lock.try_lock() and lock.fencing_token == 2 + _reserve.RESERVE_BLOCK
+    assert len(syncs) == 1  # past the reservation: synced, and the next block reserved
+    lock.unlock()
+    found = store.read(lock.key)
+    assert found is not None
+    reserve = json.loads(found.data)["reserve"]
+    assert reserve == {"fence": 2 + 2 * _reserve.RESERVE_BLOCK, "boot": "boot-1"}
+
+    # A reboot: whatever the disk kept, the next holder's fence is past the reservation.
+    monkeypatch.setattr(_reserve, "_boot", "boot-2")
+    after = make(LocalStore(tmp_path), clock=clock, heartbeat=Heartbeat(clock, threaded=False))
+    syncs.clear()
+    assert after.try_lock()
+    assert after.fencing_token == reserve["fence"] + 1
+    assert len(syncs) == 1
