@@ -124,6 +124,41 @@ class _Holding:
         return not self.ended and self.lost is None
 
 
+def _namespace(store: object) -> object:
+    # Stores that know what they address (a directory, a bucket) say so in ``namespace``, so
+    # lock objects with separate store objects on the same data share what they learn.
+    return getattr(store, "namespace", None) or id(store)
+
+
+class _Decoded:
+    """The document each lock of this process last read or wrote, decoded, with its version.
+
+    A lock object that has not seen its document yet reads it conditionally against this
+    version: when nothing changed (HTTP 304 on the cloud stores) it takes the decoded lease from
+    here instead of receiving and decoding the body. Still one read: only a lock object's own
+    knowledge lets it skip the read. Bounded: emptied when full. Keyed by the store's
+    ``namespace``, within which versions never repeat.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._items: dict[tuple[str, str], _Seen] = {}
+
+    def get(self, name: tuple[str, str] | None) -> _Seen | None:
+        return None if name is None else self._items.get(name)
+
+    def put(self, name: tuple[str, str] | None, seen: _Seen) -> None:
+        if name is None:
+            return
+        items = self._items
+        if len(items) >= self._size:
+            items.clear()
+        items[name] = seen
+
+
+_decoded = _Decoded()
+
+
 class _Wakeups:
     """In-process wakeups: a release sets the event waiters of the same lock wait on."""
 
@@ -133,14 +168,8 @@ class _Wakeups:
             weakref.WeakValueDictionary()
         )
 
-    @staticmethod
-    def _name(store: object) -> object:
-        # Stores that know what they address (a directory, a bucket) say so in ``namespace``,
-        # so lock objects with separate store objects on the same data still wake each other.
-        return getattr(store, "namespace", None) or id(store)
-
     def current(self, store: object, key: str) -> threading.Event:
-        name = (self._name(store), key)
+        name = (_namespace(store), key)
         with self._lock:
             event = self._events.get(name)
             if event is None:
@@ -150,7 +179,7 @@ class _Wakeups:
 
     def fire(self, store: object, key: str) -> None:
         with self._lock:
-            event = self._events.pop((self._name(store), key), None)
+            event = self._events.pop((_namespace(store), key), None)
         if event is not None:
             event.set()
 
@@ -173,6 +202,10 @@ class Lock:
         # Stores that sync every write (LocalStore) may skip it where a lost write is harmless.
         self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
         self._key = config.key
+        # This document, process-wide; only on stores that name what they address (a store
+        # object's id can be reused by another store once it is gone).
+        namespace = getattr(config.store, "namespace", None)
+        self._name = (namespace, config.key) if isinstance(namespace, str) and namespace else None
         self._clock = config.clock
         self._hb: Heartbeat = config.heartbeat or default_heartbeat()
         self._io = threading.RLock()
@@ -871,6 +904,8 @@ class Lock:
             deadline = self._op_deadline()
         cached = self._seen
         reader = self._reader
+        if cached is None and reader is not None:
+            cached = _decoded.get(self._name)  # what another lock object saw
         if reader is not None and cached is not None and cached.version is not None:
             known = cached.version
             found = self._retrying(lambda: reader.read_if_changed(self._key, known), deadline)
@@ -885,6 +920,7 @@ class Lock:
             seen = cached  # a store without conditional reads, or one that ignored the condition
         else:
             seen = _Seen(decode(self._key, found.data, name=self._key), found.version)
+            _decoded.put(self._name, seen)
         self._seen = seen
         return seen
 
@@ -910,15 +946,15 @@ class Lock:
         while True:
             try:
                 if create or version is None:
-                    return _Written(lease, self._store.create(self._key, data))
+                    return self._wrote(lease, self._store.create(self._key, data))
                 if unsynced is not None:
-                    return _Written(lease, unsynced.replace_unsynced(self._key, data, version))
-                return _Written(lease, self._store.replace(self._key, data, version))
+                    return self._wrote(lease, unsynced.replace_unsynced(self._key, data, version))
+                return self._wrote(lease, self._store.replace(self._key, data, version))
             except ConditionFailed:
                 fresh = self._read(deadline)
                 if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                     assert fresh.version is not None
-                    return _Written(lease, fresh.version)  # the 412 answered a retry of it
+                    return self._wrote(lease, fresh.version)  # the 412 answered a retry of it
                 return fresh
             except StoreUnavailable:
                 if self._clock.monotonic() >= deadline:
@@ -927,9 +963,13 @@ class Lock:
                 fresh = self._read(deadline)
                 if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                     assert fresh.version is not None
-                    return _Written(lease, fresh.version)
+                    return self._wrote(lease, fresh.version)
                 if fresh.version != version:
                     return fresh  # unchanged means it did not land: try again; else re-decide
+
+    def _wrote(self, lease: Lease, version: str) -> _Written:
+        _decoded.put(self._name, _Seen(lease, version))
+        return _Written(lease, version)
 
     def _retrying(self, call: Callable[[], T], deadline: float) -> T:
         backoff = _Backoff(1.0, start=0.02)
