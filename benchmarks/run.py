@@ -2173,7 +2173,7 @@ def _components(b: Bench, profiled: Sequence[ProfileLine]) -> list[Component]:
         ),
         ("MemoryStore.replace", calls("_memory.py:" + _line(store.replace) + "(replace)"), replace),
         (
-            "decode (fresh Lock only: its first read)",
+            "decode (a first read whose document changed or is not cached in the process)",
             calls("(decode)"),
             lambda: lease_mod.decode(lock.key, found.data, name=lock.key),
         ),
