@@ -296,7 +296,7 @@ def released(lease: Lease, wall: float) -> Lease:
 
 
 def handed_over(lease: Lease, wall: float) -> Lease:
-    """The holder passes the lock to the pending requestor: fence + 1, no gap for a third client."""
+    """The holder passes the lock to the pending requestor: the next fence, no gap between."""
     assert lease.holder is not None and lease.requestor is not None
     r = lease.requestor
     holder = Holder(
@@ -342,6 +342,6 @@ def after_cleanup(
 
 
 def forced_free(lease: Lease, *, by: str, message: str, wall: float) -> Lease:
-    """An operator frees the lock: recorded, fence + 1 so the old holder's writes are fenced off."""
+    """An operator frees the lock: recorded, the next fence, so the old holder is fenced off."""
     event = Event("force_unlock", wall, by, message)
     return lease.rewritten(fence=next_fence(lease), holder=None, requestor=None, event=event)
