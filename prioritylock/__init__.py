@@ -6,8 +6,9 @@ on the store's version token; no lock server. Start with :class:`LockBuilder`.
 
 import logging
 
-from prioritylock._builder import LockBuilder, LockConfig
+from prioritylock._builder import LockBuilder
 from prioritylock._clock import Clock, FakeClock, SystemClock
+from prioritylock._config import LockConfig
 from prioritylock._errors import (
     ConditionFailed,
     ConfigError,

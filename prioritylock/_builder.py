@@ -2,79 +2,33 @@
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import math
-import os
-import socket
 import unicodedata
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
-from prioritylock._clock import SYSTEM_CLOCK, Clock
+from prioritylock._clock import Clock
+from prioritylock._config import (
+    DEFAULT_CLEANUP_TIMEOUT,
+    DEFAULT_LEASE_TIMEOUT,
+    DEFAULT_MAX_CLOCK_DRIFT,
+    MIN_WATCH_INTERVAL,
+    LockConfig,
+    default_owner,
+)
 from prioritylock._errors import ConfigError
 from prioritylock._lease import MAX_MESSAGE_CHARS, MAX_OWNER_CHARS, MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import LockListener
+from prioritylock._lock import Lock
 from prioritylock.stores._base import ObjectStore
 from prioritylock.stores._url import open_store
 from scopes import LockScope
 
 if TYPE_CHECKING:
     from prioritylock._heartbeat import Heartbeat
-    from prioritylock._lock import Lock
 
 __all__ = ["LockBuilder", "LockConfig"]
-
-DEFAULT_LEASE_TIMEOUT = 30.0
-DEFAULT_CLEANUP_TIMEOUT = 10.0
-DEFAULT_WAITING_TIMEOUT = 30.0
-DEFAULT_MAX_CLOCK_DRIFT = 0.5
-DEFAULT_POLL_INTERVAL = 1.0
-DEFAULT_STORE_TIMEOUT = 10.0
-MIN_WATCH_INTERVAL = 0.01
-
-
-def default_owner() -> str:
-    """``user@host:pid``: a readable default owner id."""
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}:{os.getpid()}"
-
-
-@attrs.frozen
-class LockConfig:
-    """Everything a Lock needs, validated. Change a copy with ``attrs.evolve``."""
-
-    store: ObjectStore
-    scope: LockScope
-    owner: str
-    message: str = ""
-    priority: int = 0
-    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
-    cleanup_timeout: float = DEFAULT_CLEANUP_TIMEOUT
-    waiting_timeout: float = DEFAULT_WAITING_TIMEOUT
-    forceful: bool = False
-    listener: LockListener | None = None
-    renew_interval: float = DEFAULT_LEASE_TIMEOUT / 3
-    watch_interval: float = DEFAULT_LEASE_TIMEOUT / 3
-    max_clock_drift: float = DEFAULT_MAX_CLOCK_DRIFT
-    poll_interval: float = DEFAULT_POLL_INTERVAL
-    store_timeout: float = DEFAULT_STORE_TIMEOUT
-    clock: Clock = SYSTEM_CLOCK
-    heartbeat: Heartbeat | None = None
-
-    @property
-    def key(self) -> str:
-        """The store key of the lease document."""
-        return self.scope.key
-
-    @property
-    def override(self) -> bool:
-        return self.priority == OVERRIDE_PRIORITY
 
 
 class LockBuilder:
@@ -329,8 +283,6 @@ class LockBuilder:
 
         :raises ConfigError: see :meth:`config`.
         """
-        from prioritylock._lock import Lock
-
         return Lock(self.config())
 
 

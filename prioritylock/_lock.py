@@ -28,7 +28,7 @@ from blinker import Signal
 
 from prioritylock import _protocol as proto
 from prioritylock import signals
-from prioritylock._builder import LockConfig
+from prioritylock._config import LockConfig
 from prioritylock._errors import (
     ConditionFailed,
     ConfigError,

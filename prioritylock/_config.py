@@ -1,0 +1,80 @@
+"""LockConfig: everything a lock needs, validated and frozen (built by ``LockBuilder``)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from typing import TYPE_CHECKING
+
+import attrs
+
+from prioritylock._clock import SYSTEM_CLOCK, Clock
+from prioritylock._lease import OVERRIDE_PRIORITY
+from prioritylock._listener import LockListener
+from prioritylock.stores._base import ObjectStore
+from scopes import LockScope
+
+if TYPE_CHECKING:
+    from prioritylock._heartbeat import Heartbeat
+
+__all__ = [
+    "DEFAULT_CLEANUP_TIMEOUT",
+    "DEFAULT_LEASE_TIMEOUT",
+    "DEFAULT_MAX_CLOCK_DRIFT",
+    "DEFAULT_POLL_INTERVAL",
+    "DEFAULT_STORE_TIMEOUT",
+    "DEFAULT_WAITING_TIMEOUT",
+    "MIN_WATCH_INTERVAL",
+    "LockConfig",
+    "default_owner",
+]
+
+DEFAULT_LEASE_TIMEOUT = 30.0
+DEFAULT_CLEANUP_TIMEOUT = 10.0
+DEFAULT_WAITING_TIMEOUT = 30.0
+DEFAULT_MAX_CLOCK_DRIFT = 0.5
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_STORE_TIMEOUT = 10.0
+MIN_WATCH_INTERVAL = 0.01
+
+
+def default_owner() -> str:
+    """``user@host:pid``: a readable default owner id."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+@attrs.frozen
+class LockConfig:
+    """Everything a Lock needs, validated. Change a copy with ``attrs.evolve``."""
+
+    store: ObjectStore
+    scope: LockScope
+    owner: str
+    message: str = ""
+    priority: int = 0
+    lease_timeout: float = DEFAULT_LEASE_TIMEOUT
+    cleanup_timeout: float = DEFAULT_CLEANUP_TIMEOUT
+    waiting_timeout: float = DEFAULT_WAITING_TIMEOUT
+    forceful: bool = False
+    listener: LockListener | None = None
+    renew_interval: float = DEFAULT_LEASE_TIMEOUT / 3
+    watch_interval: float = DEFAULT_LEASE_TIMEOUT / 3
+    max_clock_drift: float = DEFAULT_MAX_CLOCK_DRIFT
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    store_timeout: float = DEFAULT_STORE_TIMEOUT
+    clock: Clock = SYSTEM_CLOCK
+    heartbeat: Heartbeat | None = None
+
+    @property
+    def key(self) -> str:
+        """The store key of the lease document."""
+        return self.scope.key
+
+    @property
+    def override(self) -> bool:
+        return self.priority == OVERRIDE_PRIORITY
