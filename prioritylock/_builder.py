@@ -115,11 +115,28 @@ class LockBuilder:
         self._opts["forceful"] = forceful
         return self
 
-    def emergency_override(self, message: str) -> LockBuilder:
-        """The operators' override: priority 2147483647, forceful, no wait; needs a message."""
+    def emergency_override(
+        self, message: str, *, if_fence: int | None = None, if_owner: str | None = None
+    ) -> LockBuilder:
+        """The operators' override: priority 2147483647, forceful, no wait; needs a message.
+
+        :param if_fence: act only while the lease still shows this fence (what the operator saw).
+        :param if_owner: act only while the lease is still held by this owner.
+
+        With either guard, acquiring raises :class:`~prioritylock.ConditionFailed` (nothing
+        written) when the lease shows something else; the check and the takeover are one
+        compare-and-swap.
+        """
         text = _text("message", message, MAX_MESSAGE_CHARS, empty=False)
         self._opts.update(
-            priority=OVERRIDE_PRIORITY, forceful=True, waiting_timeout=0.0, message=text
+            priority=OVERRIDE_PRIORITY,
+            forceful=True,
+            waiting_timeout=0.0,
+            message=text,
+            if_fence=_guard_fence(if_fence),
+            if_owner=None
+            if if_owner is None
+            else _text("if_owner", if_owner, MAX_OWNER_CHARS, empty=False),
         )
         return self
 
@@ -339,6 +356,14 @@ def _hudi_url(location: str) -> str:
             raise ConfigError(f"{_HUDI_PREFIX}locks_location: not an absolute path or a URL")
         return "file://" + location
     return {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme) + "://" + rest
+
+
+def _guard_fence(value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"if_fence: must be a non-negative integer, got {value!r}")
+    return value
 
 
 def _seconds(option: str, value: float, *, zero: bool) -> float:

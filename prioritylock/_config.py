@@ -67,6 +67,9 @@ class LockConfig:
     max_clock_drift: float = DEFAULT_MAX_CLOCK_DRIFT
     poll_interval: float = DEFAULT_POLL_INTERVAL
     store_timeout: float = DEFAULT_STORE_TIMEOUT
+    #: The operator's guard of an emergency override: act only while the lease shows these.
+    if_fence: int | None = None
+    if_owner: str | None = None
     clock: Clock = SYSTEM_CLOCK
     heartbeat: Heartbeat | None = None
 

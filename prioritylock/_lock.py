@@ -326,31 +326,53 @@ class Lock:
         return self._require_holding().lock_id
 
     def force_unlock(
-        self, message: str, *, by: str | None = None, overwrite_corrupt: bool = False
+        self,
+        message: str,
+        *,
+        by: str | None = None,
+        overwrite_corrupt: bool = False,
+        if_fence: int | None = None,
+        if_owner: str | None = None,
     ) -> LockInfo | None:
-        """Free the lock whoever holds it (break-glass; recorded with ``message``; fence + 1).
+        """Free the lock whoever holds it (break-glass; recorded with ``message``; next fence).
 
+        :param if_fence: act only while the lease still shows this fence (what you saw in
+            ``info()``); checked and written as one compare-and-swap.
+        :param if_owner: act only while the lease is still held by this owner.
         :param overwrite_corrupt: also replace a corrupt or foreign document with a free lease.
             Its fence is then unknown, so the new fence is the wall clock in milliseconds (or
             the old fence + 1 if that can still be read and is larger): far beyond any fence
             reached by counting, so fencing tokens keep growing.
         :returns: the lease as it was before, or None if the lock was never taken (or the
             document was corrupt).
-        :raises ConfigError: no message.
+        :raises ConfigError: no message, or a guard that is not a fence / an owner.
+        :raises ConditionFailed: a guard is given and the lease shows something else; nothing
+            was written.
         :raises CorruptLease: the document is corrupt and ``overwrite_corrupt`` is false.
         """
         if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
             raise ConfigError("message: force_unlock needs a message saying why")
+        if if_fence is not None and (
+            isinstance(if_fence, bool) or not isinstance(if_fence, int) or if_fence < 0
+        ):
+            raise ConfigError(f"if_fence: must be a non-negative integer, got {if_fence!r}")
+        if if_owner is not None and (not isinstance(if_owner, str) or not if_owner):
+            raise ConfigError("if_owner: must be a non-empty string")
+        guarded = if_fence is not None or if_owner is not None
         who = by or self._cfg.owner
         with self._io:
             try:
                 seen = self._read()
             except CorruptLease:
-                if not overwrite_corrupt:
+                if not overwrite_corrupt or guarded:
                     raise
                 self._overwrite_corrupt(who, message)
                 return None
-            while seen.lease is not None:
+            while True:
+                if not proto.shows(seen.lease, if_fence, if_owner):
+                    raise ConditionFailed(self._key, _guard_failed(seen.lease))
+                if seen.lease is None:
+                    return None
                 before = seen.lease
                 freed = proto.forced_free(before, by=who, message=message, wall=self._clock.time())
                 result = self._write(
@@ -362,7 +384,6 @@ class Lock:
                     )
                     return LockInfo.from_lease(before)
                 seen = result
-        return None
 
     def _overwrite_corrupt(self, who: str, message: str) -> None:
         """Replace a corrupt document (break-glass), compare-and-swap on the version we read."""
@@ -442,6 +463,8 @@ class Lock:
             cleanup_timeout=cfg.cleanup_timeout,
             waiting_timeout=cfg.waiting_timeout,
             forceful=cfg.forceful,
+            if_fence=cfg.if_fence,
+            if_owner=cfg.if_owner,
         )
 
     def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
@@ -517,6 +540,8 @@ class Lock:
                         break
                     seen = confirmed
                     continue
+                if isinstance(step, proto.Refused) and step.reason == "changed":
+                    raise ConditionFailed(self._key, _guard_failed(seen.lease))
                 if isinstance(step, proto.Refused):
                     mine = None
                     self._notify_denied(seen.lease)
@@ -1012,6 +1037,13 @@ def _salvage_fence(data: bytes) -> int:
     except (ValueError, AttributeError):
         return 0
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _guard_failed(lease: Lease | None) -> str:
+    if lease is None:
+        return "the lease does not exist; nothing written"
+    owner = repr(lease.holder.owner) if lease.holder is not None else "nobody"
+    return f"the lease now shows fence {lease.fence}, held by {owner}; nothing written"
 
 
 def _holder_name(lease: Lease) -> str:

@@ -45,6 +45,7 @@ __all__ = [
     "released",
     "renewed",
     "request_wait",
+    "shows",
     "sight",
 ]
 
@@ -61,6 +62,9 @@ class Claim:
     cleanup_timeout: float
     waiting_timeout: float
     forceful: bool
+    # An operator's guard: act only while the lease still shows this fence / holder's owner.
+    if_fence: int | None = None
+    if_owner: str | None = None
 
     @property
     def override(self) -> bool:
@@ -109,6 +113,16 @@ def sight(previous: Sighting | None, ident: str | None, now: float) -> Sighting 
     if previous is not None and previous.ident == ident:
         return previous
     return Sighting(ident, now)
+
+
+def shows(lease: Lease | None, if_fence: int | None, if_owner: str | None) -> bool:
+    """Whether the lease still shows what an operator saw: its fence and its holder's owner
+    (None: not checked). A free or absent lease shows no owner."""
+    if if_fence is not None and (lease is None or lease.fence != if_fence):
+        return False
+    return if_owner is None or (
+        lease is not None and lease.holder is not None and lease.holder.owner == if_owner
+    )
 
 
 def heartbeat_ident(lease: Lease | None) -> str | None:
@@ -177,7 +191,8 @@ class Wait:
 
 @attrs.frozen
 class Refused:
-    """Stop: ``denied`` (a higher request displaced ours)."""
+    """Stop: ``denied`` (a higher request displaced ours), or ``changed`` (the lease no longer
+    shows what an operator's guard expects)."""
 
     reason: str
 
@@ -207,6 +222,8 @@ def acquire_step(
     :param may_request: False once a request of ours timed out in a blocking ``lock()``: from
         then on we wait for a release or an expiry like any other contender.
     """
+    if not shows(lease, me.if_fence, me.if_owner):
+        return Refused("changed")
     if lease is None:
         holder = me.as_holder(wall)
         event = Event("override" if me.override else "acquired", wall, me.owner, me.message)
