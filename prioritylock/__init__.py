@@ -6,6 +6,8 @@ on the store's version token; no lock server. Start with :class:`LockBuilder`.
 
 import logging
 
+from prioritylock._alock import AsyncLock
+from prioritylock._ascheduler import AsyncScheduler
 from prioritylock._builder import LockBuilder
 from prioritylock._clock import Clock, FakeClock, SystemClock
 from prioritylock._config import LockConfig
@@ -35,6 +37,8 @@ __version__ = "0.1.0"
 logging.getLogger("prioritylock").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AsyncLock",
+    "AsyncScheduler",
     "CleanupNotice",
     "Clock",
     "ConditionFailed",

@@ -8,6 +8,8 @@ import unicodedata
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from prioritylock._alock import AsyncLock
+from prioritylock._ascheduler import AsyncScheduler
 from prioritylock._clock import Clock
 from prioritylock._config import (
     DEFAULT_CLEANUP_TIMEOUT,
@@ -294,6 +296,15 @@ class LockBuilder:
                 f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)"
             )
         return LockConfig(**opts)
+
+    def build_async(self, *, scheduler: AsyncScheduler | None = None) -> AsyncLock:
+        """A new :class:`~prioritylock.AsyncLock` (not yet acquired), for asyncio.
+
+        :param scheduler: what renews and watches its lease (default: its event loop's own;
+            tests pass a manual one with a fake clock).
+        :raises ConfigError: see :meth:`config`.
+        """
+        return AsyncLock(self.config(), scheduler=scheduler)
 
     def build(self) -> Lock:
         """A new :class:`~prioritylock.Lock` (not yet acquired).

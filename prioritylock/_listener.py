@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import attrs
 
 if TYPE_CHECKING:
+    from prioritylock._alock import AsyncLock
     from prioritylock._info import LockInfo
     from prioritylock._lock import Lock
+
+#: The lock a listener is called with: a :class:`~prioritylock.Lock` or an
+#: :class:`~prioritylock.AsyncLock`. ``Any``, so that listeners written for either (annotated
+#: ``lock: Lock``, say) stay valid overrides.
+AnyLock: TypeAlias = Any
 
 __all__ = ["CleanupNotice", "LockListener"]
 
@@ -23,7 +30,7 @@ class CleanupNotice:
     :ivar deadline_wall: the same moment as wall-clock seconds, for display.
     """
 
-    lock: Lock
+    lock: Lock | AsyncLock
     requestor_owner: str
     requestor_priority: int
     requestor_message: str
@@ -44,22 +51,28 @@ class LockListener:
     library's own threads. None runs while the library holds its
     internal locks. An exception raised here is logged and otherwise ignored.
 
+    With :class:`~prioritylock.AsyncLock`, any method may be ``async def``: it is awaited on the
+    lock's event loop (an async cleanup returning hands the lock over, like a plain one); a plain
+    ``on_cleanup_notification`` then runs on a worker thread, the others on the loop. A
+    cancelled async cleanup does not hand over: the lock stays held until it is unlocked or a
+    forceful requestor takes it.
+
     A configured listener opts the holder into cooperative preemption: when
     :meth:`on_cleanup_notification` returns, the lock passes to the requestor. Without a listener,
     the holder keeps the lock until it unlocks or a forceful requestor takes it.
     """
 
-    def on_acquired(self, lock: Lock, info: LockInfo) -> None:
+    def on_acquired(self, lock: AnyLock, info: LockInfo) -> Awaitable[None] | None:
         """This lock object now holds the lock."""
 
-    def on_released(self, lock: Lock) -> None:
+    def on_released(self, lock: AnyLock) -> Awaitable[None] | None:
         """This lock object released the lock (or handed it over)."""
 
-    def on_lock_lost(self, lock: Lock, reason: str) -> None:
+    def on_lock_lost(self, lock: AnyLock, reason: str) -> Awaitable[None] | None:
         """This lock object lost the lock; called once per holding."""
 
-    def on_cleanup_notification(self, notice: CleanupNotice) -> None:
+    def on_cleanup_notification(self, notice: CleanupNotice) -> Awaitable[None] | None:
         """Clean up before ``notice.deadline``; return when done and the lock passes on."""
 
-    def on_denied(self, lock: Lock, info: LockInfo | None) -> None:
+    def on_denied(self, lock: AnyLock, info: LockInfo | None) -> Awaitable[None] | None:
         """Our pending preemption request was displaced by a higher one."""

@@ -161,7 +161,7 @@ class LeaseModel(RuleBasedStateMachine):
     def _check(self) -> None:
         believers = self._believers()
         for client in self.clients:
-            holding = client.lock._holding
+            holding = client.lock._st.holding
             # Every holding that ends lost (expired, preempted, overridden, forced, found lost
             # while unlocking) must be told exactly once; a voluntary release is not a loss.
             if holding is not None and holding.lost and id(holding) not in client.counted:

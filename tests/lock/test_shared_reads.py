@@ -1,5 +1,5 @@
 """A new lock object reads conditionally against what another lock object of the process last
-read or wrote (``_lock._Decoded``): when nothing changed, it takes the decoded lease instead of
+read or wrote (``_flows.Decoded``): when nothing changed, it takes the decoded lease instead of
 the body. Still 2 requests for its first acquire, on every store; never a stale decision."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from prioritylock import _lease, _lock
+from prioritylock import _flows, _lease
 from prioritylock.stores import MemoryStore
 from tests.conftest import StoreFactory
 from tests.lock.helpers import make
@@ -25,7 +25,7 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(key)
         return real(key, data, **kwargs)
 
-    monkeypatch.setattr(_lock, "decode", counting)
+    monkeypatch.setattr(_flows, "decode", counting)
     return calls
 
 
@@ -92,8 +92,8 @@ def test_stores_without_a_namespace_do_not_share(decodes: list[str]) -> None:
 
 
 def test_the_cache_is_bounded() -> None:
-    cache = _lock._Decoded(size=4)
-    seen = _lock._Seen(None, None)
+    cache = _flows.Decoded(size=4)
+    seen = _flows.Seen(None, None)
     for i in range(10):
         cache.put(("ns", f"k{i}"), seen)
         assert len(cache._items) <= 4

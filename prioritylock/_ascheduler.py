@@ -1,0 +1,203 @@
+"""One scheduler per event loop: renews and watches every ``AsyncLock`` lease held in that loop.
+
+The asyncio counterpart of ``_heartbeat.Heartbeat``: a heap of due times and one runner task per
+loop (not a task, thread or timer per lock). Due tasks of leases on in-process stores (memory)
+run one after another inside the runner; the others run as short-lived tasks, so a slow network
+store doesn't hold up the renewals of other leases. Due times are rounded up to a grid of the
+task's tolerance so that thousands of leases share wakeups. A task returns when it next wants to
+run (or None to stop); it never runs twice at once.
+
+A test drives a ``AsyncScheduler(clock, manual=True)`` with ``await scheduler.run_due()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import math
+import weakref
+from collections.abc import Awaitable, Callable
+
+from prioritylock._clock import SYSTEM_CLOCK, Clock
+
+__all__ = ["AsyncScheduler", "ScheduledAsyncTask", "loop_scheduler"]
+
+log = logging.getLogger("prioritylock")
+
+AsyncTask = Callable[[], Awaitable["float | None"]]
+
+
+class ScheduledAsyncTask:
+    """A handle on a scheduled task; cancel it with :meth:`AsyncScheduler.cancel`."""
+
+    __slots__ = ("cancelled", "inline", "name", "running", "task", "tolerance", "when")
+
+    def __init__(
+        self, task: AsyncTask, when: float, name: str, inline: bool, tolerance: float
+    ) -> None:
+        self.task = task
+        self.when = when
+        self.name = name
+        self.inline = inline
+        self.tolerance = tolerance
+        self.cancelled = False
+        self.running = False
+
+
+class AsyncScheduler:
+    """Runs scheduled coroutines at their due times on ``clock``, in one event loop."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, *, manual: bool = False) -> None:
+        self.clock = clock
+        self.manual = manual
+        self._heap: list[tuple[float, int, ScheduledAsyncTask]] = []
+        self._cancelled = 0
+        self._seq = itertools.count()
+        self._wake: asyncio.Event | None = None
+        self._sleeping_until: float | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def schedule(
+        self,
+        task: AsyncTask,
+        when: float,
+        name: str = "task",
+        *,
+        inline: bool = False,
+        tolerance: float = 0.0,
+    ) -> ScheduledAsyncTask:
+        """Run ``task`` at ``when`` (monotonic seconds on this scheduler's clock); call from the
+        scheduler's loop."""
+        if self._closed:
+            raise RuntimeError("scheduler is closed")
+        entry = ScheduledAsyncTask(task, when, name, inline, tolerance)
+        self._push(entry, when)
+        if not self.manual and self._runner is None:
+            self._runner = asyncio.get_running_loop().create_task(self._loop(), name="prioritylock")
+        return entry
+
+    def cancel(self, entry: ScheduledAsyncTask) -> None:
+        """Stop ``entry`` from running again (a run in progress finishes)."""
+        if entry.cancelled:
+            return
+        entry.cancelled = True
+        self._cancelled += 1
+        if self._cancelled > 1024 and 2 * self._cancelled > len(self._heap):
+            self._heap = [
+                item
+                for item in self._heap
+                if not item[2].cancelled and not item[2].running and item[0] == item[2].when
+            ]
+            heapq.heapify(self._heap)
+            self._cancelled = 0
+
+    @property
+    def pending(self) -> int:
+        """How many tasks are scheduled."""
+        return len({id(e) for _, _, e in self._heap if not e.cancelled})
+
+    def _push(self, entry: ScheduledAsyncTask, when: float) -> None:
+        if entry.tolerance > 0:
+            when = math.ceil(when / entry.tolerance) * entry.tolerance
+        entry.when = when
+        heapq.heappush(self._heap, (when, next(self._seq), entry))
+        if self._wake is not None and (self._sleeping_until is None or when < self._sleeping_until):
+            self._wake.set()
+
+    def _pop_due(self, now: float) -> ScheduledAsyncTask | None:
+        while self._heap:
+            when, _, entry = self._heap[0]
+            if entry.cancelled or entry.running or when != entry.when:
+                heapq.heappop(self._heap)
+                continue
+            if when > now:
+                return None
+            heapq.heappop(self._heap)
+            entry.running = True
+            return entry
+        return None
+
+    def _next_due(self) -> float | None:
+        while self._heap:
+            when, _, entry = self._heap[0]
+            if entry.cancelled or entry.running or when != entry.when:
+                heapq.heappop(self._heap)
+                continue
+            return when
+        return None
+
+    async def _run(self, entry: ScheduledAsyncTask) -> None:
+        try:
+            nxt = await entry.task()
+        except asyncio.CancelledError:
+            entry.running = False
+            raise
+        except Exception:
+            log.exception("prioritylock: heartbeat task %s failed; retrying in 0.1 s", entry.name)
+            nxt = self.clock.monotonic() + 0.1
+        entry.running = False
+        if nxt is not None and not entry.cancelled and not self._closed:
+            self._push(entry, nxt)
+
+    async def run_due(self) -> float | None:
+        """Run every task that is due now (manual mode); return the next due time, if any."""
+        while True:
+            entry = self._pop_due(self.clock.monotonic())
+            if entry is None:
+                return self._next_due()
+            await self._run(entry)
+
+    async def _loop(self) -> None:
+        self._wake = asyncio.Event()
+        try:
+            while not self._closed:
+                entry = self._pop_due(self.clock.monotonic())
+                if entry is None:
+                    nxt = self._next_due()
+                    if nxt is None and not self._tasks:
+                        return  # nothing left: a later schedule() starts a new runner
+                    self._sleeping_until = math.inf if nxt is None else nxt
+                    self._wake.clear()
+                    timeout = None if nxt is None else max(0.0, nxt - self.clock.monotonic())
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout)
+                    self._sleeping_until = None
+                    continue
+                if entry.inline:
+                    await self._run(entry)
+                    continue
+                task = asyncio.get_running_loop().create_task(self._run(entry))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            self._runner = None
+            self._wake = None
+
+    async def aclose(self) -> None:
+        """Stop: scheduled tasks no longer run; running ones are cancelled."""
+        self._closed = True
+        runner, self._runner = self._runner, None
+        for task in [*self._tasks, *([runner] if runner is not None else [])]:
+            task.cancel()
+        for task in [*self._tasks, *([runner] if runner is not None else [])]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task  # stopping: what a cancelled renewal raised no longer matters
+
+
+_schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, AsyncScheduler]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_scheduler(clock: Clock = SYSTEM_CLOCK) -> AsyncScheduler:
+    """The running loop's scheduler for ``clock`` (one per loop and clock), made on first use."""
+    per_clock = _schedulers.setdefault(asyncio.get_running_loop(), {})
+    scheduler = per_clock.get(id(clock))  # the scheduler keeps its clock alive: ids stay unique
+    if scheduler is None:
+        scheduler = per_clock[id(clock)] = AsyncScheduler(clock)
+    return scheduler
