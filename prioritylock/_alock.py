@@ -130,6 +130,8 @@ class AsyncLock:
         self._armed: asyncio.Event | None = None
         self._inflight: asyncio.Future[Any] | None = None
         self._closed = False
+        # What signals and listeners are given as the lock (tests put a synchronous face here).
+        self._sender: Any = self
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -395,7 +397,7 @@ class AsyncLock:
         elif kind is flows.Renewed:
             if signals.renewed.receivers:
                 holding = effect.holding  # type: ignore[attr-defined]
-                _lock._send(signals.renewed, self, fence=holding.fence)
+                _lock._send(signals.renewed, self._sender, fence=holding.fence)
         elif kind is flows.Cleanup:
             self._spawn(self._cleanup(effect))  # type: ignore[arg-type]
         elif kind is flows.Denied:
@@ -498,20 +500,36 @@ class AsyncLock:
         if holding is None or (self._cfg.listener is None and not signals.acquired.receivers):
             return
         info = LockInfo.from_lease(holding.lease)
-        _lock._send(signals.acquired, self, info=info, fence=holding.fence)
+        _lock._send(signals.acquired, self._sender, info=info, fence=holding.fence)
         if self._cfg.listener is not None:
-            await _call_listener(self._cfg.listener.on_acquired, self, info)
+            await _call_listener(self._cfg.listener.on_acquired, self._sender, info)
 
     def _notify_denied(self, lease: Lease | None) -> None:
         info = None if lease is None else LockInfo.from_lease(lease)
         listener = self._cfg.listener
+        self._tell(
+            signals.denied,
+            {"info": info},
+            None if listener is None else listener.on_denied,
+            (self._sender, info),
+        )
 
-        async def tell() -> None:
-            _lock._send(signals.denied, self, info=info)
-            if listener is not None:
-                await _call_listener(listener.on_denied, self, info)
-
-        self._spawn(tell())
+    def _tell(
+        self,
+        signal: Any,
+        kwargs: dict[str, Any],
+        method: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+    ) -> None:
+        """Tell receivers and the listener now: plain callables run at once on the loop (they
+        cannot wait on the lock's guard), an ``async def`` listener method as a task."""
+        _lock._send(signal, self._sender, **kwargs)
+        if method is None:
+            return
+        if inspect.iscoroutinefunction(method):
+            self._spawn(_call_listener(method, *args))
+        else:
+            _lock._call_safely(method, *args)
 
     # -- holding -----------------------------------------------------------------------------------
 
@@ -525,7 +543,7 @@ class AsyncLock:
         r = cleanup.requestor
         holding = cleanup.holding
         notice = CleanupNotice(
-            lock=self,
+            lock=self._sender,
             requestor_owner=r.owner,
             requestor_priority=r.priority,
             requestor_message=r.message,
@@ -533,7 +551,7 @@ class AsyncLock:
             deadline=cleanup.deadline,
             deadline_wall=cleanup.deadline_wall,
         )
-        _lock._send(signals.cleanup_requested, self, notice=notice)
+        _lock._send(signals.cleanup_requested, self._sender, notice=notice)
         listener = self._cfg.listener
         if listener is not None:
             method = listener.on_cleanup_notification
@@ -579,9 +597,9 @@ class AsyncLock:
         if released is None or (self._cfg.listener is None and not signals.released.receivers):
             return
         info = LockInfo.from_lease(released.lease)
-        _lock._send(signals.released, self, info=info, handed_over=released.handed_over)
+        _lock._send(signals.released, self._sender, info=info, handed_over=released.handed_over)
         if self._cfg.listener is not None:
-            await _call_listener(self._cfg.listener.on_released, self)
+            await _call_listener(self._cfg.listener.on_released, self._sender)
 
     def _lose(self, holding: flows.Holding, reason: str, *, force: bool = False) -> None:
         """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
@@ -592,13 +610,12 @@ class AsyncLock:
         listener = self._cfg.listener
         info = LockInfo.from_lease(holding.lease)
         log.warning("prioritylock: lost %r (%s)", self._key, reason)
-
-        async def tell() -> None:
-            _lock._send(signals.lock_lost, self, reason=reason, info=info)
-            if listener is not None:
-                await _call_listener(listener.on_lock_lost, self, reason)
-
-        self._spawn(tell())
+        self._tell(
+            signals.lock_lost,
+            {"reason": reason, "info": info},
+            None if listener is None else listener.on_lock_lost,
+            (self._sender, reason),
+        )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from blinker import Signal
 
 from prioritylock import Lock, LockBuilder, LockListener
 from prioritylock._listener import CleanupNotice
 from prioritylock.stores import ObjectStore
+from tests.lock.drivers import SyncFace
 
 
 def builder(
@@ -23,8 +24,25 @@ def builder(
     return b
 
 
-def make(store: ObjectStore, path: str = "jobs/test", owner: str = "client", **opts: Any) -> Lock:
-    return builder(store, path, owner, **opts).build()
+#: Which driver ``make`` builds: "sync" (Lock) or "async" (AsyncLock behind a SyncFace); set by
+#: the ``driver`` fixture (tests/lock/conftest.py).
+DRIVER = ["sync"]
+
+
+def make(
+    store: ObjectStore,
+    path: str = "jobs/test",
+    owner: str = "client",
+    *,
+    driver: str | None = None,
+    **opts: Any,
+) -> Lock:
+    """A lock of ``driver`` (default: the current one): a Lock, or an AsyncLock with the Lock
+    API (SyncFace)."""
+    b = builder(store, path, owner, **opts)
+    if (driver or DRIVER[0]) == "async":
+        return cast(Lock, SyncFace(b))
+    return b.build()
 
 
 class Recorder(LockListener):

@@ -20,7 +20,7 @@ from prioritylock.stores import ObjectStore
 from tests.conftest import StoreFactory
 from tests.lock.helpers import Recorder, make, receiving
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
 
 
 def test_try_lock_takes_a_free_lock_and_shows_it(store: ObjectStore) -> None:

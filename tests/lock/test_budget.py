@@ -10,7 +10,7 @@ from prioritylock.stores import ConditionalReader
 from tests.conftest import StoreFactory
 from tests.lock.helpers import make
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
 
 
 def test_request_budget(store_factory: StoreFactory) -> None:

@@ -11,7 +11,7 @@ from prioritylock._lease import MAX_DOCUMENT_BYTES
 from prioritylock.stores import ObjectStore
 from tests.lock.helpers import make
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
 
 _GOOD = {
     "schema": 1,

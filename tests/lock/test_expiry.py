@@ -9,7 +9,7 @@ from prioritylock.stores import MemoryStore
 from prioritylock.testing.faults import FaultyStore
 from tests.lock.helpers import Recorder, make
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("driver")]
 
 LEASE = 10.0
 DRIFT = 0.5

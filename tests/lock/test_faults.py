@@ -9,7 +9,7 @@ from prioritylock.stores import MemoryStore
 from prioritylock.testing.faults import FaultyStore
 from tests.lock.helpers import make
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("driver")]
 
 
 def _setup() -> tuple[FakeClock, Heartbeat, MemoryStore, FaultyStore]:

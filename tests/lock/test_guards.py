@@ -9,7 +9,7 @@ from prioritylock.stores import ObjectStore
 from tests.conftest import StoreFactory
 from tests.lock.helpers import builder, make
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
 
 
 def test_force_unlock_acts_only_while_the_lease_shows_the_fence_and_owner(

@@ -90,7 +90,14 @@ class RecordingStore(MemoryStore):
 
 class Client:
     def __init__(
-        self, name: str, world: World, store: MemoryStore, rng: random.Random, **opts: Any
+        self,
+        name: str,
+        world: World,
+        store: MemoryStore,
+        rng: random.Random,
+        *,
+        driver: str = "sync",
+        **opts: Any,
     ) -> None:
         self.name = name
         self.clock = FakeClock(
@@ -110,6 +117,7 @@ class Client:
             watch_interval=WATCH,
             store_timeout=3.0,
             poll_interval=0.5,
+            driver=driver,
             **opts,
         )
         self.paused = False
@@ -126,6 +134,7 @@ class LeaseModel(RuleBasedStateMachine):
     """Equal priorities: strict mutual exclusion under faults, pauses and skew."""
 
     priorities: tuple[int, ...] = (0, 0, 0)
+    driver = "sync"  # the async models below drive AsyncLock through the same rules
 
     def __init__(self) -> None:
         super().__init__()
@@ -143,7 +152,14 @@ class LeaseModel(RuleBasedStateMachine):
     def setup(self, seed: int, fault_rate: float) -> None:
         rng = random.Random(seed)
         for i, _ in enumerate(self.priorities):
-            client = Client(f"c{i}", self.world, self.store, rng, **self.client_options(i, rng))
+            client = Client(
+                f"c{i}",
+                self.world,
+                self.store,
+                rng,
+                driver=self.driver,
+                **self.client_options(i, rng),
+            )
             client.faulty.rate = fault_rate
             self.clients.append(client)
 
@@ -287,7 +303,20 @@ _settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
+
+class AsyncLeaseModel(LeaseModel):
+    driver = "async"
+
+
+class AsyncPriorityModel(PriorityModel):
+    driver = "async"
+
+
 TestLeaseModel = pytest.mark.timeout(300)(LeaseModel.TestCase)
 TestLeaseModel.settings = _settings
 TestPriorityModel = pytest.mark.timeout(300)(PriorityModel.TestCase)
 TestPriorityModel.settings = _settings
+TestAsyncLeaseModel = pytest.mark.timeout(300)(AsyncLeaseModel.TestCase)
+TestAsyncLeaseModel.settings = _settings
+TestAsyncPriorityModel = pytest.mark.timeout(300)(AsyncPriorityModel.TestCase)
+TestAsyncPriorityModel.settings = _settings

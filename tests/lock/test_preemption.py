@@ -19,7 +19,7 @@ from prioritylock import (
 from tests.conftest import StoreFactory
 from tests.lock.helpers import Recorder, make, receiving
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
 
 WATCH = 0.05
 
