@@ -68,7 +68,7 @@ from typing import IO, Any, Protocol, TypeVar
 
 import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
 import filelock
-from _servers import Emulator
+from _servers import Emulator, EmulatorError
 
 import prioritylock
 from prioritylock import (
@@ -92,7 +92,6 @@ from prioritylock.stores import (
     Versioned,
     open_store,
 )
-from prioritylock.testing._servers import EmulatorError
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
+from _servers import EmulatorError
 
 import prioritylock
 from prioritylock import Heartbeat, Lock, LockBuilder, signals
@@ -71,7 +72,6 @@ from prioritylock.stores import (
     Versioned,
     open_store,
 )
-from prioritylock.testing._servers import EmulatorError
 
 STORES = ("memory", "s3-moto", "s3-seaweedfs")
 DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}
