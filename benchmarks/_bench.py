@@ -18,13 +18,8 @@ from typing import Any
 
 from _servers import Emulator
 
-from prioritylock import (
-    Lock,
-    LockBuilder,
-)
-from prioritylock.stores import (
-    ObjectStore,
-)
+from prioritylock import Lock, LockBuilder
+from prioritylock.stores import ObjectStore
 
 HERE = Path(__file__).resolve().parent
 #: The script the handoff and contention sections start their child processes with.

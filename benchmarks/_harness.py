@@ -31,9 +31,7 @@ from typing import Any, Protocol, TypeVar
 import filelock
 
 import prioritylock
-from prioritylock.stores import (
-    ObjectStore,
-)
+from prioritylock.stores import ObjectStore
 
 ROOT = Path(__file__).resolve().parents[1]
 """The source checkout (for its git commit)."""
@@ -130,7 +128,7 @@ def fmt_num(value: float) -> str:
     return f"{value:.3f}"
 
 
-# -- overhead: acquire+release cycles --------------------------------------------------------------
+# -- timed loops, interleaved ----------------------------------------------------------------------
 
 Cycles = Callable[[int], list[int]]  # run k timed cycles, return their durations in ns
 

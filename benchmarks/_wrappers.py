@@ -14,9 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from _harness import (
-    T,
-)
+from _harness import T
 
 from prioritylock.stores import (
     ConditionalReader,

@@ -296,13 +296,18 @@ def load_results(results: Path = RESULTS) -> tuple[Json, dict[str, Json]]:
 
 
 def draw(results: Path = RESULTS) -> dict[str, str]:
-    """Every figure, by file name, drawn from the results in ``results``."""
+    """The figures, by file name, drawn from the results in ``results``: those whose data are
+    there (a run of some sections only leaves the others' figures as they were)."""
     latest, scale = load_results(results)
-    return {
-        "bench-cycle.svg": render(cycle_chart(latest)),
-        "bench-cloud.svg": render(cloud_chart(latest)),
-        "bench-scale.svg": render(scale_chart(scale)),
-    }
+    sections = latest.get("sections", {})
+    charts: dict[str, Chart] = {}
+    if sections.get("overhead", {}).get("rows"):
+        charts["bench-cycle.svg"] = cycle_chart(latest)
+    if sections.get("cloud", {}).get("rows"):
+        charts["bench-cloud.svg"] = cloud_chart(latest)
+    if any(s.get("rows") for s in scale.values()):
+        charts["bench-scale.svg"] = scale_chart(scale)
+    return {name: render(chart) for name, chart in charts.items()}
 
 
 def write_figures(results: Path = RESULTS, out: Path = OUT) -> list[Path]:

@@ -68,11 +68,7 @@ from _wrappers import StoreTimer
 import prioritylock
 from prioritylock import Heartbeat, Lock, LockBuilder, signals
 from prioritylock._heartbeat import DEFAULT_WORKERS, ScheduledTask
-from prioritylock.stores import (
-    MemoryStore,
-    ObjectStore,
-    open_store,
-)
+from prioritylock.stores import MemoryStore, ObjectStore, open_store
 
 STORES = ("memory", "s3-moto", "s3-seaweedfs")
 DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}

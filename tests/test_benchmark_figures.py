@@ -92,3 +92,14 @@ def test_each_figure_names_its_results_file(figures: ModuleType) -> None:
         assert "benchmarks/results/latest.json" in drawn[name]
         assert latest["git_commit"] in drawn[name]
     assert "scale-memory.json" in drawn["bench-scale.svg"]
+
+
+def test_a_partial_run_redraws_only_its_own_figures(figures: ModuleType, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS, results)
+
+    def overhead_only(data: Any) -> None:
+        data["sections"] = {"overhead": data["sections"]["overhead"]}
+
+    _edit(results / "latest.json", overhead_only)
+    assert sorted(figures.draw(results)) == ["bench-cycle.svg", "bench-scale.svg"]

@@ -20,31 +20,11 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 
 import filelock
-from _bench import (
-    NONDURABLE,
-    RUN_PY,
-    Bench,
-)
-from _harness import (
-    Json,
-    Section,
-    Summary,
-    fmt_counts,
-    fmt_num,
-    load_average,
-    summarize,
-)
+from _bench import NONDURABLE, RUN_PY, Bench
+from _harness import Json, Section, Summary, fmt_counts, fmt_num, load_average, summarize
 
-from prioritylock import (
-    LockBuilder,
-    LockTimeout,
-)
-from prioritylock.stores import (
-    StoreStats,
-    open_store,
-)
-
-# -- contention: processes queueing for one lock ---------------------------------------------------
+from prioritylock import LockBuilder, LockTimeout
+from prioritylock.stores import StoreStats, open_store
 
 #: How long a contending process holds the lock: 0, it calls unlock() as soon as lock() returns
 #: (and lock() again as soon as unlock() returns), so the figures are the lock's own throughput.

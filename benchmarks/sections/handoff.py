@@ -17,29 +17,12 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import IO, Protocol
 
-from _bench import (
-    NONDURABLE,
-    RUN_PY,
-    Bench,
-)
-from _harness import (
-    Json,
-    Section,
-    fmt_num,
-    summarize,
-)
+from _bench import NONDURABLE, RUN_PY, Bench
+from _harness import Json, Section, fmt_num, summarize
 from _wrappers import TallyStore
 
-from prioritylock import (
-    Lock,
-    LockBuilder,
-)
-from prioritylock.stores import (
-    ObjectStore,
-    open_store,
-)
-
-# -- handoff latency -------------------------------------------------------------------------------
+from prioritylock import Lock, LockBuilder
+from prioritylock.stores import ObjectStore, open_store
 
 
 class Channel(Protocol):

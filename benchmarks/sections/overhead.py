@@ -12,29 +12,11 @@ import time
 from dataclasses import asdict
 
 import filelock
-from _bench import (
-    MEMORY,
-    Bench,
-    local_stores,
-    lock_cycle,
-)
-from _harness import (
-    Cycles,
-    CycleVariant,
-    Json,
-    Section,
-    fmt_num,
-    run_interleaved,
-    summarize,
-    timed,
-)
+from _bench import MEMORY, Bench, local_stores, lock_cycle
+from _harness import Cycles, CycleVariant, Json, Section, fmt_num, run_interleaved, summarize, timed
 
-from prioritylock import (
-    LockBuilder,
-)
-from prioritylock.stores import (
-    open_store,
-)
+from prioritylock import LockBuilder
+from prioritylock.stores import open_store
 
 
 def _fresh_lock_cycles(builder: LockBuilder) -> Cycles:

@@ -12,28 +12,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from _bench import (
-    Bench,
-    StoreKind,
-)
-from _harness import (
-    Json,
-    Section,
-    fmt_num,
-    summarize,
-)
+from _bench import Bench, StoreKind
+from _harness import Json, Section, fmt_num, summarize
 from _wrappers import TallyStore
 
-from prioritylock import (
-    CleanupNotice,
-    Lock,
-    LockListener,
-)
-from prioritylock.stores import (
-    open_store,
-)
-
-# -- preemption latency ----------------------------------------------------------------------------
+from prioritylock import CleanupNotice, Lock, LockListener
+from prioritylock.stores import open_store
 
 #: The holder's watch interval: how often it reads its lease to hear of a request. The preemption
 #: latency of a cooperating holder is about this plus its cleanup.

@@ -16,13 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _bench import (
-    HERE,
-    MEMORY,
-    Bench,
-    local_stores,
-    lock_cycle,
-)
+from _bench import HERE, MEMORY, Bench, local_stores, lock_cycle
 from _harness import (
     CycleVariant,
     Json,
@@ -34,16 +28,8 @@ from _harness import (
     timed,
 )
 
-from prioritylock import (
-    Heartbeat,
-    Lock,
-    LockInfo,
-)
-from prioritylock.stores import (
-    open_store,
-)
-
-# -- profile ---------------------------------------------------------------------------------------
+from prioritylock import Heartbeat, Lock, LockInfo
+from prioritylock.stores import open_store
 
 
 def func_name(key: tuple[str, int, str]) -> str:

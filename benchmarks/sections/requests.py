@@ -13,33 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from _bench import (
-    Bench,
-    StoreKind,
-)
-from _harness import (
-    Json,
-    Section,
-    fmt_counts,
-    run_threads,
-    stats_delta,
-)
+from _bench import Bench, StoreKind
+from _harness import Json, Section, fmt_counts, run_threads, stats_delta
 from _wrappers import TallyStore
 
-from prioritylock import (
-    FakeClock,
-    Heartbeat,
-    LockBuilder,
-    LockConfig,
-    LockTimeout,
-)
-from prioritylock.stores import (
-    ObjectStore,
-    open_store,
-)
+from prioritylock import FakeClock, Heartbeat, LockBuilder, LockConfig, LockTimeout
+from prioritylock.stores import ObjectStore, open_store
 from sections.preemption import PREEMPT_VARIANTS, preemptions
-
-# -- requests per operation ------------------------------------------------------------------------
 
 
 def _single_client_ops(b: Bench, store: ObjectStore) -> dict[str, dict[str, int]]:
