@@ -1,7 +1,8 @@
 """Cloud-store emulators for the benchmarks, and what the benchmarks do with them.
 
 The servers themselves (moto and SeaweedFS for S3, fake-gcs-server for GCS, Azurite for Azure Blob)
-are started and stopped by :mod:`prioritylock.testing._servers`, the same code the test suite uses:
+are started and stopped by :mod:`tools.emulators` (in the checkout, not the package), the same code
+the test suite uses:
 free ports on 127.0.0.1, one process group each with a log, ready once each answers as itself,
 SIGTERM then SIGKILL at the end however it ends; here they also die with the benchmark
 (parent-death signal), which starts them before it starts any thread. What is the benchmarks' own:
@@ -23,16 +24,24 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import os
+import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from prioritylock.testing import _servers
-from prioritylock.testing._servers import AZURITE_ACCOUNT, AZURITE_KEY
+# Run as scripts, the benchmarks have only this directory on the path; the launcher is in the
+# checkout's tools/, next to it.
+_CHECKOUT = str(Path(__file__).resolve().parents[1])
+if _CHECKOUT not in sys.path:
+    sys.path.insert(0, _CHECKOUT)
+
+from tools import emulators as _servers  # noqa: E402
+from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY, EmulatorError  # noqa: E402
 
 __all__ = [
     "Emulator",
+    "EmulatorError",
     "RawClient",
     "environment",
     "running",
@@ -238,7 +247,7 @@ class Emulator(_servers.Emulator):
 
 @contextlib.contextmanager
 def running(names: Sequence[str], work: Path) -> Iterator[dict[str, Emulator]]:
-    """The emulators ``names`` (from ``prioritylock.testing._servers.EMULATORS``), running for the
+    """The emulators ``names`` (from ``tools.emulators.EMULATORS``), running for the
     ``with`` block; call it from the main thread, before starting threads.
 
     :raises EmulatorError: one is missing or did not start (the message holds its log's tail);

@@ -37,14 +37,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
-import datetime
 import io
-import json
 import math
 import os
-import platform
 import pstats
-import statistics
 import sys
 import tempfile
 import threading
@@ -57,21 +53,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
+from _harness import (
+    cpu_split,
+    cpu_times,
+    func_name,
+    machine_info,
+    ms_summary,
+    process_cpu_s,
+    write_json,
+)
+from _servers import EmulatorError
+from _wrappers import StoreTimer
 
 import prioritylock
 from prioritylock import Heartbeat, Lock, LockBuilder, signals
 from prioritylock._heartbeat import DEFAULT_WORKERS, ScheduledTask
-from prioritylock.stores import (
-    ConditionalReader,
-    MemoryStore,
-    ObjectStore,
-    ReadResult,
-    StoreCapabilities,
-    StoreStats,
-    Versioned,
-    open_store,
-)
-from prioritylock.testing._servers import EmulatorError
+from prioritylock.stores import MemoryStore, ObjectStore, open_store
 
 STORES = ("memory", "s3-moto", "s3-seaweedfs")
 DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}
@@ -188,114 +185,6 @@ class MeasuringHeartbeat(Heartbeat):
             pool.shutdown(wait=True)
 
 
-class TimedStore:
-    """A store wrapper that records every request's duration (seconds). ``namespace``,
-    ``capabilities`` and ``stats`` are the inner store's, so the lock behaves as on the store."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        self._inner = inner
-        self._mutex = threading.Lock()
-        self.durations: list[float] = []
-        self.recording = False
-
-    def _time(self, call: Callable[[], T]) -> T:
-        t0 = time.perf_counter()
-        try:
-            return call()
-        finally:
-            if self.recording:
-                elapsed = time.perf_counter() - t0
-                with self._mutex:
-                    self.durations.append(elapsed)
-
-    @property
-    def namespace(self) -> object:
-        return getattr(self._inner, "namespace", None) or id(self._inner)
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._inner.stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return self._inner.capabilities
-
-    def read(self, key: str) -> Versioned | None:
-        return self._time(lambda: self._inner.read(key))
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        inner = self._inner
-        if isinstance(inner, ConditionalReader):
-            return self._time(lambda: inner.read_if_changed(key, version))
-        return self._time(lambda: inner.read(key))
-
-    def create(self, key: str, data: bytes) -> str:
-        return self._time(lambda: self._inner.create(key, data))
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        return self._time(lambda: self._inner.replace(key, data, version))
-
-    def delete(self, key: str, version: str) -> None:
-        self._time(lambda: self._inner.delete(key, version))
-
-    def list(self, prefix: str) -> list[str]:
-        return self._time(lambda: self._inner.list(prefix))
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def _ms(values: Sequence[float]) -> dict[str, float | None]:
-    """p50, p99 and max of ``values`` (seconds) in ms; None when there are none."""
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    return {
-        "p50": round(1000 * statistics.median(values), 3),
-        "p99": round(1000 * _percentile(values, 0.99), 3),
-        "max": round(1000 * max(values), 3),
-    }
-
-
-def _process_cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) used so far by process ``pid`` (Linux ``/proc``)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _machine_cpu() -> list[int] | None:
-    """The machine's CPU time counters (``/proc/stat``, clock ticks), None off Linux."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            first = f.readline().split()
-    except OSError:
-        return None
-    return [int(x) for x in first[1:9]] if first and first[0] == "cpu" else None
-
-
-def _machine_split(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
-    """How the machine's CPU time went between two readings: % busy, idle and stolen (VM)."""
-    if before is None or after is None:
-        return None
-    d = [a - b for a, b in zip(after, before, strict=True)]
-    total = sum(d) or 1
-    idle, steal = d[3] + d[4], d[7]
-    return {
-        "busy": round(100 * (total - idle - steal) / total, 1),
-        "idle": round(100 * idle / total, 1),
-        "steal": round(100 * steal / total, 1),
-    }
-
-
 def _in_threads(fn: Callable[[Lock], object], locks: Sequence[Lock]) -> None:
     with ThreadPoolExecutor(SETUP_THREADS, thread_name_prefix="scale-setup") as pool:
         for _ in pool.map(fn, locks):
@@ -320,7 +209,7 @@ def measure(
     workers: int = DEFAULT_WORKERS,
     mode: str = "measure",
 ) -> dict[str, Any]:
-    timed = store if isinstance(store, TimedStore) else None
+    timed = store if isinstance(store, StoreTimer) else None
     heartbeat = MeasuringHeartbeat(workers, mode=mode)
     lost: list[str] = []
 
@@ -345,15 +234,15 @@ def measure(
         if timed is not None:
             timed.recording = True
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        machine_cpu0 = _machine_cpu()
+        machine_cpu0 = cpu_times()
         before = store.stats.snapshot()
-        emulator_cpu0 = _process_cpu_s(emulator_pid) if emulator_pid else None
+        emulator_cpu0 = process_cpu_s(emulator_pid) if emulator_pid else None
         cpu0, wall0 = time.process_time(), time.perf_counter()
         time.sleep(seconds)  # the workload: holding; the heartbeat does all the work
         cpu = time.process_time() - cpu0
         wall = time.perf_counter() - wall0
-        emulator_cpu1 = _process_cpu_s(emulator_pid) if emulator_pid else None
-        machine_cpu = _machine_split(machine_cpu0, _machine_cpu())
+        emulator_cpu1 = process_cpu_s(emulator_pid) if emulator_pid else None
+        machine_cpu = cpu_split(machine_cpu0, cpu_times())
         after = store.stats.snapshot()
         with heartbeat._mutex:
             tally = heartbeat.tally
@@ -397,13 +286,13 @@ def measure(
         "requests": requests,
         "requests_per_s": round(requests.get("total", 0) / wall, 1),
         "requests_per_s_expected": round(expected, 1),
-        "request_ms": _ms(timed.durations) if timed is not None else None,
+        "request_ms": ms_summary(timed.durations_s) if timed is not None else None,
         "tasks_run": tasks,
         "renews": requests.get("replaces", 0),
         "watch_reads": requests.get("reads", 0),
-        "late_ms": _ms(tally.start_late),
-        "renew_start_late_ms": _ms(tally.renew_start_late),
-        "renew_done_late_ms": _ms(tally.renew_done_late),
+        "late_ms": ms_summary(tally.start_late),
+        "renew_start_late_ms": ms_summary(tally.renew_start_late),
+        "renew_done_late_ms": ms_summary(tally.renew_done_late),
         "renewals_measured": len(tally.margin),
         "renewals_per_lease_min": min(renew_counts) if mode == "measure" else None,
         "renewals_per_lease_max": max(renew_counts) if mode == "measure" else None,
@@ -413,15 +302,6 @@ def measure(
         "lost_reasons": sorted(set(lost)),
         "profile": _profile_summary(heartbeat.profiles) if heartbeat.profiles else None,
     }
-
-
-def _func_name(key: tuple[str, int, str]) -> str:
-    filename, line, name = key
-    if filename == "~":
-        return name
-    if "prioritylock" in filename:
-        return f"{filename[filename.rindex('prioritylock') :]}:{line}({name})"
-    return f"{Path(filename).name}:{line}({name})"
 
 
 #: Where the scheduler thread sleeps between due times (idle, not work): left out of the sums.
@@ -461,7 +341,7 @@ def _profile_summary(profiles: Sequence[cProfile.Profile]) -> dict[str, Any]:
         "us_per_task": round(busy * per, 2),
         "top_own_us_per_task": [
             {
-                "function": _func_name(k),
+                "function": func_name(k),
                 "calls_per_task": round(v[1] / max(1, beats), 2),
                 "own_us": round(v[2] * per, 2),
                 "cum_us": round(v[3] * per, 2),
@@ -494,26 +374,9 @@ def open_scale_store(name: str) -> Iterator[tuple[ObjectStore, int | None, dict[
                 "versions": _servers.versions(),
             }
             try:
-                yield TimedStore(store), emulator.pid, facts
+                yield StoreTimer(store), emulator.pid, facts
             finally:
                 store.close()
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
-        cpu = next(
-            (ln.split(":", 1)[1].strip() for ln in f if ln.lower().startswith("model name")),
-            cpu,
-        )
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "prioritylock": prioritylock.__version__,
-        "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-    }
 
 
 def _fmt(value: float | None) -> str:
@@ -690,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     counts = [int(n) for n in (args.leases or DEFAULT_LEASES[args.store]).split(",")]
-    facts: dict[str, Any] = machine()
+    facts: dict[str, Any] = machine_info()
     if args.floor:
         floor = [heartbeat_floor(n, args.seconds, slot) for n in counts for slot in (0.0, 0.05)]
         print(
@@ -705,9 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{f['cpu_percent_of_one_core']:.2f} % of a core"
             )
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as out:
-                json.dump({"floor": floor, "machine": facts}, out, indent=2)
-                out.write("\n")
+            write_json(Path(args.json), {"floor": floor, "machine": facts})
         return 0
     rows: list[dict[str, Any]] = []
     try:
@@ -728,9 +589,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"profile written to {path.relative_to(RESULTS.parents[1])}")
     if args.json:
         payload = {"store": args.store, "machine": facts, "rows": rows}
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(payload, out, indent=2)
-            out.write("\n")
+        write_json(Path(args.json), payload)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Pytest plugins running the cloud-store emulators for a session (listed in tests/conftest.py).
 
 The process plumbing (ports, process groups, readiness, logs, stopping) is
-:mod:`prioritylock.testing._servers`, which the benchmarks share; the plugins add the fixtures,
+:mod:`tools.emulators`, which the benchmarks share; the plugins add the fixtures,
 per-test buckets and SDK clients, and the emulators' known gaps as strict xfails. This module has
 the two helpers every plugin uses: :func:`emulator` and :func:`store_factory`.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from prioritylock.stores import ObjectStore
-from prioritylock.testing import _servers
+from tools import emulators
 
 __all__ = ["emulator", "store_factory"]
 
@@ -23,7 +23,7 @@ StoreFactory = Callable[[], ObjectStore]
 
 
 @contextlib.contextmanager
-def emulator(name: str, work: Path) -> Iterator[_servers.Emulator]:
+def emulator(name: str, work: Path) -> Iterator[emulators.Emulator]:
     """The emulator ``name`` running for the ``with`` block, its logs and data in ``work``.
 
     A test that needs it fails (without a traceback into the plumbing) if it is not installed or
@@ -31,8 +31,8 @@ def emulator(name: str, work: Path) -> Iterator[_servers.Emulator]:
     """
     with contextlib.ExitStack() as stack:
         try:
-            started = stack.enter_context(_servers.running([name], work))
-        except _servers.EmulatorError as exc:
+            started = stack.enter_context(emulators.running([name], work))
+        except emulators.EmulatorError as exc:
             pytest.fail(str(exc), pytrace=False)
         yield started[name]
 

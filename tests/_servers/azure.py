@@ -5,7 +5,7 @@ when a test asks for ``azurite_server`` or ``azure_store_factory``, and stops at
 after failures. Azurite is an npm package, installed into the repository's own ``node_modules``
 (git-ignored) by ``scripts/install-azurite``; without it the tests that need it fail saying so. It
 runs in memory; starting and stopping it (free port, logs, SIGTERM then SIGKILL, ``atexit``) is
-:mod:`prioritylock.testing._servers`.
+:mod:`tools.emulators`.
 
 The account is Azurite's development account, whose key Microsoft publishes for emulators.
 """
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from prioritylock.testing._servers import AZURITE_ACCOUNT as ACCOUNT
-from prioritylock.testing._servers import AZURITE_KEY as ACCOUNT_KEY
 from tests._servers import StoreFactory, emulator, store_factory
 from tests._servers.gcs import STORE_PREFIX, FaultyAdapter
+from tools.emulators import AZURITE_ACCOUNT as ACCOUNT
+from tools.emulators import AZURITE_KEY as ACCOUNT_KEY
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient

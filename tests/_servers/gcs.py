@@ -4,7 +4,7 @@ tests share.
 A pytest plugin (listed in ``tests/conftest.py``). The server starts once per session, lazily: only
 when a test asks for ``fake_gcs_server`` or ``gcs_store_factory``, and stops at session end, even
 after failures. It runs in memory; starting and stopping it (free port, logs, SIGTERM then SIGKILL,
-``atexit``) is :mod:`prioritylock.testing._servers`.
+``atexit``) is :mod:`tools.emulators`.
 
 Stores are configured explicitly (endpoint and anonymous credentials): ``STORAGE_EMULATOR_HOST`` is
 never set here, so it cannot leak into other tests; ``tests/stores/test_gcs.py`` checks that path
@@ -36,8 +36,8 @@ import urllib3
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 
-from prioritylock.testing._servers import free_port
 from tests._servers import StoreFactory, emulator, store_factory
+from tools.emulators import free_port
 
 if TYPE_CHECKING:
     from prioritylock.stores._gcs import GCSStore

