@@ -6,6 +6,7 @@ import enum
 from typing import Any
 
 from prioritylock._errors import (
+    ConditionFailed,
     ConfigError,
     CorruptLease,
     LockLost,
@@ -30,6 +31,7 @@ class Exit(enum.IntEnum):
     NOT_ACQUIRED = 6
     LOST = 7
     NOT_HELD = 8
+    GUARD_FAILED = 9
     CANNOT_EXECUTE = 126
     NOT_FOUND = 127
     INTERRUPTED = 130
@@ -38,14 +40,16 @@ class Exit(enum.IntEnum):
 #: (code, meaning): the table shown by ``--help`` and in the CLI page of the docs.
 EXIT_CODES: tuple[tuple[str, str], ...] = (
     ("0", "success (run/override -- CMD: CMD exited 0)"),
-    ("1", "any other error"),
-    ("2", "usage: unknown command or option, missing argument, malformed number"),
+    ("1", "any other error, or a confirmation answered no (nothing changed)"),
+    ("2", "usage: unknown command or option, missing argument or '--', malformed number;"),
+    ("", "force-unlock/override off a terminal without --fence, --owner or --yes"),
     ("3", "bad input: store URL, lock path, option value (ConfigError)"),
     ("4", "store unavailable or refused: network, credentials, missing bucket (StoreError)"),
     ("5", "corrupt or foreign lease document; it was left untouched (CorruptLease)"),
     ("6", "lock not acquired: --timeout ran out, or another override holds it"),
     ("7", "the lock was preempted or lost while CMD ran (or the hold lasted)"),
     ("8", "not held: force-unlock found nothing to free"),
+    ("9", "force-unlock/override: the lease no longer shows --fence/--owner; nothing changed"),
     ("126/127", "run/override: CMD could not be executed / was not found"),
     ("128+N", "interrupted by signal N (130 for SIGINT, 143 for SIGTERM); the lock was released"),
     ("other", "run/override -- CMD: CMD's own exit status (128+N if a signal N killed it)"),
@@ -84,4 +88,6 @@ def exit_code(exc: BaseException) -> int:
         return Exit.LOST
     if isinstance(exc, NotLockOwner):
         return Exit.NOT_HELD
+    if isinstance(exc, ConditionFailed):
+        return Exit.GUARD_FAILED
     return Exit.ERROR

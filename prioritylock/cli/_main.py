@@ -41,12 +41,27 @@ def _dispatch(args: argparse.Namespace, out: Output, cmd: list[str] | None) -> i
     return handlers[args.command](args, out)
 
 
+def _missing_separator(args: argparse.Namespace, extra: list[str], cmd: list[str] | None) -> None:
+    """``run URL PATH make all``: say that ``--`` is missing rather than "unrecognized"."""
+    if args.command not in ("run", "override") or cmd is not None or extra[0].startswith("-"):
+        return
+    raise Failure(
+        Exit.USAGE,
+        f"{args.command}: '--' is missing before the command {extra[0]!r}: "
+        f"{PROG} {args.command} [options] URL PATH -- CMD [ARGS ...]",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     tokens, cmd = split_command(list(sys.argv[1:] if argv is None else argv))
     out = Output("--json" in tokens, sys.stdout, sys.stderr)
     try:
-        args = build_parser().parse_args(tokens)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(tokens)
+        if extra:
+            _missing_separator(args, extra, cmd)
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         out.json = bool(getattr(args, "json", False))
         if args.command is None:
             raise Failure(Exit.USAGE, f"choose a command (see {PROG} --help)")

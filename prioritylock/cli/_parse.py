@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from prioritylock import __version__
+from prioritylock._config import DEFAULT_MAX_CLOCK_DRIFT
 from prioritylock._errors import ConfigError
 from prioritylock.cli._exits import EXIT_CODES, Exit, Failure
 from prioritylock.cli._output import PROG
@@ -42,6 +43,13 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _fence(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a fence, 0 or more: {text!r}")
     return value
 
 
@@ -139,11 +147,14 @@ def build_parser() -> Parser:
         usage=f"{PROG} override [options] URL PATH --message MSG (--hold S | -- CMD [ARGS ...])",
         description=(
             "Take the lock at once from any holder (priority 2147483647, recorded with MSG and "
-            "user@host), then hold it for S seconds or run CMD like `run`."
+            "user@host), then hold it for S seconds or run CMD like `run`. With --fence and/or "
+            "--owner, only while the lease still shows them; without, confirm at the prompt (or "
+            "--yes when not on a terminal)."
         ),
     )
     override.add_argument("--message", required=True, help="why (required; recorded)")
     override.add_argument("--hold", type=_seconds, metavar="S", help="hold for S, then release")
+    _add_guards(override, "take it")
     _add_timing(override)
 
     force = commands.add_parser(
@@ -152,10 +163,12 @@ def build_parser() -> Parser:
         help="free a lock held by a dead client",
         description=(
             "Free the lock whoever holds it; recorded with MSG and user@host. The next holder "
-            "gets a higher fence."
+            "gets a higher fence. With --fence and/or --owner, only while the lease still shows "
+            "them; without, confirm at the prompt (or --yes when not on a terminal)."
         ),
     )
     force.add_argument("--message", required=True, help="why (required; recorded)")
+    _add_guards(force, "free it")
     force.add_argument(
         "--overwrite-corrupt",
         action="store_true",
@@ -175,6 +188,25 @@ def build_parser() -> Parser:
 
     commands.add_parser("demo", help="contention and preemption on a temporary local store")
     return parser
+
+
+def _add_guards(parser: argparse.ArgumentParser, act: str) -> None:
+    parser.add_argument(
+        "--fence",
+        type=_fence,
+        metavar="N",
+        help=f"{act} only while the lease still shows fence N (as 'info' showed it)",
+    )
+    parser.add_argument(
+        "--owner", metavar="NAME", help=f"{act} only while NAME still holds the lock"
+    )
+    parser.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help=f"{act} whatever the lease shows, without asking (needed off a terminal "
+        "unless --fence or --owner is given)",
+    )
 
 
 def _add_timing(parser: argparse.ArgumentParser) -> None:
@@ -210,22 +242,28 @@ _FLAGS = {
     "owner": "--owner",
     "message": "--message",
     "store_timeout": "--store-timeout",
+    "if_fence": "--fence",
+    "if_owner": "--owner",
 }
 
 
 @contextlib.contextmanager
 def flag_names() -> Iterator[None]:
-    """Builder errors in the command line's words."""
+    """Builder errors in the command line's words: ``ConfigError.option`` becomes its flag.
+
+    An error about no one option, or about one the command line does not set, is left as it is.
+    """
     try:
         yield
     except ConfigError as exc:
-        name, sep, rest = str(exc).partition(": ")
-        if name == "max_clock_drift":
-            drift = rest.split(" ", 1)[0]
+        if exc.option == "max_clock_drift":
+            # The command line keeps the default drift allowance: a lease that short is at fault.
             raise ConfigError(
-                f"--lease: must be longer than the clock drift allowance ({drift} s)"
+                f"--lease: must be longer than the clock drift allowance "
+                f"({DEFAULT_MAX_CLOCK_DRIFT:g} s)",
+                option="lease_timeout",
             ) from None
-        if not sep or name not in _FLAGS:
+        flag = _FLAGS.get(exc.option or "")
+        if flag is None:
             raise
-        rest = rest.replace("LockBuilder.emergency_override(message=...)", f"'{PROG} override'")
-        raise ConfigError(f"{_FLAGS[name]}: {rest}") from None
+        raise ConfigError(f"{flag}: {exc.problem}", option=exc.option) from None

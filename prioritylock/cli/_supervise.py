@@ -15,6 +15,8 @@ from typing import Any
 
 from prioritylock._builder import LockBuilder
 from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
     LockLost,
     LockTimeout,
     NotLockOwner,
@@ -22,8 +24,10 @@ from prioritylock._errors import (
     PriorityLockError,
     StoreError,
 )
+from prioritylock._lease import OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock._lock import Lock
+from prioritylock.cli._admin import confirm, confirmation_needed, describe, guard_failed
 from prioritylock.cli._exits import Exit, Failure, Interrupted, exit_code
 from prioritylock.cli._output import PROG, Output, clean, secs
 from prioritylock.cli._parse import flag_names
@@ -366,7 +370,18 @@ def _timings(lock_builder: LockBuilder, args: argparse.Namespace) -> LockBuilder
 
 def cmd_run(args: argparse.Namespace, out: Output, cmd: list[str] | None) -> int:
     if not cmd:
-        raise Failure(Exit.USAGE, "run: needs a command after '--' (see prioritylock run --help)")
+        missing = " ('--' is missing)" if cmd is None else ""
+        raise Failure(
+            Exit.USAGE,
+            f"run: needs a command after '--'{missing}: "
+            f"{PROG} run [options] URL PATH -- CMD [ARGS ...]",
+        )
+    if args.priority == OVERRIDE_PRIORITY:
+        raise ConfigError(
+            f"--priority: {OVERRIDE_PRIORITY} is reserved for the operators' emergency override; "
+            f"use '{PROG} override'",
+            option="priority",
+        )
     lock_scope = scope(args.path)
     with opened(args.url, create=True) as store:
         with flag_names():
@@ -415,16 +430,33 @@ def cmd_override(args: argparse.Namespace, out: Output, cmd: list[str] | None) -
             Exit.USAGE,
             f"override: give either --hold S or a command after '--' (see {PROG} override --help)",
         )
+    ask = confirmation_needed(args)
     lock_scope = scope(args.path)
     with opened(args.url, create=True) as store:
+        if_fence, if_owner = args.fence, args.owner
+        if ask:
+            seen = builder(store, lock_scope, args).build().info()
+            confirm(
+                out, f"{lock_scope.key}: {describe(seen)}", "Take it with the emergency override?"
+            )
+            # Act on what was confirmed: the lease must still show it when the override lands.
+            if seen is not None:
+                if_fence = seen.fence
+                if_owner = seen.owner if seen.held else None
         with flag_names():
             lock_builder = _timings(builder(store, lock_scope, args), args)
-            lock_builder.owner(operator()).emergency_override(message=args.message)
+            lock_builder.owner(operator()).emergency_override(
+                message=args.message, if_fence=if_fence, if_owner=if_owner
+            )
             supervisor = Supervisor(lock_builder.config().cleanup_timeout)
         lock = lock_builder.listener(supervisor).build()
 
         def take() -> None:
-            if not lock.try_lock():
+            try:
+                taken = lock.try_lock()
+            except ConditionFailed:
+                raise guard_failed(lock, "not taken", if_fence, if_owner) from None
+            if not taken:
                 raise Failure(
                     Exit.NOT_ACQUIRED,
                     f"{lock.key}: not taken: another emergency override holds it"

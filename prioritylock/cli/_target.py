@@ -23,7 +23,7 @@ def scope(path: str) -> LockScope:
     try:
         return LockScope.from_key(path) if path.startswith("v1/") else LockScope.path(path)
     except ValueError as exc:
-        raise ConfigError(f"lock path: {exc}") from None
+        raise ConfigError(f"lock path: {exc}", option="path") from None
 
 
 def public_url(url: str) -> str:
@@ -44,17 +44,31 @@ def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
             path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
             if path.startswith("/") and path != "/" and not os.path.isdir(path):
                 raise StoreAccessError(f"store directory {path!r} does not exist")
-    store = open_store(url)
+    try:
+        store = open_store(url)
+    except ConfigError as exc:
+        hint = _file_url(url)
+        if hint is None or hint in str(exc):
+            raise
+        raise ConfigError(f"{exc}; did you mean {hint!r}?", option=exc.option) from None
     try:
         yield store
     finally:
         store.close()
 
 
+def _file_url(url: str) -> str | None:
+    """``file:///var/locks`` for a store given as the bare path ``/var/locks`` (else None)."""
+    path = url.split("?", 1)[0].split("#", 1)[0]
+    if "://" in url or not path.startswith("/") or path.strip("/") == "":
+        return None
+    return "file://" + path
+
+
 def builder(store: ObjectStore, lock_scope: LockScope, args: argparse.Namespace) -> LockBuilder:
     """A builder for the lock, with the options every command takes."""
     if args.store_timeout <= 0:
-        raise ConfigError("--store-timeout: must be positive")
+        raise ConfigError("--store-timeout: must be positive", option="store_timeout")
     return LockBuilder().store(store).scope(lock_scope).store_timeout(args.store_timeout)
 
 
