@@ -1,8 +1,8 @@
-"""``python -m prioritylock``: the ``prioritylock`` command (see :mod:`prioritylock._cli`)."""
+"""``python -m prioritylock``: the ``prioritylock`` command (see :mod:`prioritylock.cli`)."""
 
 import sys
 
-from prioritylock._cli import main
+from prioritylock.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -56,7 +56,8 @@ class LockBuilder:
             store = open_store(store)
         elif not isinstance(store, ObjectStore):
             raise ConfigError(
-                f"store: expected an ObjectStore or a URL, got {type(store).__name__}"
+                f"store: expected an ObjectStore or a URL, got {type(store).__name__}",
+                option="store",
             )
         self._opts["store"] = store
         return self
@@ -66,13 +67,15 @@ class LockBuilder:
         try:
             self._opts["scope"] = LockScope.path(path, *more)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(f"path: {exc}") from exc
+            raise ConfigError(f"path: {exc}", option="path") from exc
         return self
 
     def scope(self, scope: LockScope) -> LockBuilder:
         """Name the lock by a :class:`scopes.LockScope`."""
         if not isinstance(scope, LockScope):
-            raise ConfigError(f"scope: expected a LockScope, got {type(scope).__name__}")
+            raise ConfigError(
+                f"scope: expected a LockScope, got {type(scope).__name__}", option="scope"
+            )
         self._opts["scope"] = scope
         return self
 
@@ -90,7 +93,10 @@ class LockBuilder:
 
     def listener(self, listener: LockListener) -> LockBuilder:
         if not isinstance(listener, LockListener):
-            raise ConfigError(f"listener: expected a LockListener, got {type(listener).__name__}")
+            raise ConfigError(
+                f"listener: expected a LockListener, got {type(listener).__name__}",
+                option="listener",
+            )
         self._opts["listener"] = listener
         return self
 
@@ -99,21 +105,26 @@ class LockBuilder:
     def priority(self, priority: int) -> LockBuilder:
         """0..2147483646 (higher wins; 2147483647 is the emergency override's)."""
         if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ConfigError(f"priority: must be an integer, got {priority!r}")
+            raise ConfigError(f"priority: must be an integer, got {priority!r}", option="priority")
         if priority == OVERRIDE_PRIORITY:
             raise ConfigError(
                 "priority: 2147483647 is reserved for the operators' emergency override; "
-                "use LockBuilder.emergency_override(message=...)"
+                "use LockBuilder.emergency_override(message=...)",
+                option="priority",
             )
         if not 0 <= priority <= MAX_PRIORITY:
-            raise ConfigError(f"priority: must be in 0..{MAX_PRIORITY}, got {priority}")
+            raise ConfigError(
+                f"priority: must be in 0..{MAX_PRIORITY}, got {priority}", option="priority"
+            )
         self._opts["priority"] = priority
         return self
 
     def forceful(self, forceful: bool = True) -> LockBuilder:
         """Take the lock when the wait runs out, cleanup finished or not."""
         if not isinstance(forceful, bool):
-            raise ConfigError(f"forceful: must be True or False, got {forceful!r}")
+            raise ConfigError(
+                f"forceful: must be True or False, got {forceful!r}", option="forceful"
+            )
         self._opts["forceful"] = forceful
         return self
 
@@ -220,14 +231,14 @@ class LockBuilder:
             option = key[len(_PREFIX) :]
             if option not in _PROPERTY_OPTIONS:
                 known = ", ".join(sorted(_PREFIX + o for o in _PROPERTY_OPTIONS))
-                raise ConfigError(f"{key}: unknown option (known: {known})")
+                raise ConfigError(f"{key}: unknown option (known: {known})", option=key)
             kind = _PROPERTY_OPTIONS[option]
             converted = _convert(key, value, kind)
             if option == "scope":
                 try:
                     builder.scope(LockScope.from_key(str(converted)))
                 except ValueError as exc:
-                    raise ConfigError(f"{key}: {exc}") from exc
+                    raise ConfigError(f"{key}: {exc}", option=key) from exc
             else:
                 getattr(builder, option)(converted)
         return builder
@@ -235,13 +246,19 @@ class LockBuilder:
     def _apply_hudi(self, properties: Mapping[str, object]) -> None:
         base = properties.get(_HUDI_BASE_PATH)
         if not isinstance(base, str) or not base.strip():
-            raise ConfigError(f"{_HUDI_BASE_PATH}: required with Hudi's lock keys (the table path)")
+            raise ConfigError(
+                f"{_HUDI_BASE_PATH}: required with Hudi's lock keys (the table path)",
+                option=_HUDI_BASE_PATH,
+            )
         base = base.rstrip("/")
         location = properties.get(_HUDI_PREFIX + "locks_location")
         if location is None or location == "":
             location = base + "/.hoodie/.locks"
         if not isinstance(location, str):
-            raise ConfigError(f"{_HUDI_PREFIX}locks_location: must be a string")
+            raise ConfigError(
+                f"{_HUDI_PREFIX}locks_location: must be a string",
+                option=_HUDI_PREFIX + "locks_location",
+            )
         self.store(_hudi_url(location))
         table = base.rsplit("/", 1)[-1] or "table"
         digest = hashlib.sha256(base.encode()).hexdigest()[:16]
@@ -261,7 +278,7 @@ class LockBuilder:
     def clock(self, clock: Clock) -> LockBuilder:
         """The clock to read (tests pass a fake clock)."""
         if not isinstance(clock, Clock):
-            raise ConfigError("clock: expected a Clock")
+            raise ConfigError("clock: expected a Clock", option="clock")
         self._opts["clock"] = clock
         return self
 
@@ -278,14 +295,17 @@ class LockBuilder:
         opts = dict(self._opts)
         for required in ("store", "scope"):
             if required not in opts:
-                raise ConfigError(f"{required}: not set; call .{required}(...) before build()")
+                raise ConfigError(
+                    f"{required}: not set; call .{required}(...) before build()", option=required
+                )
         opts.setdefault("owner", default_owner())
         lease = opts.setdefault("lease_timeout", DEFAULT_LEASE_TIMEOUT)
         cleanup = opts.setdefault("cleanup_timeout", DEFAULT_CLEANUP_TIMEOUT)
         renew = opts.setdefault("renew_interval", lease / 3)
         if renew >= lease:
             raise ConfigError(
-                f"renew_interval: {renew} s must be shorter than lease_timeout ({lease} s)"
+                f"renew_interval: {renew} s must be shorter than lease_timeout ({lease} s)",
+                option="renew_interval",
             )
         if "watch_interval" not in opts:
             watch = renew if cleanup <= 0 else min(renew, cleanup / 2)
@@ -293,7 +313,8 @@ class LockBuilder:
         drift = opts.get("max_clock_drift", DEFAULT_MAX_CLOCK_DRIFT)
         if drift >= lease:
             raise ConfigError(
-                f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)"
+                f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)",
+                option="max_clock_drift",
             )
         return LockConfig(**opts)
 
@@ -340,7 +361,7 @@ def _convert(key: str, value: object, kind: str) -> Any:
     """A property value (often a string from a file) as the option's type."""
     if kind == "str":
         if not isinstance(value, str):
-            raise ConfigError(f"{key}: must be a string, got {type(value).__name__}")
+            raise ConfigError(f"{key}: must be a string, got {type(value).__name__}", option=key)
         return value
     if kind == "bool":
         if isinstance(value, bool):
@@ -350,13 +371,13 @@ def _convert(key: str, value: object, kind: str) -> Any:
             return True
         if text in ("false", "no", "0", "off"):
             return False
-        raise ConfigError(f"{key}: must be true or false, got {value!r}")
+        raise ConfigError(f"{key}: must be true or false, got {value!r}", option=key)
     if isinstance(value, bool):
-        raise ConfigError(f"{key}: must be a number, got {value!r}")
+        raise ConfigError(f"{key}: must be a number, got {value!r}", option=key)
     try:
         return int(str(value).strip()) if kind == "int" else float(str(value).strip())
     except ValueError as exc:
-        raise ConfigError(f"{key}: must be a number, got {value!r}") from exc
+        raise ConfigError(f"{key}: must be a number, got {value!r}", option=key) from exc
 
 
 def _hudi_url(location: str) -> str:
@@ -364,7 +385,10 @@ def _hudi_url(location: str) -> str:
     scheme, sep, rest = location.partition("://")
     if not sep:
         if not location.startswith("/"):
-            raise ConfigError(f"{_HUDI_PREFIX}locks_location: not an absolute path or a URL")
+            raise ConfigError(
+                f"{_HUDI_PREFIX}locks_location: not an absolute path or a URL",
+                option=_HUDI_PREFIX + "locks_location",
+            )
         return "file://" + location
     return {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme) + "://" + rest
 
@@ -373,29 +397,31 @@ def _guard_fence(value: int | None) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"if_fence: must be a non-negative integer, got {value!r}")
+        raise ConfigError(
+            f"if_fence: must be a non-negative integer, got {value!r}", option="if_fence"
+        )
     return value
 
 
 def _seconds(option: str, value: float, *, zero: bool) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{option}: must be a number of seconds, got {value!r}")
+        raise ConfigError(f"{option}: must be a number of seconds, got {value!r}", option=option)
     seconds = float(value)
     if math.isnan(seconds) or math.isinf(seconds):
-        raise ConfigError(f"{option}: must be finite, got {value!r}")
+        raise ConfigError(f"{option}: must be finite, got {value!r}", option=option)
     if seconds < 0 or (seconds == 0 and not zero):
         need = "zero or positive" if zero else "positive"
-        raise ConfigError(f"{option}: must be {need}, got {value!r}")
+        raise ConfigError(f"{option}: must be {need}, got {value!r}", option=option)
     return seconds
 
 
 def _text(option: str, value: str, limit: int, *, empty: bool) -> str:
     if not isinstance(value, str):
-        raise ConfigError(f"{option}: must be a string, got {type(value).__name__}")
+        raise ConfigError(f"{option}: must be a string, got {type(value).__name__}", option=option)
     if not empty and not value.strip():
-        raise ConfigError(f"{option}: must not be empty")
+        raise ConfigError(f"{option}: must not be empty", option=option)
     if len(value) > limit:
-        raise ConfigError(f"{option}: longer than {limit} characters ({len(value)})")
+        raise ConfigError(f"{option}: longer than {limit} characters ({len(value)})", option=option)
     if any(unicodedata.category(ch) == "Cc" and ch not in "\t\n" for ch in value):
-        raise ConfigError(f"{option}: contains control characters")
+        raise ConfigError(f"{option}: contains control characters", option=option)
     return value

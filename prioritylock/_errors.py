@@ -40,7 +40,19 @@ class PriorityLockError(Exception):
 
 
 class ConfigError(PriorityLockError, ValueError):
-    """An option, URL, lock path, scope or argument is invalid; the message names it."""
+    """An option, URL, lock path, scope or argument is invalid; the message names it.
+
+    ``option`` is the name of the one option at fault (``"lease_timeout"``, ``"store"``, a
+    property key such as ``"prioritylock.priority"``), or None when the error is not about one
+    option. The message then reads ``"option: problem"``, and ``problem`` is the part after the
+    name, so a front end can say it in its own words (the CLI names its flags).
+    """
+
+    def __init__(self, message: str, *, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+        prefix = f"{option}: "
+        self.problem = message[len(prefix) :] if option and message.startswith(prefix) else message
 
 
 class LockTimeout(PriorityLockError, TimeoutError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -129,6 +130,56 @@ class Background:
                 stream.close()
 
 
+class Terminal:
+    """A command on a pseudo-terminal: read what it shows, type an answer, collect the rest."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self._master, slave = os.openpty()
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True
+            )
+        finally:
+            os.close(slave)
+        self.shown = ""
+
+    def _read(self, timeout: float) -> bool:
+        """One chunk of output into ``shown``; False once the terminal is closed."""
+        ready, _, _ = select.select([self._master], [], [], timeout)
+        assert ready, f"the command showed nothing new for {timeout} s: {self.shown!r}"
+        try:
+            chunk = os.read(self._master, 4096)
+        except OSError:  # EIO: every copy of the slave side is closed
+            return False
+        self.shown += chunk.decode(errors="replace")
+        return bool(chunk)
+
+    def expect(self, text: str, timeout: float = 15.0) -> None:
+        """Wait until the terminal has shown ``text``."""
+        deadline = time.monotonic() + timeout
+        while text not in self.shown:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never shown; shown: {self.shown!r}"
+            assert self._read(left), f"closed before {text!r} was shown: {self.shown!r}"
+
+    def type(self, line: str) -> None:
+        os.write(self._master, line.encode() + b"\n")
+
+    def finish(self, timeout: float = 20.0) -> tuple[int, str]:
+        """The exit code and everything the terminal showed."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self._read(max(0.01, deadline - time.monotonic())):
+                pass
+            code = self.proc.wait(max(0.01, deadline - time.monotonic()))
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(5)
+            os.close(self._master)
+        return code, self.shown
+
+
 class Cli:
     """``python -m prioritylock`` with a clean environment (plus ``env``)."""
 
@@ -143,6 +194,7 @@ class Cli:
         base.update(env or {})
         self.env = base
         self._background: list[Background] = []
+        self._terminals: list[Terminal] = []
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "prioritylock", *args]
@@ -164,11 +216,21 @@ class Cli:
         self._background.append(background)
         return background
 
+    def on_terminal(self, *args: str) -> Terminal:
+        """Start a command with a pseudo-terminal as its stdin, stdout and stderr."""
+        terminal = Terminal(self.argv(*args), self.env)
+        self._terminals.append(terminal)
+        return terminal
+
     def close(self) -> None:
         """Kill whatever is still running (a failed test's leftovers)."""
         for background in self._background:
             if background.proc.poll() is None:
                 background.kill()
+        for terminal in self._terminals:
+            if terminal.proc.poll() is None:
+                terminal.proc.kill()
+                terminal.proc.wait(5)
 
 
 def child(name: str, markers: Path, mode: str, *extra: str) -> list[str]:

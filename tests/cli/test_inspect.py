@@ -197,11 +197,13 @@ def test_corrupt_lease_is_reported_and_left_alone(
     ran = cli.run("run", url, "jobs/bad", "--", *child("never", markers, "exit", "0"))
     ran.one_error_line(5)
     assert "ready" not in ran.stdout  # CMD never ran
-    refused = cli.run("force-unlock", url, "jobs/bad", "--message", "fix")
+    refused = cli.run("force-unlock", url, "jobs/bad", "--message", "fix", "--yes")
     assert "--overwrite-corrupt" in refused.one_error_line(5)
     assert snapshot(store_dir) == before
 
-    fixed = cli.run("force-unlock", url, "jobs/bad", "--message", "fix", "--overwrite-corrupt")
+    fixed = cli.run(
+        "force-unlock", url, "jobs/bad", "--message", "fix", "--overwrite-corrupt", "--yes"
+    )
     assert fixed.code == 0, fixed.stderr
     assert "corrupt" in fixed.stdout
     record = json.loads(cli.run("info", "--json", url, "jobs/bad").stdout)

@@ -75,7 +75,9 @@ def test_run_preempted_by_override(cli: Cli, url: str, markers: Path) -> None:
     job = cli.spawn("run", url, "jobs/o", *FAST, "--", *child("job", markers, "wait"))
     assert ready_fields(job.expect("ready job"))["fence"] == "1"
     # Held longer than the job's watch interval, so the job sees the override itself.
-    override = cli.spawn("override", url, "jobs/o", "--message", "INC-7: stop it", "--hold", "2")
+    override = cli.spawn(
+        "override", url, "jobs/o", "--message", "INC-7: stop it", "--hold", "2", "--yes"
+    )
     assert override.expect("holding") == "holding v1/path/jobs/o (fence 2) for 2 s"
     result = job.finish()
     line = result.one_error_line(7)
@@ -91,7 +93,14 @@ def test_run_preempted_by_override(cli: Cli, url: str, markers: Path) -> None:
 
 def test_override_runs_a_command_with_the_fence(cli: Cli, url: str, markers: Path) -> None:
     result = cli.run(
-        "override", url, "jobs/oc", "--message", "by hand", "--", *child("op", markers, "exit", "5")
+        "override",
+        url,
+        "jobs/oc",
+        "--message",
+        "by hand",
+        "--yes",
+        "--",
+        *child("op", markers, "exit", "5"),
     )
     assert result.code == 5, result.stderr
     assert ready_fields(result.stdout.splitlines()[0])["fence"] == "1"
@@ -162,7 +171,7 @@ def test_cmd_that_ignores_sigterm_is_killed_after_the_cleanup_window(
 def test_run_loses_the_lock_to_force_unlock(cli: Cli, url: str, markers: Path) -> None:
     job = cli.spawn("run", "--json", url, "jobs/f", *FAST, "--", *child("job", markers, "wait"))
     job.expect("ready job")
-    freed = cli.run("force-unlock", url, "jobs/f", "--message", "stuck")
+    freed = cli.run("force-unlock", url, "jobs/f", "--message", "stuck", "--fence", "1")
     assert freed.code == 0, freed.stderr
     result = job.finish()
     error = json.loads(result.one_error_line(7))
@@ -185,11 +194,11 @@ def test_force_unlock_frees_a_killed_holder(
     assert "--message" in cli.run("force-unlock", url, "jobs/dead").one_error_line(2)
     assert snapshot(store_dir) == before
 
-    freed = cli.run("force-unlock", url, "jobs/dead", "--message", "holder was SIGKILLed")
+    freed = cli.run("force-unlock", url, "jobs/dead", "--message", "holder was SIGKILLed", "--yes")
     assert freed.code == 0, freed.stderr
     assert freed.stdout.startswith("v1/path/jobs/dead: freed ")
     assert "fence 1" in freed.stdout and "fence now 2" in freed.stdout
-    again = cli.run("force-unlock", url, "jobs/dead", "--message", "twice")
+    again = cli.run("force-unlock", url, "jobs/dead", "--message", "twice", "--yes")
     assert "not held" in again.one_error_line(8)
 
     after = cli.run("run", url, "jobs/dead", "--", *child("next", markers, "exit", "0"))

@@ -42,7 +42,9 @@ def test_run_preempted_by_override_on_s3(
         "run", url, "jobs/o", "--lease", "3", "--cleanup", "1", "--", *child("job", markers, "wait")
     )
     job.expect("ready job")
-    override = s3_cli.spawn("override", url, "jobs/o", "--message", "INC-9", "--hold", "2")
+    override = s3_cli.spawn(
+        "override", url, "jobs/o", "--message", "INC-9", "--hold", "2", "--fence", "1"
+    )
     override.expect("holding v1/path/jobs/o (fence 2)")
     assert "lock lost (overridden)" in job.finish().one_error_line(7)
     assert (markers / "job.SIGTERM").exists()

@@ -1,0 +1,86 @@
+"""What a command acts on: the store its URL names and the lock its PATH names."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import getpass
+import os
+import socket
+import urllib.parse
+from collections.abc import Iterator
+
+from prioritylock._builder import LockBuilder
+from prioritylock._errors import ConfigError, StoreAccessError
+from prioritylock.stores import ObjectStore, open_store
+from scopes import LockScope
+
+__all__ = ["builder", "opened", "operator", "path_of", "public_url", "scope"]
+
+
+def scope(path: str) -> LockScope:
+    """PATH as a scope: a scope key when it starts with ``v1/``, else a lock path."""
+    try:
+        return LockScope.from_key(path) if path.startswith("v1/") else LockScope.path(path)
+    except ValueError as exc:
+        raise ConfigError(f"lock path: {exc}", option="path") from None
+
+
+def public_url(url: str) -> str:
+    """The URL without user-info, query or fragment: where, never how to get in."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return ""
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@contextlib.contextmanager
+def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
+    """The store; commands that only look must not create a missing store directory."""
+    if not create and url.lower().startswith("file:"):
+        with contextlib.suppress(ValueError):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+            if path.startswith("/") and path != "/" and not os.path.isdir(path):
+                raise StoreAccessError(f"store directory {path!r} does not exist")
+    try:
+        store = open_store(url)
+    except ConfigError as exc:
+        hint = _file_url(url)
+        if hint is None or hint in str(exc):
+            raise
+        raise ConfigError(f"{exc}; did you mean {hint!r}?", option=exc.option) from None
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _file_url(url: str) -> str | None:
+    """``file:///var/locks`` for a store given as the bare path ``/var/locks`` (else None)."""
+    path = url.split("?", 1)[0].split("#", 1)[0]
+    if "://" in url or not path.startswith("/") or path.strip("/") == "":
+        return None
+    return "file://" + path
+
+
+def builder(store: ObjectStore, lock_scope: LockScope, args: argparse.Namespace) -> LockBuilder:
+    """A builder for the lock, with the options every command takes."""
+    if args.store_timeout <= 0:
+        raise ConfigError("--store-timeout: must be positive", option="store_timeout")
+    return LockBuilder().store(store).scope(lock_scope).store_timeout(args.store_timeout)
+
+
+def operator() -> str:
+    """``user@host``: who an operator's override or force-unlock is recorded as."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def path_of(lock_scope: LockScope) -> str | None:
+    """The lock path, or None for a scope that is not a plain path."""
+    return "/".join(lock_scope.parts) if lock_scope.kind.value == "path" else None
