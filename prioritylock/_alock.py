@@ -33,7 +33,7 @@ from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
 from prioritylock._errors import ConfigError, LockHeld, LockLost, LockTimeout, NotLockOwner
 from prioritylock._info import LockInfo
-from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, new_lock_id
+from prioritylock._lease import Lease, new_lock_id
 from prioritylock._listener import CleanupNotice
 from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
 
@@ -171,10 +171,7 @@ class AsyncLock:
         :raises StoreError: the store failed past the store timeout.
         """
         self._check_open()
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
-        ):
-            raise ConfigError(f"timeout: must be None or a non-negative number, got {timeout!r}")
+        _lock.check_timeout(timeout)
         if self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
         deadline = None if timeout is None else self._clock.monotonic() + float(timeout)
@@ -263,9 +260,7 @@ class AsyncLock:
         :raises ConditionFailed: a guard is given and the lease shows something else.
         :raises CorruptLease: the document is corrupt and ``overwrite_corrupt`` is false.
         """
-        if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
-            raise ConfigError("message: force_unlock needs a message saying why")
-        _lock._check_guards(if_fence, if_owner)
+        _lock.check_force_unlock(message, if_fence, if_owner)
         async with self._guard():
             before = await self._run(
                 flows.force_unlock(

@@ -161,10 +161,7 @@ class Lock:
         :raises StoreError: the store failed past the store timeout.
         """
         self._check_open()
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
-        ):
-            raise ConfigError(f"timeout: must be None or a non-negative number, got {timeout!r}")
+        check_timeout(timeout)
         if self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
         deadline = None if timeout is None else self._clock.monotonic() + float(timeout)
@@ -256,9 +253,7 @@ class Lock:
             was written.
         :raises CorruptLease: the document is corrupt and ``overwrite_corrupt`` is false.
         """
-        if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
-            raise ConfigError("message: force_unlock needs a message saying why")
-        _check_guards(if_fence, if_owner)
+        check_force_unlock(message, if_fence, if_owner)
         with self._io:
             before = self._run(
                 flows.force_unlock(
@@ -526,13 +521,29 @@ class Lock:
             raise ConfigError(f"{self._key!r}: this lock object is closed")
 
 
-def _check_guards(if_fence: object, if_owner: object) -> None:
+def check_timeout(timeout: object) -> None:
+    """A ``lock(timeout=...)`` argument: None or a non-negative number of seconds."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+    ):
+        raise ConfigError(
+            f"timeout: must be None or a non-negative number, got {timeout!r}", option="timeout"
+        )
+
+
+def check_force_unlock(message: object, if_fence: object, if_owner: object) -> None:
+    """``force_unlock``'s arguments: a message saying why, and guards that are a fence / an
+    owner."""
+    if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
+        raise ConfigError("message: force_unlock needs a message saying why", option="message")
     if if_fence is not None and (
         isinstance(if_fence, bool) or not isinstance(if_fence, int) or if_fence < 0
     ):
-        raise ConfigError(f"if_fence: must be a non-negative integer, got {if_fence!r}")
+        raise ConfigError(
+            f"if_fence: must be a non-negative integer, got {if_fence!r}", option="if_fence"
+        )
     if if_owner is not None and (not isinstance(if_owner, str) or not if_owner):
-        raise ConfigError("if_owner: must be a non-empty string")
+        raise ConfigError("if_owner: must be a non-empty string", option="if_owner")
 
 
 def _send(signal: Signal, sender: Any, **kwargs: Any) -> None:
