@@ -21,7 +21,7 @@ import contextlib
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, TypeVar
@@ -429,8 +429,8 @@ class AsyncLock:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it
             self._guard_held = True
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         _background.add(task)
         task.add_done_callback(_background.discard)
 
@@ -618,7 +618,7 @@ class AsyncLock:
 
 
 #: Tasks the library started (listener calls, cleanups): kept referenced until done.
-_background: set[asyncio.Future[None]] = set()
+_background: set[asyncio.Task[None]] = set()
 
 
 async def _shielded(coro: Awaitable[T]) -> T:
