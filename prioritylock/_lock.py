@@ -14,7 +14,6 @@ Three rules hold everywhere in this module:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import random
 import threading
@@ -1007,11 +1006,9 @@ class _Backoff:
 
 def _salvage_fence(data: bytes) -> int:
     """The fence of a corrupt document, if one can still be read (else 0)."""
-    try:
-        value = json.loads(data.decode("utf-8", "replace")).get("fence", 0)
-    except (ValueError, AttributeError):
-        return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    from prioritylock._lease import salvage_fence
+
+    return salvage_fence(data)
 
 
 def _holder_name(lease: Lease) -> str:
