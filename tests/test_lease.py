@@ -119,10 +119,10 @@ _GOOD = json.loads(encode(_FULL))
 
 # What each kind of field must refuse. JSON gives true/false as bool (an int subclass in Python)
 # and 1.0 as float: neither is an integer, and a bool is not a number.
-_NOT_TEXT = [None, 1, 1.5, True, [], {}]
-_NOT_INT = [None, True, False, 1.0, 2.5, "1", [], {}]
-_NOT_NUMBER = [None, True, False, "1", -1, -0.5, [], {}]
-_NOT_FLAG = [None, 0, 1, 1.0, "true", [], {}]
+_NOT_TEXT: list[Any] = [None, 1, 1.5, True, [], {}]
+_NOT_INT: list[Any] = [None, True, False, 1.0, 2.5, "1", [], {}]
+_NOT_NUMBER: list[Any] = [None, True, False, "1", -1, -0.5, [], {}]
+_NOT_FLAG: list[Any] = [None, 0, 1, 1.0, "true", [], {}]
 _BAD_BY_FIELD: dict[str, list[Any]] = {
     "schema": [True, 1.0, "1", 2, 0, None, [], {}],
     "fence": [*_NOT_INT, -1, MAX_READ_FENCE + 1, MAX_FENCE, 2**63, 2**64, 10**4000],
