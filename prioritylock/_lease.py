@@ -323,8 +323,8 @@ def salvage_fence(data: bytes) -> int:
     """The fence of a document :func:`decode` refuses, if it can still be read; else 0.
 
     For replacing a corrupt document with a fence above the old one. Never raises: anything
-    unreadable (not JSON, nested too deeply, no ``fence``, a mistyped one, one out of the
-    readable range) gives 0.
+    unreadable (not JSON, nested too deeply, no ``fence``, a mistyped one, one whose successor
+    would be out of the readable range) gives 0.
     """
     if len(data) > _SALVAGE_MAX_BYTES:
         return 0
@@ -333,7 +333,8 @@ def salvage_fence(data: bytes) -> int:
         value = body.get("fence") if body.__class__ is dict else None
     except Exception:  # RecursionError and MemoryError included: salvage is best effort
         return 0
-    return value if value.__class__ is int and 0 < value <= MAX_READ_FENCE else 0
+    # Below the readable bound, so the overwrite's fence (at least this + 1) reads back.
+    return value if value.__class__ is int and 0 < value < MAX_READ_FENCE else 0
 
 
 def _parse(key: str, data: bytes) -> dict[str, Any]:

@@ -256,7 +256,8 @@ def test_deeply_nested_json_is_corrupt() -> None:
         (b'{"fence": true}', 0),
         (b'{"fence": 4.0}', 0),
         (b'{"fence": "12"}', 0),
-        (f'{{"fence": {MAX_READ_FENCE}}}'.encode(), MAX_READ_FENCE),
+        (f'{{"fence": {MAX_READ_FENCE - 1}}}'.encode(), MAX_READ_FENCE - 1),
+        (f'{{"fence": {MAX_READ_FENCE}}}'.encode(), 0),  # its successor would not read
         (f'{{"fence": {MAX_READ_FENCE + 1}}}'.encode(), 0),
         (f'{{"fence": {10**4000}}}'.encode(), 0),
         (b'{"fence": NaN}', 0),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from prioritylock import CorruptLease
-from prioritylock._lease import MAX_DOCUMENT_BYTES
+from prioritylock._lease import MAX_DOCUMENT_BYTES, decode
 from prioritylock.stores import ObjectStore
 from tests.lock.helpers import make
 
@@ -127,3 +127,24 @@ def test_the_documented_recovery_works_on_every_corrupt_document(
     assert 1_600_000_000_000 < info.fence < 2**63 - 2**20
     assert lock.try_lock() and lock.fencing_token == info.fence + 1
     lock.unlock()
+
+
+def test_recovery_near_the_fence_bound_keeps_counting_then_refuses(store: ObjectStore) -> None:
+    """A corrupt document whose fence is just below the readable bound is replaced with its
+    fence + 1, and counting goes on; a fence past the bound is written (never beyond 2**63 - 1)
+    but other readers refuse it, as corrupt."""
+    bound = 2**63 - 1 - 2**16  # the largest fence a reader accepts
+    lock = make(store)
+    store.create(lock.key, json.dumps({"schema": 99, "fence": bound - 2}).encode())
+    lock.force_unlock("repair", overwrite_corrupt=True)
+    info = lock.info()
+    assert info is not None and info.fence == bound - 1
+    assert lock.try_lock() and lock.fencing_token == bound
+    lock.unlock()
+    assert lock.try_lock() and lock.fencing_token == bound + 1  # written: below 2**63 - 1
+    lock.unlock()
+    found = store.read(lock.key)
+    assert found is not None
+    with pytest.raises(CorruptLease, match="fence"):
+        decode(lock.key, found.data)  # beyond the readable bound: other clients refuse it
+    # ... and recover as from any corrupt document (BAD_DOCUMENTS["fence-at-bigint-max"]).
