@@ -65,7 +65,7 @@ CLIENTS = 3
 LEASE = 1.0
 DRIFT = 0.25
 POLL = 0.05
-RUN_SECONDS = 8.0
+RUN_SECONDS = 6.0
 PLAN = FaultPlan(drop=0.05, reset=0.05, delay=0.08, delay_range=(0.05, 0.3))
 #: SDK timeouts through the proxy: a partitioned request times out, and is retried.
 CONNECT_TIMEOUT = 0.5
@@ -413,7 +413,7 @@ def test_contention_through_the_fault_proxy(emulated: Emulated) -> None:
         f"  violations: {len(violations)} {violations[:5]}"
     )
     assert not violations
-    assert len(tally.holdings) >= 5, f"only {len(tally.holdings)} acquisitions"
+    assert len(tally.holdings) >= 4, f"only {len(tally.holdings)} acquisitions"
     assert tally.outcomes["protected: written"] >= 5
     for kind in ("requests", "dropped after forwarding", "reset before forwarding", "delayed"):
         assert counts.get(kind, 0) > 0, f"no {kind!r} in {counts}"
