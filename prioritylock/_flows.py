@@ -26,7 +26,6 @@ Three rules hold everywhere:
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Generator
@@ -43,7 +42,7 @@ from prioritylock._errors import (
     PreemptionTimeout,
     StoreUnavailable,
 )
-from prioritylock._lease import Event, Lease, decode, encode, new_nonce
+from prioritylock._lease import Event, Lease, decode, encode, new_nonce, salvage_fence
 from prioritylock._reserve import plan_write
 from prioritylock.stores._base import NOT_MODIFIED, ReadResult, Versioned
 
@@ -417,15 +416,6 @@ def cleanup_deadline(holding: Holding, lease: Lease, drift: float) -> float:
     r = lease.requestor
     window = proto.request_wait(r.waiting_timeout, lease.holder.cleanup_timeout)
     return max(holding.quiet_since, holding.quiet_since + window - drift)
-
-
-def salvage_fence(data: bytes) -> int:
-    """The fence of a corrupt document, if one can still be read (else 0)."""
-    try:
-        value = json.loads(data.decode("utf-8", "replace")).get("fence", 0)
-    except (ValueError, AttributeError, RecursionError):
-        return 0
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def holder_name(lease: Lease | None) -> str:

@@ -23,10 +23,13 @@ import attrs
 from prioritylock._errors import CorruptLease
 
 __all__ = [
+    "FIELDS",
     "MAX_DOCUMENT_BYTES",
+    "MAX_FENCE",
     "MAX_MESSAGE_CHARS",
     "MAX_OWNER_CHARS",
     "MAX_PRIORITY",
+    "MAX_READ_FENCE",
     "OVERRIDE_PRIORITY",
     "SCHEMA",
     "Event",
@@ -38,6 +41,7 @@ __all__ = [
     "encode",
     "new_lock_id",
     "new_nonce",
+    "salvage_fence",
 ]
 
 SCHEMA = 1
@@ -48,6 +52,14 @@ MAX_MESSAGE_CHARS = 4096
 MAX_PRIORITY = 2_147_483_646
 #: INT_MAX: reserved for the operators' emergency override.
 OVERRIDE_PRIORITY = 2_147_483_647
+#: The largest fence ever written: every fence fits a signed 64-bit column (a database BIGINT).
+MAX_FENCE = 2**63 - 1
+#: The largest fence a reader accepts. The room above it (2**16 fences) means every document
+#: that reads can still take new holders and a ``LocalStore`` fence reservation without the
+#: encoder ever passing ``MAX_FENCE``; a document past it is corrupt, and recoverable.
+MAX_READ_FENCE = MAX_FENCE - 2**16
+#: Documents larger than this are not parsed even to salvage their fence.
+_SALVAGE_MAX_BYTES = 16 * MAX_DOCUMENT_BYTES
 
 #: Kinds of ``Event``: how the current holder got the lock (or how it was freed). Requests have
 #: their own fields and leave the event alone, so a break-glass takeover stays on record.
@@ -234,6 +246,8 @@ def encode(lease: Lease) -> bytes:
         )
     )
     v = lease.reserve  # written only when set: documents on the cloud stores never carry one
+    if not 0 <= lease.fence <= MAX_FENCE or (v is not None and not 0 <= v.fence <= MAX_FENCE):
+        raise CorruptLease(lease.name, f"fence beyond the largest one ({MAX_FENCE})")
     reserve = "" if v is None else f',"reserve":{{"fence":{_int(v.fence)},"boot":{_q(v.boot)}}}'
     data = (
         f'{{"schema":{_int(lease.schema)},"name":{_q(lease.name)},"fence":{_int(lease.fence)},'
@@ -275,161 +289,224 @@ def _bool(value: bool) -> str:
 def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:
     """Parse and validate a lease document read from ``key``.
 
+    Every field is checked against :data:`FIELDS`, its exact JSON type first (``true`` is not
+    a number here, nor ``1.0`` an integer), then its range.
+
     :param name: the lock name the document must carry; a document for another lock is foreign.
-    :raises CorruptLease: too large, not JSON, an unknown schema, a foreign name, or missing or
-        mistyped fields. The document is left untouched.
+    :raises CorruptLease: too large, not JSON (nested too deeply included), an unknown schema, a
+        foreign name, or missing or mistyped fields. The document is left untouched.
     """
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise CorruptLease(key, f"document is {len(data)} bytes (max {MAX_DOCUMENT_BYTES})")
-    try:
-        body = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CorruptLease(key, f"not a JSON document ({exc})") from exc
-    if not isinstance(body, dict):
-        raise CorruptLease(key, "not a JSON object")
+    body = _parse(key, data)
     schema = body.get("schema")
-    if schema != SCHEMA:
-        raise CorruptLease(key, f"unknown schema {schema!r} (this library reads schema {SCHEMA})")
-    reader = _Reader(key, body)
-    lease_name = reader.text("name", limit=2048)
+    if schema.__class__ is not int or schema != SCHEMA:
+        raise CorruptLease(
+            key, f"unknown schema {_show(schema)} (this library reads schema {SCHEMA})"
+        )
+    lease_name, fence, nonce = _fields(key, body, "", FIELDS[""])
     if name is not None and lease_name != name:
         raise CorruptLease(key, f"document is for lock {lease_name!r}, not {name!r}")
-    fence = reader.integer("fence")
-    if fence < 0:
-        raise CorruptLease(key, f"negative fence {fence}")
     lease = Lease(
         name=lease_name,
         fence=fence,
-        nonce=reader.text("nonce", limit=128),
-        holder=_holder(key, body.get("holder")),
-        requestor=_requestor(key, body.get("requestor")),
-        event=_event(key, body.get("event")),
-        reserve=_reserve(key, body.get("reserve")),
+        nonce=nonce,
+        holder=_section(key, body, "holder", Holder),
+        requestor=_section(key, body, "requestor", Requestor),
+        event=_section(key, body, "event", Event),
+        reserve=_section(key, body, "reserve", Reserve, optional=True),
     )
     if lease.holder is not None and fence == 0:
         raise CorruptLease(key, "a held lease must have a fence of at least 1")
     return lease
 
 
+def salvage_fence(data: bytes) -> int:
+    """The fence of a document :func:`decode` refuses, if it can still be read; else 0.
+
+    For replacing a corrupt document with a fence above the old one. Never raises: anything
+    unreadable (not JSON, nested too deeply, no ``fence``, a mistyped one, one whose successor
+    would be out of the readable range) gives 0.
+    """
+    if len(data) > _SALVAGE_MAX_BYTES:
+        return 0
+    try:
+        body = json.loads(data.decode("utf-8", "replace"), parse_constant=_reject_constant)
+        value = body.get("fence") if body.__class__ is dict else None
+    except Exception:  # RecursionError and MemoryError included: salvage is best effort
+        return 0
+    # Below the readable bound, so the overwrite's fence (at least this + 1) reads back.
+    return value if value.__class__ is int and 0 < value < MAX_READ_FENCE else 0
+
+
+def _parse(key: str, data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise CorruptLease(key, f"document is {len(data)} bytes (max {MAX_DOCUMENT_BYTES})")
+    try:
+        body = json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+    except RecursionError as exc:
+        # The json module recurses once per nesting level: a few KB of brackets exhaust the stack.
+        raise CorruptLease(key, "not a JSON document (nested too deeply)") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptLease(key, f"not a JSON document ({exc})") from exc
+    if body.__class__ is not dict:
+        raise CorruptLease(key, "not a JSON object")
+    return body
+
+
 def _reject_constant(value: str) -> Any:
     raise ValueError(f"{value} is not allowed")
 
 
-class _Reader:
-    """Typed field access that turns every surprise into CorruptLease."""
+# -- the field table ----------------------------------------------------------------------------
+# One place says what every field may hold. A kind is checked on the value's exact class (JSON's
+# true/false decode to bool, a subclass of int, and 1.0 to float: neither is an integer here).
 
-    def __init__(self, key: str, body: dict[str, Any], where: str = "") -> None:
-        self.key = key
-        self.body = body
-        self.where = where
 
-    def _get(self, field: str) -> Any:
-        if field not in self.body:
-            raise CorruptLease(self.key, f"missing field {self.where}{field}")
-        return self.body[field]
+class _Text:
+    __slots__ = ("limit",)
 
-    def text(self, field: str, *, limit: int = MAX_MESSAGE_CHARS) -> str:
-        value = self._get(field)
-        if not isinstance(value, str) or len(value) > limit:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def want(self) -> str:
+        return f"a string of <= {self.limit} chars"
+
+
+class _Int:
+    __slots__ = ("high", "low")
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
+
+    def want(self) -> str:
+        return f"an integer from {self.low} to {self.high}"
+
+
+class _Number:
+    __slots__ = ()
+
+    def want(self) -> str:
+        return "a finite number >= 0"
+
+
+class _Flag:
+    __slots__ = ()
+
+    def want(self) -> str:
+        return "true or false"
+
+
+class _Choice:
+    __slots__ = ("values",)
+
+    def __init__(self, values: frozenset[str]) -> None:
+        self.values = values
+
+    def want(self) -> str:
+        return "one of " + ", ".join(sorted(self.values))
+
+
+_Kind = _Text | _Int | _Number | _Flag | _Choice
+
+_NUMBER = _Number()
+_FLAG = _Flag()
+_ID = _Text(128)
+_OWNER = _Text(MAX_OWNER_CHARS)
+_MESSAGE = _Text(MAX_MESSAGE_CHARS)
+_PRIORITY = _Int(0, OVERRIDE_PRIORITY)
+_FENCE = _Int(0, MAX_READ_FENCE)
+
+#: Every field of the document, by section ("" is the top level), in the order of the attrs
+#: class it fills. ``schema`` is checked first, on its own, to name an unknown version.
+FIELDS: dict[str, tuple[tuple[str, _Kind], ...]] = {
+    "": (("name", _Text(2048)), ("fence", _FENCE), ("nonce", _ID)),
+    "holder": (
+        ("lock_id", _ID),
+        ("owner", _OWNER),
+        ("message", _MESSAGE),
+        ("priority", _PRIORITY),
+        ("lease_timeout", _NUMBER),
+        ("cleanup_timeout", _NUMBER),
+        ("forceful", _FLAG),
+        ("acquired_at", _NUMBER),
+        ("renewed_at", _NUMBER),
+        ("beat", _Int(0, MAX_FENCE)),
+    ),
+    "requestor": (
+        ("requestor_id", _ID),
+        ("owner", _OWNER),
+        ("message", _MESSAGE),
+        ("priority", _PRIORITY),
+        ("waiting_timeout", _NUMBER),
+        ("forceful", _FLAG),
+        ("requested_at", _NUMBER),
+        ("lease_timeout", _NUMBER),
+        ("cleanup_timeout", _NUMBER),
+    ),
+    "event": (
+        ("kind", _Choice(EVENT_KINDS)),
+        ("at", _NUMBER),
+        ("by", _OWNER),
+        ("message", _MESSAGE),
+    ),
+    "reserve": (("fence", _FENCE), ("boot", _Text(64))),
+}
+
+
+def _fields(
+    key: str, body: dict[str, Any], where: str, spec: tuple[tuple[str, _Kind], ...]
+) -> list[Any]:
+    """The values of ``spec``'s fields in ``body``, each checked, in order."""
+    values: list[Any] = []
+    for field, kind in spec:
+        try:
+            value = body[field]
+        except KeyError:
+            raise CorruptLease(key, f"missing field {where}{field}") from None
+        cls = value.__class__
+        if kind.__class__ is _Text:
+            ok = cls is str and len(value) <= kind.limit
+        elif kind is _NUMBER:
+            ok = ((cls is float and math.isfinite(value)) or cls is int) and value >= 0
+            value = float(value) if ok else value
+        elif kind.__class__ is _Int:
+            ok = cls is int and kind.low <= value <= kind.high
+        elif kind is _FLAG:
+            ok = cls is bool
+        else:
+            assert isinstance(kind, _Choice)
+            ok = cls is str and value in kind.values
+        if not ok:
             raise CorruptLease(
-                self.key, f"field {self.where}{field} must be a string of <= {limit} chars"
+                key, f"field {where}{field} must be {kind.want()}, not {_show(value)}"
             )
-        return value
-
-    def integer(self, field: str) -> int:
-        value = self._get(field)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise CorruptLease(self.key, f"field {self.where}{field} must be an integer")
-        return value
-
-    def number(self, field: str) -> float:
-        value = self._get(field)
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-        ):
-            raise CorruptLease(self.key, f"field {self.where}{field} must be a finite number")
-        if value < 0:
-            raise CorruptLease(self.key, f"field {self.where}{field} must not be negative")
-        return float(value)
-
-    def flag(self, field: str) -> bool:
-        value = self._get(field)
-        if not isinstance(value, bool):
-            raise CorruptLease(self.key, f"field {self.where}{field} must be true or false")
-        return value
-
-    def priority(self, field: str) -> int:
-        value = self.integer(field)
-        if not 0 <= value <= OVERRIDE_PRIORITY:
-            raise CorruptLease(self.key, f"field {self.where}{field} out of range: {value}")
-        return value
+        values.append(value)
+    return values
 
 
-def _section(key: str, value: Any, where: str) -> _Reader | None:
+def _section(
+    key: str, body: dict[str, Any], where: str, cls: type[Any], *, optional: bool = False
+) -> Any:
+    """The section ``where`` as a ``cls``, or None when it is null (or, if optional, absent)."""
+    if where not in body and not optional:
+        raise CorruptLease(key, f"missing field {where}")
+    value = body.get(where)
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise CorruptLease(key, f"field {where} must be an object or null")
-    return _Reader(key, value, where + ".")
+    if value.__class__ is not dict:
+        raise CorruptLease(key, f"field {where} must be an object or null, not {_show(value)}")
+    return cls(*_fields(key, value, where + ".", FIELDS[where]))
 
 
-def _holder(key: str, value: Any) -> Holder | None:
-    r = _section(key, value, "holder")
-    if r is None:
-        return None
-    return Holder(
-        lock_id=r.text("lock_id", limit=128),
-        owner=r.text("owner", limit=MAX_OWNER_CHARS),
-        message=r.text("message"),
-        priority=r.priority("priority"),
-        lease_timeout=r.number("lease_timeout"),
-        cleanup_timeout=r.number("cleanup_timeout"),
-        forceful=r.flag("forceful"),
-        acquired_at=r.number("acquired_at"),
-        renewed_at=r.number("renewed_at"),
-        beat=r.integer("beat"),
-    )
-
-
-def _requestor(key: str, value: Any) -> Requestor | None:
-    r = _section(key, value, "requestor")
-    if r is None:
-        return None
-    return Requestor(
-        requestor_id=r.text("requestor_id", limit=128),
-        owner=r.text("owner", limit=MAX_OWNER_CHARS),
-        message=r.text("message"),
-        priority=r.priority("priority"),
-        waiting_timeout=r.number("waiting_timeout"),
-        forceful=r.flag("forceful"),
-        requested_at=r.number("requested_at"),
-        lease_timeout=r.number("lease_timeout"),
-        cleanup_timeout=r.number("cleanup_timeout"),
-    )
-
-
-def _reserve(key: str, value: Any) -> Reserve | None:
-    r = _section(key, value, "reserve")
-    if r is None:
-        return None
-    fence = r.integer("fence")
-    if fence < 0:
-        raise CorruptLease(key, f"negative reserve.fence {fence}")
-    return Reserve(fence=fence, boot=r.text("boot", limit=64))
-
-
-def _event(key: str, value: Any) -> Event | None:
-    r = _section(key, value, "event")
-    if r is None:
-        return None
-    kind = r.text("kind", limit=64)
-    if kind not in EVENT_KINDS:
-        raise CorruptLease(key, f"unknown event kind {kind!r}")
-    return Event(
-        kind=kind,
-        at=r.number("at"),
-        by=r.text("by", limit=MAX_OWNER_CHARS),
-        message=r.text("message"),
-    )
+def _show(value: Any) -> str:
+    """A short description of a JSON value for an error message (never the whole of it)."""
+    if value is None:
+        return "null"
+    if value.__class__ is bool:
+        return "true" if value else "false"
+    if value.__class__ is dict:
+        return "an object"
+    if value.__class__ is list:
+        return "an array"
+    text = repr(value) if value.__class__ is not int or abs(value) < 10**30 else "a huge integer"
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
+from typing import Any
+
 import attrs
 import pytest
 from hypothesis import given
@@ -10,14 +14,20 @@ from hypothesis import strategies as st
 from prioritylock import CorruptLease
 from prioritylock._lease import (
     EVENT_KINDS,
+    FIELDS,
+    MAX_DOCUMENT_BYTES,
+    MAX_FENCE,
+    MAX_READ_FENCE,
     OVERRIDE_PRIORITY,
     Event,
     Holder,
     Lease,
     Requestor,
+    Reserve,
     decode,
     encode,
     new_nonce,
+    salvage_fence,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,5 +98,176 @@ def test_unknown_event_kind_is_corrupt() -> None:
     data = encode(Lease("n", 1, "x", event=Event("acquired", 0.0, "a"))).replace(
         b'"acquired"', b'"teleported"'
     )
-    with pytest.raises(CorruptLease, match="event kind"):
+    with pytest.raises(CorruptLease, match=r"event\.kind"):
         decode("k", data)
+
+
+# -- strict reading: every field, every wrong type (issue 15) -----------------------------------
+
+_HOLDER = Holder("id", "owner", "msg", 5, 1.5, 2.0, False, 1.0e9, 1.0e9, 3)
+_REQUESTOR = Requestor("rid", "owner", "msg", 7, 3.0, True, 1.0e9, 1.5, 2.0)
+_FULL = Lease(
+    "v1/path/x",
+    9,
+    "nonce",
+    _HOLDER,
+    _REQUESTOR,
+    Event("acquired", 1.0e9, "owner", "msg"),
+    reserve=Reserve(137, "boot"),
+)
+_GOOD = json.loads(encode(_FULL))
+
+# What each kind of field must refuse. JSON gives true/false as bool (an int subclass in Python)
+# and 1.0 as float: neither is an integer, and a bool is not a number.
+_NOT_TEXT: list[Any] = [None, 1, 1.5, True, [], {}]
+_NOT_INT: list[Any] = [None, True, False, 1.0, 2.5, "1", [], {}]
+_NOT_NUMBER: list[Any] = [None, True, False, "1", -1, -0.5, [], {}]
+_NOT_FLAG: list[Any] = [None, 0, 1, 1.0, "true", [], {}]
+_BAD_BY_FIELD: dict[str, list[Any]] = {
+    "schema": [True, 1.0, "1", 2, 0, None, [], {}],
+    "fence": [*_NOT_INT, -1, MAX_READ_FENCE + 1, MAX_FENCE, 2**63, 2**64, 10**4000],
+    "holder": ["me", 1, True, []],
+    "requestor": ["me", 1, False, []],
+    "event": ["acquired", 0, True, []],
+    "reserve": ["x", 1, True, []],
+    "holder.priority": [*_NOT_INT, -1, OVERRIDE_PRIORITY + 1],
+    "requestor.priority": [*_NOT_INT, -1, OVERRIDE_PRIORITY + 1],
+    "holder.beat": [*_NOT_INT, -1, MAX_FENCE + 1],
+    "reserve.fence": [*_NOT_INT, -1, MAX_READ_FENCE + 1, 2**63],
+    "event.kind": [*_NOT_TEXT, "teleported", "", "ACQUIRED"],
+    "name": [*_NOT_TEXT, "x" * 2049],
+    "nonce": [*_NOT_TEXT, "n" * 129],
+    "holder.lock_id": [*_NOT_TEXT, "i" * 129],
+    "holder.owner": [*_NOT_TEXT, "o" * 257],
+    "holder.message": [*_NOT_TEXT, "m" * 4097],
+    "reserve.boot": [*_NOT_TEXT, "b" * 65],
+}
+
+
+def _kind_of(section: str, field: str) -> str:
+    kind = dict(FIELDS[section])[field].__class__.__name__
+    return {"_Text": "text", "_Int": "int", "_Number": "number", "_Flag": "flag"}.get(kind, kind)
+
+
+def _bad_cases() -> list[tuple[str, Any]]:
+    """(dotted field, bad value) for every field in the table, and the sections themselves."""
+    cases = [(f, v) for f, values in _BAD_BY_FIELD.items() for v in values]
+    generic = {"text": _NOT_TEXT, "int": _NOT_INT, "number": _NOT_NUMBER, "flag": _NOT_FLAG}
+    for section, spec in FIELDS.items():
+        for field, _ in spec:
+            dotted = f"{section}.{field}" if section else field
+            if dotted not in _BAD_BY_FIELD:
+                cases += [(dotted, v) for v in generic[_kind_of(section, field)]]
+    for value in (float("inf"), float("-inf"), float("nan")):  # spelled as JSON can't
+        cases.append(("holder.lease_timeout", value))
+    return cases
+
+
+def _with(field: str, value: Any) -> bytes:
+    body = json.loads(json.dumps(_GOOD))
+    *parents, last = field.split(".")
+    target = body
+    for parent in parents:
+        target = target[parent]
+    target[last] = value
+    # allow_nan: the non-finite cases are written as Infinity/NaN, which the reader refuses.
+    return json.dumps(body, allow_nan=True).encode()
+
+
+def _without(field: str) -> bytes:
+    body = json.loads(json.dumps(_GOOD))
+    *parents, last = field.split(".")
+    target = body
+    for parent in parents:
+        target = target[parent]
+    del target[last]
+    return json.dumps(body).encode()
+
+
+def test_the_full_document_reads_back() -> None:
+    assert decode("k", encode(_FULL)) == _FULL
+    assert decode("k", json.dumps(_GOOD).encode()) == _FULL
+
+
+def test_every_field_of_the_table_is_covered() -> None:
+    dotted = {f"{s}.{f}" if s else f for s, spec in FIELDS.items() for f, _ in spec}
+    assert dotted | {"schema", "holder", "requestor", "event", "reserve"} == {
+        f for f, _ in _bad_cases()
+    }
+
+
+@pytest.mark.parametrize(("field", "value"), _bad_cases(), ids=repr)
+def test_a_mistyped_field_is_corrupt(field: str, value: Any) -> None:
+    data = _with(field, value)
+    with pytest.raises(CorruptLease) as caught:
+        decode("the-key", data)
+    assert caught.value.key == "the-key"
+    if not (isinstance(value, float) and not math.isfinite(value)):  # those fail as JSON
+        assert field.rsplit(".", maxsplit=1)[-1] in str(caught.value)
+    assert len(str(caught.value)) < 400  # a short message, whatever the value
+
+
+@pytest.mark.parametrize(
+    "field",
+    [f"{s}.{f}" if s else f for s, spec in FIELDS.items() for f, _ in spec if s != "reserve"],
+)
+def test_a_missing_field_is_corrupt(field: str) -> None:
+    with pytest.raises(CorruptLease, match=f"missing field {field}"):
+        decode("k", _without(field))
+
+
+def test_an_absent_reserve_is_none_and_integers_stay_integers() -> None:
+    lease = decode("k", _without("reserve"))
+    assert lease.reserve is None
+    assert lease.holder is not None and lease.holder.lease_timeout.__class__ is float
+    whole = decode("k", _with("holder.lease_timeout", 2))  # an integral number of seconds
+    assert whole.holder is not None and whole.holder.lease_timeout == 2.0
+
+
+def test_the_fence_bounds() -> None:
+    assert decode("k", _with("fence", MAX_READ_FENCE)).fence == MAX_READ_FENCE
+    assert MAX_FENCE == 2**63 - 1
+    # The encoder writes up to MAX_FENCE (the counting past MAX_READ_FENCE has room)...
+    encode(Lease("n", MAX_FENCE, "x"))
+    # ... and never beyond it, for the fence or a reservation.
+    with pytest.raises(CorruptLease, match="fence"):
+        encode(Lease("n", MAX_FENCE + 1, "x"))
+    with pytest.raises(CorruptLease, match="fence"):
+        encode(Lease("n", 1, "x", reserve=Reserve(MAX_FENCE + 1, "b")))
+
+
+def test_deeply_nested_json_is_corrupt() -> None:
+    for opener, closer in ((b"[", b"]"), (b'{"a":', b"}")):
+        depth = (MAX_DOCUMENT_BYTES - 100) // (len(opener) + 1)
+        data = opener * depth + b"1" + closer * depth
+        assert len(data) <= MAX_DOCUMENT_BYTES
+        with pytest.raises(CorruptLease, match="nested too deeply"):
+            decode("k", data)
+        assert salvage_fence(data) == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "fence"),
+    [
+        (b'{"schema": 99, "fence": 41}', 41),
+        (b'{"fence": 7, "holder": "junk"}', 7),
+        (b'{"fence": 0}', 0),
+        (b'{"fence": -3}', 0),
+        (b'{"fence": true}', 0),
+        (b'{"fence": 4.0}', 0),
+        (b'{"fence": "12"}', 0),
+        (f'{{"fence": {MAX_READ_FENCE - 1}}}'.encode(), MAX_READ_FENCE - 1),
+        (f'{{"fence": {MAX_READ_FENCE}}}'.encode(), 0),  # its successor would not read
+        (f'{{"fence": {MAX_READ_FENCE + 1}}}'.encode(), 0),
+        (f'{{"fence": {10**4000}}}'.encode(), 0),
+        (b'{"fence": NaN}', 0),
+        (b"[1, 2]", 0),
+        (b"\xff\xfe", 0),
+        (b"", 0),
+        (b"[" * 100_000, 0),
+        (b" " * (20 * MAX_DOCUMENT_BYTES) + b'{"fence": 5}', 0),
+    ],
+    ids=repr,
+)
+def test_salvage_fence_never_raises(data: bytes, fence: int) -> None:
+    assert salvage_fence(data) == fence

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from prioritylock import CorruptLease
-from prioritylock._lease import MAX_DOCUMENT_BYTES
+from prioritylock._lease import MAX_DOCUMENT_BYTES, decode
 from prioritylock.stores import ObjectStore
 from tests.lock.helpers import make
 
@@ -23,6 +23,19 @@ _GOOD = {
     "event": None,
 }
 
+_HOLDER = {
+    "lock_id": "id",
+    "owner": "o",
+    "message": "",
+    "priority": 1,
+    "lease_timeout": 30,
+    "cleanup_timeout": 0,
+    "forceful": False,
+    "acquired_at": 0,
+    "renewed_at": 0,
+    "beat": 0,
+}
+
 BAD_DOCUMENTS = {
     "not-json": b"{this is not json",
     "not-utf8": b"\xff\xfe\x00",
@@ -36,6 +49,30 @@ BAD_DOCUMENTS = {
     "holder-missing-fields": json.dumps({**_GOOD, "holder": {"lock_id": "x"}}).encode(),
     "nan": b'{"schema": 1, "fence": NaN}',
     "too-large": json.dumps({**_GOOD, "pad": "x" * MAX_DOCUMENT_BYTES}).encode(),
+    # Issue 15: a recursion error escaped, untyped, from every entry point.
+    "nested-arrays": b"[" * 30_000 + b"]" * 30_000,
+    "nested-objects": b'{"a":' * 10_000 + b"1" + b"}" * 10_000,
+    "nested-in-holder": b'{"schema":1,"name":"v1/path/jobs/test","fence":3,"nonce":"n",'
+    + b'"holder":'
+    + b"[" * 30_000
+    + b"]" * 30_000
+    + b"}",
+    # Issue 15: fence + 1 could not be written, and every force_unlock raised ValueError.
+    "fence-beyond-bigint": json.dumps({**_GOOD, "fence": 2**63}).encode(),
+    "fence-of-4000-digits": json.dumps({**_GOOD, "fence": 10**3999}).encode(),
+    "fence-at-bigint-max": json.dumps({**_GOOD, "fence": 2**63 - 1}).encode(),
+    "reserve-beyond-bigint": json.dumps(
+        {**_GOOD, "reserve": {"fence": 2**64, "boot": "b"}}
+    ).encode(),
+    # Issue 15: the strict reader let these through, then overwrote the document.
+    "schema-true": json.dumps({**_GOOD, "schema": True}).encode(),
+    "schema-float": json.dumps({**_GOOD, "schema": 1.0}).encode(),
+    "fence-float": json.dumps({**_GOOD, "fence": 3.0}).encode(),
+    "fence-true": json.dumps({**_GOOD, "fence": True}).encode(),
+    "negative-beat": json.dumps({**_GOOD, "holder": {**_HOLDER, "beat": -1}}).encode(),
+    "priority-true": json.dumps({**_GOOD, "holder": {**_HOLDER, "priority": True}}).encode(),
+    "forceful-zero": json.dumps({**_GOOD, "holder": {**_HOLDER, "forceful": 0}}).encode(),
+    "timeout-true": json.dumps({**_GOOD, "holder": {**_HOLDER, "lease_timeout": True}}).encode(),
 }
 
 
@@ -72,3 +109,42 @@ def test_force_unlock_can_overwrite_a_corrupt_document_with_a_higher_fence(
     assert info.fence > 1_600_000_000_000  # wall-clock milliseconds: beyond any counted fence
     assert lock.try_lock() and lock.fencing_token == info.fence + 1
     lock.unlock()
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
+def test_the_documented_recovery_works_on_every_corrupt_document(
+    store: ObjectStore, kind: str
+) -> None:
+    """``force_unlock(..., overwrite_corrupt=True)`` frees the lock, whatever the document held,
+    with a fence above the old one when it can be read, and a fence that can still count."""
+    lock = make(store)
+    store.create(lock.key, BAD_DOCUMENTS[kind])
+    with pytest.raises(CorruptLease):
+        lock.force_unlock("clean up")
+    assert lock.force_unlock("repair", overwrite_corrupt=True) is None
+    info = lock.info()
+    assert info is not None and not info.held and info.last_event == "force_unlock"
+    assert 1_600_000_000_000 < info.fence < 2**63 - 2**20
+    assert lock.try_lock() and lock.fencing_token == info.fence + 1
+    lock.unlock()
+
+
+def test_recovery_near_the_fence_bound_keeps_counting_then_refuses(store: ObjectStore) -> None:
+    """A corrupt document whose fence is just below the readable bound is replaced with its
+    fence + 1, and counting goes on; a fence past the bound is written (never beyond 2**63 - 1)
+    but other readers refuse it, as corrupt."""
+    bound = 2**63 - 1 - 2**16  # the largest fence a reader accepts
+    lock = make(store)
+    store.create(lock.key, json.dumps({"schema": 99, "fence": bound - 2}).encode())
+    lock.force_unlock("repair", overwrite_corrupt=True)
+    info = lock.info()
+    assert info is not None and info.fence == bound - 1
+    assert lock.try_lock() and lock.fencing_token == bound
+    lock.unlock()
+    assert lock.try_lock() and lock.fencing_token == bound + 1  # written: below 2**63 - 1
+    lock.unlock()
+    found = store.read(lock.key)
+    assert found is not None
+    with pytest.raises(CorruptLease, match="fence"):
+        decode(lock.key, found.data)  # beyond the readable bound: other clients refuse it
+    # ... and recover as from any corrupt document (BAD_DOCUMENTS["fence-at-bigint-max"]).
