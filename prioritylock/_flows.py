@@ -862,16 +862,20 @@ def release(st: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[Rele
         if isinstance(result, Written):
             nxt = result.lease
             st.seen = Seen(nxt, result.version)
-            handed = nxt.holder is not None
-            holding.ended = True
-            yield End(holding)
-            if handed and cleanup_done:
-                yield Lose(holding, "preempted", force=True)
+        elif not proto.release_landed(result.lease, nxt):
+            if not (yield from examine(st, holding, result)):
+                raise_if_lost(st.key, holding)
                 return None
-            return Released(nxt, handed)
-        if not (yield from examine(st, holding, result)):
-            raise_if_lost(st.key, holding)
+            continue
+        # Landed (or proven landed: the lock moved on before we could read our write back, its
+        # answer lost or a retry of it refused with a 412): the release is done, not a loss.
+        handed = nxt.holder is not None
+        holding.ended = True
+        yield End(holding)
+        if handed and cleanup_done:
+            yield Lose(holding, "preempted", force=True)
             return None
+        return Released(nxt, handed)
 
 
 def background_release(st: LockState, holding: Holding) -> Flow[float | None]:

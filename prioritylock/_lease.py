@@ -178,6 +178,10 @@ class Lease:
     event: Event | None = None
     schema: int = SCHEMA
     reserve: Reserve | None = None
+    #: The nonce of the free document the current holder took the lock from: it proves that
+    #: the release (or force unlock) which wrote that document landed, even once the releasing
+    #: holder's own answer was lost. None when the lock was taken from a holder, or created.
+    prior: str | None = None
 
     def rewritten(self, **changes: Any) -> Lease:
         """A copy with ``changes`` and a fresh nonce: the only way the lock makes a new version.
@@ -194,6 +198,7 @@ class Lease:
             event=changes.get("event", self.event),
             schema=self.schema,
             reserve=self.reserve,
+            prior=changes.get("prior", self.prior),
         )
 
     def with_reserve(self, reserve: Reserve | None) -> Lease:
@@ -207,6 +212,7 @@ class Lease:
             self.event,
             self.schema,
             reserve,
+            self.prior,
         )
 
 
@@ -249,10 +255,11 @@ def encode(lease: Lease) -> bytes:
     if not 0 <= lease.fence <= MAX_FENCE or (v is not None and not 0 <= v.fence <= MAX_FENCE):
         raise CorruptLease(lease.name, f"fence beyond the largest one ({MAX_FENCE})")
     reserve = "" if v is None else f',"reserve":{{"fence":{_int(v.fence)},"boot":{_q(v.boot)}}}'
+    prior = "" if lease.prior is None else f',"prior":{_q(lease.prior)}'
     data = (
         f'{{"schema":{_int(lease.schema)},"name":{_q(lease.name)},"fence":{_int(lease.fence)},'
         f'"nonce":{_q(lease.nonce)},"holder":{holder},"requestor":{requestor},"event":{event}'
-        f"{reserve}}}"
+        f"{reserve}{prior}}}"
     ).encode()
     if len(data) > MAX_DOCUMENT_BYTES:
         raise CorruptLease(
@@ -313,6 +320,7 @@ def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:
         requestor=_section(key, body, "requestor", Requestor),
         event=_section(key, body, "event", Event),
         reserve=_section(key, body, "reserve", Reserve, optional=True),
+        prior=_optional_text(key, body, "prior", _ID),
     )
     if lease.holder is not None and fence == 0:
         raise CorruptLease(key, "a held lease must have a fence of at least 1")
@@ -496,6 +504,16 @@ def _section(
     if value.__class__ is not dict:
         raise CorruptLease(key, f"field {where} must be an object or null, not {_show(value)}")
     return cls(*_fields(key, value, where + ".", FIELDS[where]))
+
+
+def _optional_text(key: str, body: dict[str, Any], field: str, kind: _Text) -> str | None:
+    """An optional top-level string field: absent or null is None."""
+    value = body.get(field)
+    if value is None:
+        return None
+    if value.__class__ is not str or len(value) > kind.limit:
+        raise CorruptLease(key, f"field {field} must be {kind.want()} or null, not {_show(value)}")
+    return str(value)
 
 
 def _show(value: Any) -> str:

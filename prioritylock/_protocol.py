@@ -42,6 +42,7 @@ __all__ = [
     "expires_at",
     "forced_free",
     "pending_request_for",
+    "release_landed",
     "released",
     "renewed",
     "request_wait",
@@ -279,6 +280,9 @@ def _take(lease: Lease, me: Claim, wall: float, kind: str) -> Write:
         holder=me.as_holder(wall),
         requestor=None,
         event=Event(kind, wall, me.owner, me.message),
+        # Taken from a free document: record which, so its releaser can prove its release
+        # landed (release_landed) even if the answer to its write was lost.
+        prior=lease.nonce if lease.holder is None else None,
     )
     return Write(taken, create=False, outcome="acquired")
 
@@ -329,7 +333,9 @@ def handed_over(lease: Lease, wall: float) -> Lease:
         beat=0,
     )
     event = Event("handover", wall, lease.holder.owner, f"to {r.owner}")
-    return lease.rewritten(fence=next_fence(lease), holder=holder, requestor=None, event=event)
+    return lease.rewritten(
+        fence=next_fence(lease), holder=holder, requestor=None, event=event, prior=None
+    )
 
 
 def pending_request_for(lease: Lease, holder_priority: int) -> Requestor | None:
@@ -356,6 +362,27 @@ def after_cleanup(
     if request_seen is not None and now >= request_seen.since + wait + drift:
         return released(lease, wall)
     return handed_over(lease, wall)
+
+
+def release_landed(current: Lease | None, ours: Lease) -> bool:
+    """Whether ``current``, read after our release or handover ``ours`` had an unknown outcome
+    and the document moved on, proves that ``ours`` landed.
+
+    A release is proven by the next holder's record of the free document it took (``prior``
+    is our release's nonce); a handover by the requestor holding the lock under our handover
+    event (a forceful takeover by the same requestor would carry its own event). Anything else
+    proves nothing: the lock may have been taken from us.
+    """
+    if current is None:
+        return False
+    if ours.holder is None:
+        return current.prior is not None and current.prior == ours.nonce
+    return (
+        current.holder is not None
+        and current.holder.lock_id == ours.holder.lock_id
+        and current.event is not None
+        and current.event == ours.event
+    )
 
 
 def forced_free(lease: Lease, *, by: str, message: str, wall: float) -> Lease:

@@ -271,3 +271,21 @@ def test_deeply_nested_json_is_corrupt() -> None:
 )
 def test_salvage_fence_never_raises(data: bytes, fence: int) -> None:
     assert salvage_fence(data) == fence
+
+
+def test_prior_round_trips_is_carried_by_rewrites_and_is_checked() -> None:
+    """``prior`` (the free document the holder took) is written only when set, survives the
+    holder's renewals and requests, and is read strictly."""
+    free = Lease("k", 3, new_nonce())
+    assert b"prior" not in encode(free)
+    taken = free.rewritten(prior=free.nonce)
+    assert decode("k", encode(taken)).prior == free.nonce
+    assert taken.rewritten().prior == free.nonce
+    assert taken.rewritten(prior=None).prior is None
+    body = json.loads(encode(taken))
+    for bad in (1, True, "x" * 129, ["n"]):
+        body["prior"] = bad
+        with pytest.raises(CorruptLease, match="prior"):
+            decode("k", json.dumps(body).encode())
+    body["prior"] = None
+    assert decode("k", json.dumps(body).encode()).prior is None
