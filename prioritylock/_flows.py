@@ -304,6 +304,7 @@ class LockState:
     :param conditional: the store can read "only if changed".
     :param unsynced: the store can skip the sync of a write.
     :param cooperates: the holder has a listener, so a request's cleanup ends in a handover.
+    :param boot: the boot of the machine this process runs in (``_reserve.boot_id()``).
     """
 
     def __init__(
@@ -316,6 +317,7 @@ class LockState:
         unsynced: bool,
         cooperates: bool,
         inline: bool,
+        boot: str | None = None,
     ) -> None:
         self.key = key
         self.owner: str = cfg.owner
@@ -332,6 +334,7 @@ class LockState:
         self.unsynced = unsynced
         self.cooperates = cooperates
         self.inline = inline
+        self.boot = boot  # this machine's boot, for fence reservations (``_reserve``)
         self.seen: Seen | None = None
         self.holder_seen: proto.Sighting | None = None
         self.request_seen: proto.Sighting | None = None
@@ -350,6 +353,7 @@ class LockState:
             forceful=cfg.forceful,
             if_fence=cfg.if_fence,
             if_owner=cfg.if_owner,
+            boot=self.boot,
         )
 
     def sight(self, lease: Lease | None, now: float) -> None:
@@ -516,7 +520,7 @@ def write(
         # Unsynced only when the version we replace is the one we last saw; when unsure, sync.
         base = st.seen
         known = base.lease if not create and base is not None and base.version == version else None
-        lease, unsynced = plan_write(lease, known)
+        lease, unsynced = plan_write(lease, known, st.boot)
     data = encode(lease)
     backoff = Backoff(1.0, start=0.02)
     creating = create or version is None
@@ -850,7 +854,12 @@ def release(st: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[Rele
             yield Lose(holding, "expired")
             raise_if_lost(st.key, holding)
         nxt = proto.after_cleanup(
-            holding.lease, now=mono, wall=wall, drift=st.drift, request_seen=holding.request_seen
+            holding.lease,
+            now=mono,
+            wall=wall,
+            drift=st.drift,
+            request_seen=holding.request_seen,
+            boot=st.boot,
         )
         try:
             result = yield from write(st, nxt, holding.version, create=False, deadline=deadline)
@@ -932,7 +941,7 @@ def force_unlock(
             return None
         before = seen.lease
         mono, wall = yield NOW
-        freed = proto.forced_free(before, by=by, message=message, wall=wall)
+        freed = proto.forced_free(before, by=by, message=message, wall=wall, boot=st.boot)
         result = yield from write(
             st, freed, seen.version, create=False, deadline=mono + st.store_timeout
         )

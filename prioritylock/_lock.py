@@ -27,6 +27,7 @@ from prioritylock._heartbeat import Heartbeat, default_heartbeat
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, new_lock_id
 from prioritylock._listener import CleanupNotice
+from prioritylock._reserve import boot_id
 from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
 
 __all__ = ["Lock"]
@@ -98,6 +99,7 @@ def new_state(config: LockConfig) -> flows.LockState:
         unsynced=isinstance(store, UnsyncedWriter),
         cooperates=config.listener is not None,
         inline=not store.capabilities.shared_across_processes,
+        boot=boot_id(),
     )
 
 

@@ -66,6 +66,8 @@ class Claim:
     # An operator's guard: act only while the lease still shows this fence / holder's owner.
     if_fence: int | None = None
     if_owner: str | None = None
+    #: The boot of the client's machine, for fence reservations (``_reserve``).
+    boot: str | None = None
 
     @property
     def override(self) -> bool:
@@ -276,7 +278,7 @@ def acquire_step(
 
 def _take(lease: Lease, me: Claim, wall: float, kind: str) -> Write:
     taken = lease.rewritten(
-        fence=next_fence(lease),
+        fence=next_fence(lease, me.boot),
         holder=me.as_holder(wall),
         requestor=None,
         event=Event(kind, wall, me.owner, me.message),
@@ -316,7 +318,7 @@ def released(lease: Lease, wall: float) -> Lease:
     return lease.rewritten(holder=None, requestor=None, event=event)
 
 
-def handed_over(lease: Lease, wall: float) -> Lease:
+def handed_over(lease: Lease, wall: float, boot: str | None) -> Lease:
     """The holder passes the lock to the pending requestor: the next fence, no gap between."""
     assert lease.holder is not None and lease.requestor is not None
     r = lease.requestor
@@ -334,7 +336,7 @@ def handed_over(lease: Lease, wall: float) -> Lease:
     )
     event = Event("handover", wall, lease.holder.owner, f"to {r.owner}")
     return lease.rewritten(
-        fence=next_fence(lease), holder=holder, requestor=None, event=event, prior=None
+        fence=next_fence(lease, boot), holder=holder, requestor=None, event=event, prior=None
     )
 
 
@@ -347,7 +349,13 @@ def pending_request_for(lease: Lease, holder_priority: int) -> Requestor | None:
 
 
 def after_cleanup(
-    lease: Lease, *, now: float, wall: float, drift: float, request_seen: Sighting | None
+    lease: Lease,
+    *,
+    now: float,
+    wall: float,
+    drift: float,
+    request_seen: Sighting | None,
+    boot: str | None = None,
 ) -> Lease:
     """What the holder writes when its cleanup returns (or it unlocks with a request pending).
 
@@ -361,7 +369,7 @@ def after_cleanup(
     wait = request_wait(r.waiting_timeout, lease.holder.cleanup_timeout)
     if request_seen is not None and now >= request_seen.since + wait + drift:
         return released(lease, wall)
-    return handed_over(lease, wall)
+    return handed_over(lease, wall, boot)
 
 
 def release_landed(current: Lease | None, ours: Lease) -> bool:
@@ -385,7 +393,7 @@ def release_landed(current: Lease | None, ours: Lease) -> bool:
     )
 
 
-def forced_free(lease: Lease, *, by: str, message: str, wall: float) -> Lease:
+def forced_free(lease: Lease, *, by: str, message: str, wall: float, boot: str | None) -> Lease:
     """An operator frees the lock: recorded, the next fence, so the old holder is fenced off."""
     event = Event("force_unlock", wall, by, message)
-    return lease.rewritten(fence=next_fence(lease), holder=None, requestor=None, event=event)
+    return lease.rewritten(fence=next_fence(lease, boot), holder=None, requestor=None, event=event)

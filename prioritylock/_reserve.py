@@ -53,26 +53,30 @@ _boot: str | None = _read_boot_id()
 
 
 def boot_id() -> str | None:
-    """This boot of the machine (Linux: ``/proc/sys/kernel/random/boot_id``), or None."""
+    """This boot of the machine (Linux: ``/proc/sys/kernel/random/boot_id``), or None. Read by
+    the drivers when they make a lock object; the rules below are given it."""
     return _boot
 
 
-def next_fence(lease: Lease) -> int:
-    """The fence the next holder (or a force unlock) gets: above every fence already used."""
+def next_fence(lease: Lease, boot: str | None) -> int:
+    """The fence the next holder (or a force unlock) gets: above every fence already used.
+
+    :param boot: the boot of the machine the writer runs in (None: unknown).
+    """
     reserve = lease.reserve
-    if reserve is None or (reserve.boot == _boot and _boot is not None):
+    if reserve is None or (reserve.boot == boot and boot is not None):
         return lease.fence + 1
     # Written before the last reboot: unsynced raises up to the reservation may have been lost.
     return max(lease.fence, reserve.fence) + 1
 
 
-def plan_write(lease: Lease, base: Lease | None) -> tuple[Lease, bool]:
+def plan_write(lease: Lease, base: Lease | None, boot: str | None) -> tuple[Lease, bool]:
     """How to write ``lease`` on a store that can skip the sync: (what to write, unsynced?).
 
     :param base: the document being replaced, when the lock knows it is exactly that version;
         None when it is being created or the lock is unsure.
+    :param boot: the boot of the machine the writer runs in (None: unknown, every raise synced).
     """
-    boot = _boot
     carried = lease.reserve  # copied from the document the new lease was derived from
     if base is not None and carried == base.reserve:
         if lease.fence == base.fence:

@@ -64,33 +64,33 @@ def test_malformed_reserve_is_corrupt(bad: Any) -> None:
 
 
 def test_next_fence_jumps_past_another_boots_reservation(boot: str) -> None:
-    assert _reserve.next_fence(lease(5, None)) == 6
-    assert _reserve.next_fence(lease(5, Reserve(133, boot))) == 6
-    assert _reserve.next_fence(lease(5, Reserve(133, "boot-old"))) == 134
-    assert _reserve.next_fence(lease(200, Reserve(133, "boot-old"))) == 201
+    assert _reserve.next_fence(lease(5, None), _reserve.boot_id()) == 6
+    assert _reserve.next_fence(lease(5, Reserve(133, boot)), _reserve.boot_id()) == 6
+    assert _reserve.next_fence(lease(5, Reserve(133, "boot-old")), _reserve.boot_id()) == 134
+    assert _reserve.next_fence(lease(200, Reserve(133, "boot-old")), _reserve.boot_id()) == 201
 
 
 def test_raise_within_this_boots_reservation_is_unsynced(boot: str) -> None:
     base = lease(5, Reserve(133, boot))
-    written, unsynced = _reserve.plan_write(base.rewritten(fence=6), base)
+    written, unsynced = _reserve.plan_write(base.rewritten(fence=6), base, _reserve.boot_id())
     assert unsynced and written.reserve == Reserve(133, boot)
     # keeping the fence: unsynced whatever the reservation, and the reservation stays
     old = lease(5, Reserve(133, "boot-old"))
     renewal = old.rewritten()
-    assert _reserve.plan_write(renewal, old) == (renewal, True)
+    assert _reserve.plan_write(renewal, old, _reserve.boot_id()) == (renewal, True)
 
 
 def test_raise_past_the_reservation_is_synced_and_reserves_again(boot: str) -> None:
     base = lease(133, Reserve(133, boot))
-    written, unsynced = _reserve.plan_write(base.rewritten(fence=134), base)
+    written, unsynced = _reserve.plan_write(base.rewritten(fence=134), base, _reserve.boot_id())
     assert not unsynced
     assert written.reserve == Reserve(134 + _reserve.RESERVE_BLOCK, boot)
 
 
 def test_first_raise_after_a_reboot_is_synced_above_the_old_reservation(boot: str) -> None:
     base = lease(5, Reserve(133, "boot-old"))
-    raised = base.rewritten(fence=_reserve.next_fence(base))
-    written, unsynced = _reserve.plan_write(raised, base)
+    raised = base.rewritten(fence=_reserve.next_fence(base, _reserve.boot_id()))
+    written, unsynced = _reserve.plan_write(raised, base, _reserve.boot_id())
     assert not unsynced and written.fence == 134
     assert written.reserve == Reserve(134 + _reserve.RESERVE_BLOCK, boot)
 
@@ -98,7 +98,9 @@ def test_first_raise_after_a_reboot_is_synced_above_the_old_reservation(boot: st
 def test_a_synced_write_keeping_an_old_boots_fence_keeps_its_reservation(boot: str) -> None:
     base = lease(5, Reserve(133, "boot-old"))
     renewal = base.rewritten()
-    written, unsynced = _reserve.plan_write(renewal, None)  # base unknown: synced
+    written, unsynced = _reserve.plan_write(
+        renewal, None, _reserve.boot_id()
+    )  # base unknown: synced
     assert not unsynced and written.reserve == Reserve(133, "boot-old")
 
 
@@ -106,26 +108,26 @@ def test_a_synced_write_keeping_an_old_boots_fence_keeps_its_reservation(boot: s
 def test_break_glass_raises_are_synced(boot: str, kind: str) -> None:
     base = lease(5, Reserve(133, boot))
     raised = base.rewritten(fence=6, event=Event(kind, 2.0, "op"))
-    assert _reserve.plan_write(raised, base) == (raised, False)
+    assert _reserve.plan_write(raised, base, _reserve.boot_id()) == (raised, False)
 
 
 def test_creation_and_unknown_base_are_synced(boot: str) -> None:
     fresh = lease(1, None)
-    written, unsynced = _reserve.plan_write(fresh, None)
+    written, unsynced = _reserve.plan_write(fresh, None, _reserve.boot_id())
     assert not unsynced and written.reserve == Reserve(1 + _reserve.RESERVE_BLOCK, boot)
     base = lease(5, Reserve(133, boot))
-    assert _reserve.plan_write(base.rewritten(fence=6), None)[1] is False
+    assert _reserve.plan_write(base.rewritten(fence=6), None, _reserve.boot_id())[1] is False
 
 
 def test_without_a_boot_id_every_raise_is_synced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_reserve, "_boot", None)
     base = lease(5, Reserve(133, "somewhere"))
-    assert _reserve.next_fence(base) == 134
-    written, unsynced = _reserve.plan_write(base.rewritten(fence=134), base)
+    assert _reserve.next_fence(base, _reserve.boot_id()) == 134
+    written, unsynced = _reserve.plan_write(base.rewritten(fence=134), base, _reserve.boot_id())
     assert not unsynced and written.reserve == Reserve(133, "somewhere")
     plain = lease(5, None)
     raised = plain.rewritten(fence=6)
-    assert _reserve.plan_write(raised, plain) == (raised, False)
+    assert _reserve.plan_write(raised, plain, _reserve.boot_id()) == (raised, False)
 
 
 # -- the lock on a store that can lose unsynced writes -----------------------------------------
