@@ -1,8 +1,9 @@
 """The asyncio lock: the same flows as ``Lock`` (``_flows``), awaited on an event loop.
 
 Store I/O never blocks the loop: an in-process store (memory) is called inline; every other
-store is called on a bounded thread pool shared by the process (the sync stores, contract-tested
-on every server, and the same request budget). One ``AsyncScheduler`` per loop renews and watches
+store is called on a bounded thread pool shared by the process (32 threads for network stores, 4
+for a store on this machine's disk), through the sync stores: contract-tested on every server,
+with the same request budget. One ``AsyncScheduler`` per loop renews and watches
 every lease held in it. Listeners may be plain or ``async def``: coroutines are awaited on the
 loop, and a plain ``on_cleanup_notification`` runs on a worker thread so that a long cleanup
 never stalls the loop.
@@ -43,19 +44,25 @@ log = logging.getLogger("prioritylock")
 
 T = TypeVar("T")
 
-#: Store calls in flight at once across the process, for the stores that do I/O.
-IO_WORKERS = 32
+#: Store calls in flight at once across the process: network stores wait on the network, so
+#: many may be in flight; a store on this machine's disk answers in microseconds, and fewer
+#: threads mean less contention for the GIL with the event loop.
+NETWORK_WORKERS = 32
+DISK_WORKERS = 4
 
-_pool: ThreadPoolExecutor | None = None
+_pools: dict[bool, ThreadPoolExecutor] = {}
 _pool_lock = threading.Lock()
 
 
-def _io_pool() -> ThreadPoolExecutor:
-    global _pool
+def _io_pool(network: bool) -> ThreadPoolExecutor:
     with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(IO_WORKERS, thread_name_prefix="prioritylock-aio")
-        return _pool
+        pool = _pools.get(network)
+        if pool is None:
+            workers = NETWORK_WORKERS if network else DISK_WORKERS
+            pool = _pools[network] = ThreadPoolExecutor(
+                workers, thread_name_prefix="prioritylock-aio-" + ("net" if network else "disk")
+            )
+        return pool
 
 
 _LoopEvent = tuple[asyncio.AbstractEventLoop, asyncio.Event]
@@ -123,6 +130,7 @@ class AsyncLock:
         self._scheduler = scheduler
         self._st = _lock.new_state(config)
         self._inline = self._st.inline
+        self._pool = _io_pool(config.store.capabilities.shared_across_hosts)
         self._reader = config.store if isinstance(config.store, ConditionalReader) else None
         self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
         self._io: asyncio.Lock | None = None
@@ -348,7 +356,7 @@ class AsyncLock:
         cancelled meanwhile, the call still finishes (``_inflight``) before anything is settled."""
         if self._inline:
             return fn(*args)
-        future = asyncio.get_running_loop().run_in_executor(_io_pool(), fn, *args)
+        future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
         self._inflight = future
         try:
             return await asyncio.shield(future)

@@ -29,6 +29,13 @@ log = logging.getLogger("prioritylock")
 
 AsyncTask = Callable[[], Awaitable["float | None"]]
 
+#: Longest run of in-process (inline) tasks, or of starting others, before the runner lets the
+#: other tasks of the loop run.
+_INLINE_SLICE = 0.005
+
+#: Tasks (renewals and watches on network or disk stores) running at once per loop.
+MAX_RUNNING = 64
+
 
 class ScheduledAsyncTask:
     """A handle on a scheduled task; cancel it with :meth:`AsyncScheduler.cancel`."""
@@ -154,6 +161,8 @@ class AsyncScheduler:
 
     async def _loop(self) -> None:
         self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        last_yield = loop.time()
         try:
             while not self._closed:
                 entry = self._pop_due(self.clock.monotonic())
@@ -167,13 +176,27 @@ class AsyncScheduler:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout)
                     self._sleeping_until = None
+                    last_yield = loop.time()
                     continue
                 if entry.inline:
                     await self._run(entry)
+                    # In-process renewals take microseconds each, but thousands fall due on the
+                    # same grid tick: let the loop breathe every few milliseconds of them.
+                    now = loop.time()
+                    if now - last_yield > _INLINE_SLICE:
+                        await asyncio.sleep(0)
+                        last_yield = loop.time()
                     continue
-                task = asyncio.get_running_loop().create_task(self._run(entry))
+                if len(self._tasks) >= MAX_RUNNING:
+                    # The store's thread pool can't take more anyway: starting a thousand
+                    # renewals at once would only stall the loop while they queue.
+                    await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+                task = loop.create_task(self._run(entry))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                if loop.time() - last_yield > _INLINE_SLICE:
+                    await asyncio.sleep(0)
+                    last_yield = loop.time()
         finally:
             self._runner = None
             self._wake = None
