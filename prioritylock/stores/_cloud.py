@@ -21,7 +21,7 @@ import enum
 import logging
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import attrs
 
@@ -51,6 +51,7 @@ __all__ = [
     "CloudStore",
     "HttpClassifier",
     "Outcome",
+    "Timeouts",
     "check_timeouts",
     "could_not_connect",
     "log",
@@ -66,6 +67,13 @@ DEFAULT_READ_TIMEOUT = 10.0
 WRITES = frozenset({"create", "replace", "delete"})
 
 _T = TypeVar("_T")
+
+
+class Timeouts(TypedDict):
+    """A store's two timeouts, in seconds, as its constructor takes them."""
+
+    connect_timeout: float
+    read_timeout: float
 
 
 class Outcome(enum.Enum):
@@ -418,7 +426,7 @@ def parse_store_url(
     holder: str,
     credentials_hint: str,
     port_hint: str,
-) -> tuple[str, str, dict[str, float]]:
+) -> tuple[str, str, Timeouts]:
     """The holder's name, the prefix and the timeouts given in a cloud store URL.
 
     :raises ConfigError: an unknown or empty option (named), credentials or a port in the URL, no
@@ -445,8 +453,8 @@ def parse_store_url(
         )
     if parts.fragment:
         raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
-    timeouts = {"connect_timeout": DEFAULT_CONNECT_TIMEOUT, "read_timeout": DEFAULT_READ_TIMEOUT}
-    for option in timeouts:
+    timeouts = Timeouts(connect_timeout=DEFAULT_CONNECT_TIMEOUT, read_timeout=DEFAULT_READ_TIMEOUT)
+    for option in ("connect_timeout", "read_timeout"):
         if option in options:
             try:
                 timeouts[option] = float(options[option])

@@ -422,6 +422,5 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         bucket,
         prefix,
         project=options.get("project"),
-        connect_timeout=timeouts["connect_timeout"],
-        read_timeout=timeouts["read_timeout"],
+        **timeouts,
     )

@@ -523,6 +523,5 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         region=options.get("region"),
         profile=options.get("profile"),
         addressing_style=options.get("addressing"),
-        connect_timeout=timeouts["connect_timeout"],
-        read_timeout=timeouts["read_timeout"],
+        **timeouts,
     )
