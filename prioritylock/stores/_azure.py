@@ -49,6 +49,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any, TypeAlias
 
+from prioritylock.stores._registry import missing_extra
+
 try:
     import requests
     import requests.adapters
@@ -70,9 +72,7 @@ try:
     from azure.storage.blob import BlobType, ContainerClient
     from urllib3.util.retry import Retry
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"Azure stores need azure-storage-blob: pip install 'prioritylock[azure]' ({_exc})"
-    ) from _exc
+    raise missing_extra("Azure stores", "azure", _exc) from None
 
 from prioritylock._errors import (
     ConditionFailed,

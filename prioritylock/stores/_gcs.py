@@ -49,6 +49,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
+from prioritylock.stores._registry import missing_extra
+
 try:
     import requests
     import requests.adapters
@@ -59,9 +61,7 @@ try:
     from google.cloud import storage
     from google.cloud.storage import exceptions as storage_exceptions
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"GCS stores need google-cloud-storage: pip install 'prioritylock[gcs]' ({_exc})"
-    ) from _exc
+    raise missing_extra("GCS stores", "gcs", _exc) from None
 
 from prioritylock._errors import (
     ConditionFailed,

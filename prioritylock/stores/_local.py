@@ -66,6 +66,7 @@ import secrets
 import struct
 import threading
 import time
+import urllib.parse
 import zlib
 from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple
@@ -87,8 +88,9 @@ from prioritylock.stores._base import (
     validate_key,
     validate_prefix,
 )
+from prioritylock.stores._url import file_url, redact_url
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "store_from_url"]
 
 _OBJ = ".obj"
 _DIR = ".d"
@@ -981,3 +983,29 @@ def _segment_ok(segment: str) -> bool:
     except (ConfigError, UnicodeError):
         return False
     return "/" not in segment
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> LocalStore:
+    """``file:///ABSOLUTE/PATH[?durable=false]``: a :class:`LocalStore` in that directory.
+
+    :raises ConfigError: a host (``file://relative`` names a host, not a directory), a path that
+        is not absolute, or an option other than ``durable``.
+    """
+    shown = redact_url(parts.geturl())
+    if parts.netloc not in ("", "localhost"):
+        hint, meant = "", parts.netloc + parts.path
+        if "@" not in parts.netloc:  # user-info may hold a secret: never repeat it
+            hint = f"; for the directory {meant!r} use {file_url(meant)!r}"
+        raise ConfigError(
+            f"file store URL must be file:///ABSOLUTE/PATH (no host), got {shown!r}{hint}"
+        )
+    path = urllib.parse.unquote(parts.path)
+    if not path.startswith("/") or path == "/":
+        raise ConfigError(f"file store URL needs an absolute directory path, got {shown!r}")
+    options = dict(options)
+    durable = options.pop("durable", "true").lower()
+    if durable not in ("true", "false"):
+        raise ConfigError("file store URL option durable must be true or false")
+    if options:
+        raise ConfigError(f"file store URL takes only the option durable, got {sorted(options)}")
+    return LocalStore(path, durable=durable == "true")

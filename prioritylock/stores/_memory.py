@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+import urllib.parse
 
-from prioritylock._errors import ConditionFailed
+from prioritylock._errors import ConditionFailed, ConfigError
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
@@ -15,8 +16,9 @@ from prioritylock.stores._base import (
     validate_key,
     validate_prefix,
 )
+from prioritylock.stores._url import redact_url
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "store_from_url"]
 
 # Versions come from one process-wide counter, so a key deleted and created again never gets a
 # version it had before (no ABA across delete/create).
@@ -114,3 +116,23 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"MemoryStore(name={self.name!r})"
+
+
+_named: dict[str, MemoryStore] = {}
+_named_lock = threading.Lock()
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> MemoryStore:
+    """``memory://NAME``: the process-wide store called NAME; ``memory://``: a new, private one.
+
+    :raises ConfigError: a path or options in the URL.
+    """
+    if parts.path not in ("", "/") or options:
+        raise ConfigError(
+            f"memory store URL takes only a name: memory://NAME, got {redact_url(parts.geturl())!r}"
+        )
+    name = parts.netloc
+    if not name:
+        return MemoryStore()
+    with _named_lock:
+        return _named.setdefault(name, MemoryStore(name))

@@ -42,6 +42,8 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
+from prioritylock.stores._registry import missing_extra
+
 try:
     # botocore (which boto3 brings) is all this module needs: a botocore client is what
     # boto3.client("s3") returns, without boto3's transfer helpers.
@@ -49,7 +51,7 @@ try:
     import botocore.exceptions
     import botocore.session
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(f"S3 stores need boto3: pip install 'prioritylock[s3]' ({_exc})") from _exc
+    raise missing_extra("S3 stores", "s3", _exc) from None
 
 from prioritylock._errors import (
     ConfigError,
