@@ -65,9 +65,15 @@ SCHEMES: dict[str, Scheme] = {
 def missing_extra(stores: str, extra: str, exc: ImportError) -> ImportError:
     """What a store module raises when its SDK is missing (``raise ... from None``)."""
     return ImportError(
-        f"{stores} need {_missing(exc)}: pip install 'prioritylock[{extra}]'", name=exc.name
+        f"{stores} need {_missing(exc)}: pip install 'prioritylock[{extra}]'", name=_package(exc)
     )
 
 
 def _missing(exc: ImportError) -> str:
-    return f"the module {exc.name!r}" if exc.name else "an optional dependency"
+    package = _package(exc)
+    return f"the package {package!r}" if package else "an optional dependency"
+
+
+def _package(exc: ImportError) -> str | None:
+    """The top-level package that is missing (``botocore`` for ``botocore.config``)."""
+    return exc.name.partition(".")[0] if exc.name else None
