@@ -43,6 +43,7 @@ from prioritylock.stores._base import (
     prefixed_key,
     validate_prefix,
 )
+from prioritylock.stores._log import describe_error, describe_result, log
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -54,13 +55,10 @@ __all__ = [
     "Timeouts",
     "check_timeouts",
     "could_not_connect",
-    "log",
     "parse_store_url",
     "response_lost",
     "validate_endpoint",
 ]
-
-log = logging.getLogger("prioritylock.stores")
 
 DEFAULT_CONNECT_TIMEOUT = 5.0
 DEFAULT_READ_TIMEOUT = 10.0
@@ -235,31 +233,35 @@ class CloudStore(abc.ABC):
         name = self._object_name(key)
         # A token that can't be a version names no object: a plain read answers the same.
         known = None if version is None else self._read_condition(version)
-        found = self._call("read", key, lambda: self._fetch(key, name, known))
+        found = self._call("read", key, lambda: self._fetch(key, name, known), said=False)
         if isinstance(found, Versioned) and known is not None and found.version == known:
             # A server that ignores the condition sends the object anyway: the answer is the same.
             found = NOT_MODIFIED
         if found is NOT_MODIFIED:
             self._stats.count_not_modified()
+        if log.isEnabledFor(logging.DEBUG):
+            op = "read" if version is None else "read_if_changed"
+            log.debug("%r %s %r: %s", self, op, key, describe_result(found))
         return found
 
-    def _call(self, op: str, key: str, send: Callable[[], _T]) -> _T:
+    def _call(self, op: str, key: str, send: Callable[[], _T], *, said: bool = True) -> _T:
         """Send one request of ``op`` on ``key``: count it, translate and chain what the SDK
-        raises, and log the request and its outcome at DEBUG."""
+        raises, and log the request and its outcome at DEBUG (a failure always; a result if
+        ``said``, else the caller logs it)."""
         try:
             with self._counting(op + "s"):
                 result = send()
         except self._SDK_ERRORS as exc:
             error = self._translate(exc, op, key)
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s: %s", self._what(op, key), _describe(error))
+                log.debug("%r %s %r: %s", self, op, key, describe_error(error))
             raise error from exc
         except PriorityLockError as error:  # a check of the store's own, e.g. a missing version
             if log.isEnabledFor(logging.DEBUG):
-                log.debug("%s: %s", self._what(op, key), _describe(error))
+                log.debug("%r %s %r: %s", self, op, key, describe_error(error))
             raise
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s: %s", self._what(op, key), _describe_result(result))
+        if said and log.isEnabledFor(logging.DEBUG):
+            log.debug("%r %s %r: %s", self, op, key, describe_result(result))
         return result
 
     @contextlib.contextmanager
@@ -345,25 +347,6 @@ class CloudStore(abc.ABC):
     @abc.abstractmethod
     def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
         """Our error for what the SDK raised during ``op`` (a write's may be outcome-unknown)."""
-
-
-def _describe(error: PriorityLockError) -> str:
-    if isinstance(error, ConditionFailed):
-        return str(error)
-    unknown = ", outcome unknown" if getattr(error, "outcome_unknown", False) else ""
-    return f"{type(error).__name__}{unknown}"
-
-
-def _describe_result(result: object) -> str:
-    if result is None:
-        return "done"
-    if result is NOT_MODIFIED:
-        return "not modified"
-    if isinstance(result, Versioned):
-        return f"version {result.version} ({len(result.data)} bytes)"
-    if isinstance(result, list):
-        return f"{len(result)} names"
-    return f"version {result}"
 
 
 # -- shared checks -----------------------------------------------------------------------------

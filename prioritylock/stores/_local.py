@@ -88,6 +88,7 @@ from prioritylock.stores._base import (
     validate_key,
     validate_prefix,
 )
+from prioritylock.stores._log import logged
 from prioritylock.stores._url import file_url, redact_url
 
 __all__ = ["LocalStore", "store_from_url"]
@@ -371,6 +372,7 @@ class LocalStore:
             shared_across_processes=True, shared_across_hosts=False, conditional_delete=True
         )
 
+    @logged("read")
     def read(self, key: str) -> Versioned | None:
         """The object's bytes and version, read from one snapshot, or ``None`` when absent.
 
@@ -388,6 +390,7 @@ class LocalStore:
         assert not isinstance(found, NotModified)  # only with a known version
         return Versioned(found.data, found.version)
 
+    @logged("read_if_changed")
     def read_if_changed(self, key: str, version: str) -> ReadResult:
         """:data:`~prioritylock.stores.NOT_MODIFIED` if the object is still at ``version``, else
         what :meth:`read` returns. An unchanged object costs one small read: the slot headers,
@@ -405,6 +408,7 @@ class LocalStore:
             return NOT_MODIFIED
         return None if found is None else Versioned(found.data, found.version)
 
+    @logged("create")
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent; return the new version.
 
@@ -424,6 +428,7 @@ class LocalStore:
             self._write_file(key, path, "create", seq=1, version=version, data=data)
         return version.hex()
 
+    @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
         """Store ``data`` only if the object is at ``version``; return the new version.
 
@@ -438,6 +443,7 @@ class LocalStore:
         """
         return self._replace(key, data, version, synced=self._durable)
 
+    @logged("replace_unsynced")
     def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
         """Exactly :meth:`replace`, except that it returns without waiting for the disk.
 
@@ -455,6 +461,7 @@ class LocalStore:
         """
         return self._replace(key, data, version, synced=False)
 
+    @logged("delete")
     def delete(self, key: str, version: str) -> None:
         """Delete the object only if it is at ``version``.
 
@@ -488,6 +495,7 @@ class LocalStore:
             except OSError as exc:
                 raise self._error(exc, "delete", key, outcome_unknown=unlinked) from exc
 
+    @logged("list")
     def list(self, prefix: str) -> list[str]:
         """Every key that starts with ``prefix``, sorted; temp and foreign files are skipped.
 

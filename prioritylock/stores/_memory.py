@@ -16,6 +16,7 @@ from prioritylock.stores._base import (
     validate_key,
     validate_prefix,
 )
+from prioritylock.stores._log import logged
 from prioritylock.stores._url import redact_url
 
 __all__ = ["MemoryStore", "store_from_url"]
@@ -52,6 +53,7 @@ class MemoryStore:
             shared_across_processes=False, shared_across_hosts=False, conditional_delete=True
         )
 
+    @logged("read")
     def read(self, key: str) -> Versioned | None:
         validate_key(key)
         self._stats.count("reads")
@@ -59,6 +61,7 @@ class MemoryStore:
             found = self._objects.get(key)
         return None if found is None else Versioned(found[0], found[1])
 
+    @logged("read_if_changed")
     def read_if_changed(self, key: str, version: str) -> ReadResult:
         validate_key(key)
         self._stats.count("reads")
@@ -71,6 +74,7 @@ class MemoryStore:
             return NOT_MODIFIED
         return Versioned(found[0], found[1])
 
+    @logged("create")
     def create(self, key: str, data: bytes) -> str:
         validate_key(key)
         self._stats.count("creates")
@@ -81,6 +85,7 @@ class MemoryStore:
             self._objects[key] = (bytes(data), version)
         return version
 
+    @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
         validate_key(key)
         self._stats.count("replaces")
@@ -94,6 +99,7 @@ class MemoryStore:
             self._objects[key] = (bytes(data), new_version)
         return new_version
 
+    @logged("delete")
     def delete(self, key: str, version: str) -> None:
         validate_key(key)
         self._stats.count("deletes")
@@ -105,6 +111,7 @@ class MemoryStore:
                 raise ConditionFailed(key, "version changed")
             del self._objects[key]
 
+    @logged("list")
     def list(self, prefix: str) -> list[str]:
         validate_prefix(prefix)
         self._stats.count("lists")
