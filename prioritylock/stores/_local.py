@@ -7,13 +7,9 @@ Layout of the store directory (every name is derived from the key, so no key can
     a.d/b.obj.tmp    a new file in flight (or left by a killed writer); ignored by list()
     .locks/<sha256>  one lock file per key ever written; flock()ed around every write
 
-An object file (format 2; integers little-endian; the slots start at 4 KiB boundaries)::
-
-    0        header  magic b"\\x89PLOCK2\\n", slot capacity C (u64), crc32 of the two
-    24       record  sequence number of the newest synced write (u64), its crc32
-    4096     slot 0  seq (u64), data length (u64), version (16 bytes), crc32 of the data, flags
-    4096+C   slot 1  (u32; 1: a synced write), crc32 of those 40 bytes; then the data. A slot of
-    4096+2C  slot 2  zeros was never written.
+Each object file holds a header, a record and three slots, each slot a whole document with its
+checksums; :mod:`prioritylock.stores._slots` encodes and decodes them (pure, no I/O). This module
+does the file locking and the I/O.
 
 The object is the valid slot (both checksums pass) with the highest sequence number. **Writes.** A
 write takes the key's lock (a process-wide thread lock, then ``flock`` on the key's lock file),
@@ -63,13 +59,12 @@ import hashlib
 import itertools
 import os
 import secrets
-import struct
 import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Iterator, Sequence
-from typing import Final, NamedTuple
+from collections.abc import Iterator
+from typing import Final
 
 from prioritylock._errors import (
     ConditionFailed,
@@ -89,6 +84,28 @@ from prioritylock.stores._base import (
     validate_prefix,
 )
 from prioritylock.stores._log import logged
+from prioritylock.stores._slots import (
+    BLOCK,
+    FIRST_READ,
+    RECORD_AT,
+    SLOT_BYTES,
+    SLOTS,
+    TORN,
+    VERSION_BYTES,
+    Current,
+    FormatError,
+    Slot,
+    Torn,
+    capacity_for,
+    free_slot,
+    header_capacity,
+    new_file,
+    pack_record,
+    pack_slot,
+    parse_record,
+    parse_slot,
+    slot_offset,
+)
 from prioritylock.stores._url import file_url, redact_url
 
 __all__ = ["LocalStore", "store_from_url"]
@@ -103,25 +120,6 @@ _ACCESS_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 # -- the object file ----------------------------------------------------------------------------
 
-_MAGIC = b"\x89PLOCK2\n"  # not a hex digit: files of the format before slots start with one
-_MAGIC_TWO_SLOTS = b"\x89PLOCK1\n"  # format 1: two slots, no flags
-_HEADER = struct.Struct("<8sQI")  # magic, slot capacity, crc32 of the two
-_RECORD = struct.Struct("<QI")  # sequence number of the newest synced write, its crc32
-_RECORD_AT = 24
-# seq, data length, version, data crc32, flags, crc32 of the first five
-_SLOT = struct.Struct("<QQ16sIII")
-_SLOT_BYTES = _SLOT.size  # 44; the data follows
-_SLOT_CHECKED = _SLOT_BYTES - 4
-_EMPTY_SLOT = bytes(_SLOT_BYTES)
-_SYNCED = 1  # slot flag: written by a synced write
-_SLOTS = 3
-_BLOCK = 4096  # the header's block; slots start at block boundaries
-_MIN_CAPACITY = _BLOCK
-# One pread of this much holds a small object whole (the usual lease document: under 2 KiB).
-_FIRST_READ = _BLOCK + _SLOTS * _MIN_CAPACITY
-_OLD_FORMAT_HEADER = 33  # 32 hex digits and a newline: the format before slots
-_HEX = frozenset(b"0123456789abcdef")
-_VERSION_BYTES = 16
 _LOCK_FREE_ATTEMPTS = 3
 
 # Thread locks striped by (directory, key), shared by every LocalStore of this process. flock alone
@@ -143,7 +141,7 @@ def _new_version() -> bytes:
 
 def _reseed_versions() -> None:
     global _version_prefix, _version_counter
-    _version_prefix = secrets.token_bytes(_VERSION_BYTES // 2)
+    _version_prefix = secrets.token_bytes(VERSION_BYTES // 2)
     _version_counter = itertools.count(1)
 
 
@@ -151,42 +149,6 @@ _version_prefix = b""
 _version_counter = itertools.count(1)
 _reseed_versions()
 os.register_at_fork(after_in_child=_reseed_versions)
-
-
-class _Slot(NamedTuple):
-    """A slot header whose checksum passed; its data may still be half-written. Ordered by
-    sequence number (positions differ)."""
-
-    seq: int
-    position: int  # 0, 1 or 2
-    version: bytes
-    length: int
-    data_crc: int
-    synced: bool  # written by a synced write (flag 1)
-
-
-class _Current(NamedTuple):
-    """The object's document: the valid slot with the highest sequence number; and, for a
-    writer, every slot's header and the record."""
-
-    slot: _Slot
-    capacity: int
-    data: bytes
-    slots: Sequence[_Slot | _Torn | None]  # by position
-    record: int  # the newest synced write's sequence number
-
-    @property
-    def version(self) -> str:
-        return self.slot.version.hex()
-
-
-class _Torn(enum.Enum):
-    """A slot header whose checksum fails: written halfway (or damaged)."""
-
-    TORN = "torn"
-
-
-_TORN: Final = _Torn.TORN
 
 
 class _Unsettled(enum.Enum):
@@ -198,102 +160,17 @@ class _Unsettled(enum.Enum):
 _UNSETTLED: Final = _Unsettled.UNSETTLED
 
 
-def _capacity_for(length: int) -> int:
-    """Slot capacity for a document of ``length`` bytes: room to grow to twice its size."""
-    need = 2 * (_SLOT_BYTES + length)
-    return max(_MIN_CAPACITY, -(-need // _BLOCK) * _BLOCK)
-
-
-def _slot_offset(index: int, capacity: int) -> int:
-    return _BLOCK + index * capacity
-
-
-def _pack_slot(seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    flags = _SYNCED if synced else 0
-    head = _SLOT.pack(seq, len(data), version, zlib.crc32(data), flags, 0)[:_SLOT_CHECKED]
-    return head + zlib.crc32(head).to_bytes(4, "little") + data
-
-
-def _pack_record(seq: int) -> bytes:
-    head = seq.to_bytes(8, "little")
-    return head + zlib.crc32(head).to_bytes(4, "little")
-
-
-def _new_file(capacity: int, seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    """A whole object file holding ``data`` in slot 0 (the others are left to ftruncate: zeros).
-
-    ``synced``: the file will be synced before it is used, so the record names the slot.
-    """
-    header = _pack_header(capacity)
-    block = header + bytes(_RECORD_AT - len(header)) + _pack_record(seq if synced else 0)
-    return block + bytes(_BLOCK - len(block)) + _pack_slot(seq, version, data, synced=synced)
-
-
-def _pack_header(capacity: int) -> bytes:
-    head = _HEADER.pack(_MAGIC, capacity, 0)[:-4]
-    return head + zlib.crc32(head).to_bytes(4, "little")
-
-
-_SMALL_HEADER = _pack_header(_MIN_CAPACITY)  # most files': no need to check it field by field
-
-
-def _parse_record(buf: bytes) -> int | None:
-    """The newest synced write's sequence number in the file's first bytes ``buf``, ``None`` if
-    damaged."""
-    record = buf[_RECORD_AT : _RECORD_AT + _RECORD.size]
-    if len(record) < _RECORD.size:
-        return None
-    synced, crc = _RECORD.unpack(record)
-    return int(synced) if crc == zlib.crc32(record[:8]) else None
-
-
-def _read_slots(fd: int, buf: bytes, capacity: int) -> list[_Slot | _Torn | None]:
+def _read_slots(fd: int, buf: bytes, capacity: int) -> list[Slot | Torn | None]:
     """Every slot's header, by position: from ``buf`` (the file's first bytes) where it holds
     them, else read."""
-    slots: list[_Slot | _Torn | None] = []
-    start = _BLOCK
-    for position in range(_SLOTS):
-        end = start + _SLOT_BYTES
-        raw = buf[start:end] if end <= len(buf) else os.pread(fd, _SLOT_BYTES, start)
-        slots.append(_parse_slot(raw, position, capacity))
+    slots: list[Slot | Torn | None] = []
+    start = BLOCK
+    for position in range(SLOTS):
+        end = start + SLOT_BYTES
+        raw = buf[start:end] if end <= len(buf) else os.pread(fd, SLOT_BYTES, start)
+        slots.append(parse_slot(raw, position, capacity))
         start += capacity
     return slots
-
-
-def _free_slot(current: _Current, kept: int | None) -> int:
-    """The slot a write overwrites: neither the current one nor ``kept``. Of two: first a write
-    that never finished (a whole header above the current slot, whose data a kill or a power loss
-    cut short; the lowest, so that the new write's sequence number, one above the current, is
-    never left on two slots), then a slot never written or torn, then the older.
-    """
-    top = current.slot
-    taken = (top.position, kept)
-    free, best = -1, (3, 0)
-    for position, slot in enumerate(current.slots):
-        if position in taken:
-            continue
-        if not isinstance(slot, _Slot):
-            rank = (1, 0)
-        elif slot.seq > top.seq:
-            rank = (0, slot.seq)
-        else:
-            rank = (2, slot.seq)
-        if rank < best:
-            free, best = position, rank
-    return free
-
-
-# Every read parses every slot header, and most find the same headers as the read before: a
-# cache of this pure function makes that a dict lookup (about 0.5 µs instead of 2).
-@functools.lru_cache(maxsize=8192)
-def _parse_slot(raw: bytes, index: int, capacity: int) -> _Slot | _Torn | None:
-    """The slot header ``raw``: a :class:`_Slot`, ``None`` if never written, or torn."""
-    if len(raw) < _SLOT_BYTES:
-        raw = raw.ljust(_SLOT_BYTES, b"\0")  # past the end of a short file: zeros
-    seq, length, version, data_crc, flags, crc = _SLOT.unpack(raw)
-    if crc != zlib.crc32(raw[:_SLOT_CHECKED]) or length > capacity - _SLOT_BYTES or not seq:
-        return None if raw == _EMPTY_SLOT else _TORN
-    return _Slot(seq, index, version, length, data_crc, (flags & _SYNCED) != 0)
 
 
 class LocalStore:
@@ -532,7 +409,7 @@ class LocalStore:
 
     def _read(
         self, key: str, path: str, lock_path: str, known: str | None
-    ) -> _Current | NotModified | None:
+    ) -> Current | NotModified | None:
         """The object (or ``NOT_MODIFIED`` if it is at ``known``), or ``None`` when absent.
 
         Lock-free first; after :data:`_LOCK_FREE_ATTEMPTS` reads that each met a slot in flight
@@ -549,7 +426,7 @@ class LocalStore:
 
     def _read_once(
         self, key: str, path: str, known: str | None, *, locked: bool
-    ) -> _Current | NotModified | _Unsettled | None:
+    ) -> Current | NotModified | _Unsettled | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except FileNotFoundError as exc:
@@ -562,7 +439,7 @@ class LocalStore:
         finally:
             os.close(fd)
 
-    def _locked_current(self, key: str, path: str, op: str) -> _Current | None:
+    def _locked_current(self, key: str, path: str, op: str) -> Current | None:
         """The object's document, or ``None`` when absent (the key's lock held)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -575,12 +452,12 @@ class LocalStore:
             current = self._settle(key, fd, op, None, locked=True)
         finally:
             os.close(fd)
-        assert isinstance(current, _Current)
+        assert isinstance(current, Current)
         return current
 
     def _settle(
         self, key: str, fd: int, op: str, known: str | None, *, locked: bool
-    ) -> _Current | NotModified | _Unsettled:
+    ) -> Current | NotModified | _Unsettled:
         """Pick the document in the open object file ``fd``, or :data:`NOT_MODIFIED` if it is
         at version ``known``.
 
@@ -591,15 +468,15 @@ class LocalStore:
         :raises StoreError: not a LocalStore file, or damaged (see the module docstring).
         """
         try:
-            buf = os.pread(fd, _FIRST_READ, 0)
+            buf = os.pread(fd, FIRST_READ, 0)
             capacity = self._capacity(key, buf)
             slots = _read_slots(fd, buf, capacity)
-            record = _parse_record(buf)
-            if not locked and (record is None or _TORN in slots):
+            record = parse_record(buf)
+            if not locked and (record is None or TORN in slots):
                 return _UNSETTLED
             if record is None:
                 raise self._damaged(key, "its record fails its checksum")
-            written = [slot for slot in slots if isinstance(slot, _Slot)]
+            written = [slot for slot in slots if isinstance(slot, Slot)]
             written.sort(reverse=True)
             for slot in written:
                 if slot.seq < record:
@@ -614,7 +491,7 @@ class LocalStore:
                 if zlib.crc32(data) == slot.data_crc:
                     if version == known:
                         return NOT_MODIFIED
-                    return _Current(slot, capacity, data, slots, record)
+                    return Current(slot, capacity, data, slots, record)
                 if not locked:
                     return _UNSETTLED  # its data may still be arriving
         except OSError as exc:
@@ -630,9 +507,9 @@ class LocalStore:
         )
 
     @staticmethod
-    def _slot_data(fd: int, buf: bytes, slot: _Slot, capacity: int) -> bytes:
+    def _slot_data(fd: int, buf: bytes, slot: Slot, capacity: int) -> bytes:
         """The data of ``slot``: from ``buf`` (the file's first bytes) if it holds it."""
-        start = _slot_offset(slot.position, capacity) + _SLOT_BYTES
+        start = slot_offset(slot.position, capacity) + SLOT_BYTES
         end = start + slot.length
         if end <= len(buf):
             return buf[start:end]
@@ -644,24 +521,17 @@ class LocalStore:
         :raises StoreError: not a LocalStore file, a file of an older format (two slots, or the
             one before slots), or a header that fails its checksum.
         """
-        head = buf[: _HEADER.size]
-        if head == _SMALL_HEADER:
-            return _MIN_CAPACITY
-        if len(head) == _HEADER.size:
-            magic, capacity, crc = _HEADER.unpack(head)
-            if magic == _MAGIC:
-                if crc != zlib.crc32(head[:-4]) or capacity < _MIN_CAPACITY or capacity % _BLOCK:
-                    raise self._damaged(key, "its header fails its checksum")
-                return int(capacity)
-            if magic == _MAGIC_TWO_SLOTS:
-                raise self._older_format(key, "two slots")
-        old = buf[:_OLD_FORMAT_HEADER]
-        if len(old) == _OLD_FORMAT_HEADER and old[-1:] == b"\n" and set(old[:-1]) <= _HEX:
-            raise self._older_format(key, "a version line, then the bytes")
-        raise StoreError(
-            f"LocalStore object {key!r} in {self._root!r} is not a LocalStore object file;"
-            " it was not written by LocalStore"
-        )
+        try:
+            return header_capacity(buf)
+        except FormatError as problem:
+            if problem.kind == "older":
+                raise self._older_format(key, problem.layout) from None
+            if problem.kind == "damaged":
+                raise self._damaged(key, "its header fails its checksum") from None
+            raise StoreError(
+                f"LocalStore object {key!r} in {self._root!r} is not a LocalStore object file;"
+                " it was not written by LocalStore"
+            ) from None
 
     def _older_format(self, key: str, layout: str) -> StoreError:
         return StoreError(
@@ -691,12 +561,12 @@ class LocalStore:
                 raise self._error(exc, "replace", key) from exc
             try:
                 current = self._settle(key, fd, "replace", None, locked=True)
-                assert isinstance(current, _Current)
+                assert isinstance(current, Current)
                 if current.version != version:
                     raise ConditionFailed(key, "version changed")
                 new_version = _new_version()
                 seq = current.slot.seq + 1
-                if _SLOT_BYTES + len(data) <= current.capacity:
+                if SLOT_BYTES + len(data) <= current.capacity:
                     self._write_slot(
                         key, fd, current, seq=seq, version=new_version, data=data, synced=synced
                     )
@@ -710,7 +580,7 @@ class LocalStore:
         self,
         key: str,
         fd: int,
-        current: _Current,
+        current: Current,
         *,
         seq: int,
         version: bytes,
@@ -724,9 +594,9 @@ class LocalStore:
         whole and a slot whose checksums fail) nor the kept slot (so a power loss leaves the
         newest synced write whole).
         """
-        position = _free_slot(current, self._kept_slot(key, fd, current))
-        blob = memoryview(_pack_slot(seq, version, data, synced=synced))
-        offset = _slot_offset(position, current.capacity)
+        position = free_slot(current, self._kept_slot(key, fd, current))
+        blob = memoryview(pack_slot(seq, version, data, synced=synced))
+        offset = slot_offset(position, current.capacity)
         try:
             while blob:  # a short write (a full disk) leaves a slot that fails its checksum
                 written = os.pwrite(fd, blob, offset)
@@ -742,12 +612,12 @@ class LocalStore:
             # loss, make the slot before it look damaged. Written without a sync of its own: the
             # next synced write's fdatasync takes it along; until then it may lag (see
             # _kept_slot).
-            os.pwrite(fd, _pack_record(seq), _RECORD_AT)
+            os.pwrite(fd, pack_record(seq), RECORD_AT)
         except OSError as exc:
             # The slot is whole in the page cache: readers may already see it.
             raise self._error(exc, "replace", key, outcome_unknown=True) from exc
 
-    def _kept_slot(self, key: str, fd: int, current: _Current) -> int | None:
+    def _kept_slot(self, key: str, fd: int, current: Current) -> int | None:
         """The position of the newest synced write, which no write may overwrite: the slot the
         record names. ``None`` if no whole slot holds it (``durable=False``, or damage).
 
@@ -763,16 +633,16 @@ class LocalStore:
         top = current.slot.seq  # a slot above it is a write that never finished
         kept = current.record
         for slot in current.slots:
-            if isinstance(slot, _Slot) and slot.synced and kept < slot.seq <= top:
+            if isinstance(slot, Slot) and slot.synced and kept < slot.seq <= top:
                 kept = slot.seq
         if kept > current.record and self._durable:
             try:
                 os.fdatasync(fd)
-                os.pwrite(fd, _pack_record(kept), _RECORD_AT)
+                os.pwrite(fd, pack_record(kept), RECORD_AT)
             except OSError as exc:
                 raise self._error(exc, "replace", key) from exc
         for slot in current.slots:
-            if isinstance(slot, _Slot) and slot.seq == kept:
+            if isinstance(slot, Slot) and slot.seq == kept:
                 return slot.position
         return None
 
@@ -785,16 +655,16 @@ class LocalStore:
         The temp name is fixed per key: only the lock holder writes it, so one left by a killed
         writer is simply truncated and reused by the next, or removed by a delete.
         """
-        capacity = _capacity_for(len(data))
+        capacity = capacity_for(len(data))
         temp = path + _TMP
         renaming = False
         try:
             fd = self._open_temp(temp)
             try:
-                blob = memoryview(_new_file(capacity, seq, version, data, synced=self._durable))
+                blob = memoryview(new_file(capacity, seq, version, data, synced=self._durable))
                 while blob:
                     blob = blob[os.write(fd, blob) :]
-                os.ftruncate(fd, _slot_offset(_SLOTS, capacity))
+                os.ftruncate(fd, slot_offset(SLOTS, capacity))
                 if self._durable:
                     os.fsync(fd)
             finally:
