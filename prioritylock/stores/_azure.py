@@ -30,8 +30,8 @@ Decisions that shape this module:
 - **No secret leaves the SDK.** Account keys, SAS tokens and connection strings are handed to the
   SDK and never kept, formatted or logged here: messages name the account, the container and the
   error code, never the server's message or a URL with a query. The SDK's own request log redacts
-  SAS query values, but urllib3 logs every request line at DEBUG, SAS signature included: the
-  first store made adds a filter to urllib3's loggers that blanks ``sig=`` values.
+  SAS query values, but urllib3 logs every request line at DEBUG, SAS signature included: every
+  cloud store blanks those (see :func:`~prioritylock.stores._cloud.scrub_sdk_logs`).
 
 ETags are used exactly as Azure returns them (quoted, e.g. ``"0x8DC..."``); they change on every
 write, even of identical bytes. A read of an empty blob takes two requests (the SDK's ranged GET
@@ -41,10 +41,8 @@ answers 416 and it asks again without a range); both are counted.
 from __future__ import annotations
 
 import enum
-import logging
 import os
 import re
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any, TypeAlias
@@ -115,31 +113,6 @@ _CONTAINER_RE = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
 _ETAG_RE = re.compile(r"^[\x21-\x7e]{1,256}$")  # printable ASCII, as a header value must be
 _MISSING_CONTAINER_CODES = frozenset({"ContainerNotFound", "ContainerBeingDeleted"})
-
-
-_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry")
-_SIGNATURE_RE = re.compile(r"(?i)(\bsig=)[^&\s\"'#]+")
-_filter_lock = threading.Lock()
-
-
-class _RedactSasSignatures(logging.Filter):
-    """Blanks the ``sig=`` of SAS tokens in the request lines urllib3 logs at DEBUG."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "sig=" in message.lower():
-            record.msg = _SIGNATURE_RE.sub(r"\1REDACTED", message)
-            record.args = None
-        return True
-
-
-def _redact_urllib3_logs() -> None:
-    """Add :class:`_RedactSasSignatures` to urllib3's loggers, once per process."""
-    with _filter_lock:
-        for name in _URLLIB3_LOGGERS:
-            logger = logging.getLogger(name)
-            if not any(isinstance(f, _RedactSasSignatures) for f in logger.filters):
-                logger.addFilter(_RedactSasSignatures())
 
 
 class AzureBlobStore(CloudStore):
@@ -222,7 +195,6 @@ class AzureBlobStore(CloudStore):
                 f" not {container!r}"
             )
         self._account = str(self._client.account_name or "")
-        _redact_urllib3_logs()
 
     @property
     def container(self) -> str:

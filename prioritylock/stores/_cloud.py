@@ -19,6 +19,8 @@ import abc
 import contextlib
 import enum
 import logging
+import re
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar, TypedDict, TypeVar
@@ -57,6 +59,7 @@ __all__ = [
     "could_not_connect",
     "parse_store_url",
     "response_lost",
+    "scrub_sdk_logs",
     "validate_endpoint",
 ]
 
@@ -141,6 +144,7 @@ class CloudStore(abc.ABC):
         self._holder = holder
         self._prefix = normalize_prefix(prefix, self._LABEL)
         self._stats = StoreStats()
+        scrub_sdk_logs()
 
     def _take_client(self, client: Any, given: dict[str, object], make: Callable[[], Any]) -> None:
         """Use ``client`` (not ours to close) or, if ``None``, the one ``make`` builds.
@@ -347,6 +351,51 @@ class CloudStore(abc.ABC):
     @abc.abstractmethod
     def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
         """Our error for what the SDK raised during ``op`` (a write's may be outcome-unknown)."""
+
+
+# -- secrets in the SDKs' own logs --------------------------------------------------------------
+
+# The HTTP libraries under the SDKs log each request line (query included) and botocore its
+# headers and canonical request, at DEBUG: a SAS signature, a presigned URL's signature or a
+# session token would show.
+_SDK_LOGGERS = (
+    "urllib3.connectionpool",
+    "urllib3.util.retry",
+    "botocore.endpoint",
+    "botocore.auth",
+)
+_QUERY_SECRET = re.compile(  # in a query (name=value), or a canonical header (name:value)
+    r"(?i)\b((?:sig|signature|x-amz-signature|x-amz-security-token|x-amz-credential"
+    r"|x-goog-signature|x-goog-credential|access_token|token)=|x-amz-security-token:)"
+    r"[^&\s\"'#>]+"
+)
+_HEADER_SECRET = re.compile(
+    r"(?i)(['\"](?:x-amz-security-token|authorization)['\"]\s*:\s*b?)(['\"])[^'\"]*\2"
+)
+_MARKS = ("sig", "token", "credential", "authorization")
+_scrub_lock = threading.Lock()
+
+
+class _ScrubSecrets(logging.Filter):
+    """Blanks signatures, tokens and credentials in the SDKs' DEBUG request lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        lowered = message.lower()
+        if any(mark in lowered for mark in _MARKS):
+            message = _QUERY_SECRET.sub(r"\1REDACTED", message)
+            record.msg = _HEADER_SECRET.sub(r"\1\2REDACTED\2", message)
+            record.args = None
+        return True
+
+
+def scrub_sdk_logs() -> None:
+    """Add :class:`_ScrubSecrets` to the SDKs' request loggers, once per process."""
+    with _scrub_lock:
+        for name in _SDK_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, _ScrubSecrets) for f in logger.filters):
+                logger.addFilter(_ScrubSecrets())
 
 
 # -- shared checks -----------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import pytest
 
 from prioritylock._errors import ConfigError
 from prioritylock.stores import open_store
+from tests._servers.s3 import S3Server
+from tests.conftest import selected_kinds
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -86,3 +88,22 @@ def test_every_cloud_store_says_the_same(opener: str) -> None:
     with pytest.raises(ConfigError) as caught:
         OPENERS[opener](ENDPOINTS[0])
     assert "must not have a query or a fragment" in str(caught.value)
+
+
+@pytest.mark.skipif("s3-moto" not in selected_kinds(["s3-moto"]), reason="s3-moto not selected")
+def test_a_session_token_never_shows_in_the_sdks_debug_log(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    server: S3Server = request.getfixturevalue("moto_server")
+    bucket = server.create_bucket()
+    caplog.set_level(logging.DEBUG)
+    store = server.store(bucket, aws_session_token=SECRET)
+    try:
+        version = store.create("doc", b"one")
+        assert store.read("doc") is not None
+        store.delete("doc", version)
+    finally:
+        store.close()
+    logged = "\n".join(caplog.handler.format(record) for record in caplog.records)
+    assert "botocore" in logged, "botocore logged nothing: the test would prove nothing"
+    assert SECRET not in logged
