@@ -232,7 +232,7 @@ class AzureBlobStore(CloudStore):
             self._stats.count("reads")  # the SDK's ranged GET got 416, then it asked again
         etag = downloader.properties.etag
         if not etag:
-            raise StoreUnavailable(f"Azure read of {key!r} in {self._where()} returned no ETag")
+            raise self._no_version("read", key, "ETag")
         return Versioned(bytes(data), str(etag))
 
     def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
@@ -249,10 +249,7 @@ class AzureBlobStore(CloudStore):
         )
         etag = result.get("etag")
         if not etag:
-            # The write landed but its version is unknown: make the lock read it back.
-            raise StoreUnavailable(
-                f"Azure {op} of {key!r} in {self._where()} returned no ETag", outcome_unknown=True
-            )
+            raise self._no_version(op, key, "ETag")
         return str(etag)
 
     def _remove(self, name: str, condition: Any) -> None:

@@ -281,6 +281,13 @@ class CloudStore(abc.ABC):
         """The bytes to send for a write (a store with a size limit checks it here)."""
         return bytes(data)
 
+    def _no_version(self, op: str, key: str, token: str) -> StoreUnavailable:
+        """An answer without the version token: a write (if any) landed, but at a version
+        unknown, so its outcome is unknown and the lock reads it back."""
+        return StoreUnavailable(
+            f"{self._what(op, key)} returned no {token}", outcome_unknown=op in WRITES
+        )
+
     def _what(self, op: str, key: str) -> str:
         return f"{self._LABEL} {op} of {key!r} in {self._where()}"
 

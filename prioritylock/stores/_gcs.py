@@ -259,11 +259,7 @@ class GCSStore(CloudStore):
     def _generation_of(self, blob: Any, op: str, key: str) -> str:
         generation = blob.generation
         if not isinstance(generation, int) or generation <= 0:
-            # A write (if any) landed but its version is unknown: make the lock read it back.
-            raise StoreUnavailable(
-                f"GCS {op} of {key!r} in {self._where()} returned no generation",
-                outcome_unknown=op in WRITES,
-            )
+            raise self._no_version(op, key, "generation")
         return str(generation)
 
     def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:

@@ -302,11 +302,7 @@ class S3Store(CloudStore):
     def _etag(self, response: Any, op: str, key: str) -> str:
         etag = response.get("ETag")
         if not etag:
-            # The write (if any) landed but its version is unknown: make the lock read it back.
-            raise StoreUnavailable(
-                f"S3 {op} of {key!r} in bucket {self._holder!r} returned no ETag",
-                outcome_unknown=op != "read",
-            )
+            raise self._no_version(op, key, "ETag")
         return _quoted(str(etag))
 
     def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
