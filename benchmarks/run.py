@@ -623,8 +623,8 @@ class StoreTimer:
             self._local.spent = self.spent_ns() + time.perf_counter_ns() - t0
 
     @property
-    def namespace(self) -> object:
-        return getattr(self._inner, "namespace", None) or id(self._inner)
+    def namespace(self) -> str:
+        return self._inner.namespace
 
     @property
     def stats(self) -> StoreStats:
@@ -903,6 +903,11 @@ class TallyStore:
             if since <= at <= until and (label is None or who == label):
                 out[kind] += 1
         return out
+
+    @property
+    def namespace(self) -> str:
+        # None on purpose: locks on one TallyStore share its identity, and no cached reads.
+        raise AttributeError("namespace")
 
     @property
     def stats(self) -> StoreStats:

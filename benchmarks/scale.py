@@ -209,8 +209,8 @@ class TimedStore:
                     self.durations.append(elapsed)
 
     @property
-    def namespace(self) -> object:
-        return getattr(self._inner, "namespace", None) or id(self._inner)
+    def namespace(self) -> str:
+        return self._inner.namespace
 
     @property
     def stats(self) -> StoreStats:
