@@ -154,3 +154,8 @@ def test_an_unfinished_write_above_the_current_slot_is_taken_first() -> None:
     # overwritten, so the next write's sequence number never stands in two slots.
     slots: list[Slot | _slots.Torn | None] = [_slot(5, 0), _slot(7, 1), _slot(6, 2)]
     assert free_slot(_current(0, slots), kept=None) == 2
+    # ... before an older whole write, and before a slot never written.
+    older: list[Slot | _slots.Torn | None] = [_slot(5, 0), _slot(6, 1), _slot(3, 2)]
+    assert free_slot(_current(0, older), kept=None) == 1
+    empty: list[Slot | _slots.Torn | None] = [_slot(5, 0), None, _slot(6, 2)]
+    assert free_slot(_current(0, empty), kept=None) == 2
