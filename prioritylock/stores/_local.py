@@ -204,6 +204,12 @@ class LocalStore:
         positive.
     :raises StoreAccessError: the directory can't be created or entered (permissions).
     :raises StoreUnavailable: another I/O error while creating the directory.
+
+    Its operations raise what :class:`~prioritylock.stores.ObjectStore` says, and in particular:
+    :class:`~prioritylock.StoreAccessError` for permissions or a store directory that is gone;
+    :class:`~prioritylock.StoreUnavailable` for another I/O error, or another writer that held
+    the key's lock past ``lock_timeout`` (a read waits for a write it met in flight); and
+    :class:`~prioritylock.StoreError` for a file that is not a LocalStore object, or is damaged.
     """
 
     def __init__(
@@ -251,14 +257,7 @@ class LocalStore:
 
     @logged("read")
     def read(self, key: str) -> Versioned | None:
-        """The object's bytes and version, read from one snapshot, or ``None`` when absent.
-
-        :raises ConfigError: invalid key.
-        :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreError: the file is not a LocalStore document or is damaged; or another I/O
-            error, or a write in flight that held the key's lock past ``lock_timeout``
-            (:class:`~prioritylock.StoreUnavailable`).
-        """
+        """The object's bytes and version, read from one snapshot, or ``None`` when absent."""
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("reads")
         found = self._read(key, path, lock_path, None)
@@ -272,10 +271,6 @@ class LocalStore:
         """:data:`~prioritylock.stores.NOT_MODIFIED` if the object is still at ``version``, else
         what :meth:`read` returns. An unchanged object costs one small read: the slot headers,
         not the document.
-
-        :raises ConfigError: invalid key.
-        :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreError: as :meth:`read`.
         """
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("reads")
@@ -287,15 +282,7 @@ class LocalStore:
 
     @logged("create")
     def create(self, key: str, data: bytes) -> str:
-        """Store ``data`` only if ``key`` is absent; return the new version.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: the key exists.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
-        """
+        """Store ``data`` only if ``key`` is absent; return the new version."""
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("creates")
         with self._locked(key, lock_path, "create"):
@@ -310,13 +297,6 @@ class LocalStore:
         """Store ``data`` only if the object is at ``version``; return the new version.
 
         With ``durable`` it returns once the write is on disk (one ``fdatasync``).
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: absent or at another version.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
         return self._replace(key, data, version, synced=self._durable)
 
@@ -328,13 +308,6 @@ class LocalStore:
         operating-system crash or power loss may leave the object at the version before it (or
         before an earlier unsynced write), whole, but never older than the last :meth:`replace`
         that returned. With ``durable=False`` it is :meth:`replace`.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: absent or at another version.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
         return self._replace(key, data, version, synced=False)
 
@@ -343,13 +316,6 @@ class LocalStore:
         """Delete the object only if it is at ``version``.
 
         Directories left empty stay: removing them would race with a concurrent create below them.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: absent or at another version.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the delete may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("deletes")
@@ -374,12 +340,7 @@ class LocalStore:
 
     @logged("list")
     def list(self, prefix: str) -> list[str]:
-        """Every key that starts with ``prefix``, sorted; temp and foreign files are skipped.
-
-        :raises ConfigError: invalid prefix.
-        :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreUnavailable: another I/O error.
-        """
+        """Every key that starts with ``prefix``, sorted; temp and foreign files are skipped."""
         validate_prefix(prefix)
         self._stats.count("lists")
         found: list[str] = []
