@@ -89,10 +89,7 @@ from prioritylock.stores._cloud import (
     CloudStore,
     HttpClassifier,
     Outcome,
-    check_timeouts,
-    could_not_connect,
     parse_store_url,
-    response_lost,
     validate_endpoint,
 )
 
@@ -169,13 +166,12 @@ class AzureBlobStore(CloudStore):
                 "Azure container name must be 3-63 lowercase letters, digits and single hyphens,"
                 f" starting and ending with a letter or digit; got {container!r}"
             )
-        timeouts = check_timeouts("Azure", connect_timeout, read_timeout)
-        super().__init__(container, prefix)
+        super().__init__(container, prefix, connect_timeout, read_timeout)
         # Sent with every request, so a client passed in by the caller never retries either.
         self._options: dict[str, Any] = {
             "retry_total": 0,
-            "connection_timeout": timeouts[0],
-            "read_timeout": timeouts[1],
+            "connection_timeout": self._timeouts[0],
+            "read_timeout": self._timeouts[1],
         }
         given: dict[str, object] = {
             "connection_string": connection_string,
@@ -324,9 +320,9 @@ class AzureBlobStore(CloudStore):
             )
         if isinstance(exc, ServiceRequestError):
             # azure-core's promise: the request was not sent, so even a write did not land.
-            return could_not_connect(what, exc)
+            return self._not_sent(op, key, exc)
         if isinstance(exc, ServiceResponseError):
-            return response_lost(what, exc, write=write)
+            return self._lost(op, key, exc)
         return StoreError(f"{what} failed ({type(exc).__name__})")
 
 

@@ -56,9 +56,7 @@ __all__ = [
     "Outcome",
     "Timeouts",
     "check_timeouts",
-    "could_not_connect",
     "parse_store_url",
-    "response_lost",
     "scrub_sdk_logs",
     "validate_endpoint",
 ]
@@ -140,7 +138,10 @@ class CloudStore(abc.ABC):
     _client: Any
     _owns_client: bool
 
-    def __init__(self, holder: str, prefix: str) -> None:
+    def __init__(
+        self, holder: str, prefix: str, connect_timeout: float, read_timeout: float
+    ) -> None:
+        self._timeouts = check_timeouts(self._LABEL, connect_timeout, read_timeout)
         self._holder = holder
         self._prefix = normalize_prefix(prefix, self._LABEL)
         self._stats = StoreStats()
@@ -288,6 +289,17 @@ class CloudStore(abc.ABC):
             f"{self._what(op, key)} returned no {token}", outcome_unknown=op in WRITES
         )
 
+    def _not_sent(self, op: str, key: str, exc: BaseException) -> StoreUnavailable:
+        """The request never left this host: even a write certainly did not land."""
+        return StoreUnavailable(f"{self._what(op, key)}: could not connect ({type(exc).__name__})")
+
+    def _lost(self, op: str, key: str, exc: BaseException) -> StoreUnavailable:
+        """Timeout or connection lost mid-request: the store may have applied a write."""
+        return StoreUnavailable(
+            f"{self._what(op, key)}: the response was lost ({type(exc).__name__})",
+            outcome_unknown=op in WRITES,
+        )
+
     def _what(self, op: str, key: str) -> str:
         return f"{self._LABEL} {op} of {key!r} in {self._where()}"
 
@@ -406,18 +418,6 @@ def scrub_sdk_logs() -> None:
 
 
 # -- shared checks -----------------------------------------------------------------------------
-
-
-def could_not_connect(what: str, exc: BaseException) -> StoreUnavailable:
-    """The request never left this host: even a write certainly did not land."""
-    return StoreUnavailable(f"{what}: could not connect ({type(exc).__name__})")
-
-
-def response_lost(what: str, exc: BaseException, *, write: bool) -> StoreUnavailable:
-    """Timeout or connection lost mid-request: the store may have applied it."""
-    return StoreUnavailable(
-        f"{what}: the response was lost ({type(exc).__name__})", outcome_unknown=write
-    )
 
 
 def check_timeouts(label: str, connect_timeout: float, read_timeout: float) -> tuple[float, float]:

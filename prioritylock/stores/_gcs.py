@@ -80,10 +80,7 @@ from prioritylock.stores._cloud import (
     CloudStore,
     HttpClassifier,
     Outcome,
-    check_timeouts,
-    could_not_connect,
     parse_store_url,
-    response_lost,
     validate_endpoint,
 )
 
@@ -159,8 +156,7 @@ class GCSStore(CloudStore):
                 "GCS bucket name must be 3-222 lowercase letters, digits, '-', '_' or '.',"
                 f" starting and ending with a letter or digit; got {bucket!r}"
             )
-        self._timeout = check_timeouts("GCS", connect_timeout, read_timeout)
-        super().__init__(bucket, prefix)
+        super().__init__(bucket, prefix, connect_timeout, read_timeout)
         given: dict[str, object] = {
             "project": project,
             "credentials": credentials,
@@ -185,7 +181,7 @@ class GCSStore(CloudStore):
             data = blob.download_as_bytes(
                 if_generation_not_match=None if known is None else int(known),
                 retry=None,
-                timeout=self._timeout,
+                timeout=self._timeouts,
             )
         except api_exceptions.NotFound as exc:
             if _names_bucket(exc):
@@ -214,13 +210,13 @@ class GCSStore(CloudStore):
             content_type="application/octet-stream",
             if_generation_match=0 if condition is None else condition,
             retry=None,
-            timeout=self._timeout,
+            timeout=self._timeouts,
         )
         return self._generation_of(blob, op, key)
 
     def _remove(self, name: str, condition: Any) -> None:
         self._bucket.delete_blob(
-            name, if_generation_match=condition, retry=None, timeout=self._timeout
+            name, if_generation_match=condition, retry=None, timeout=self._timeouts
         )
 
     def _list_names(self, full_prefix: str) -> Iterator[str]:
@@ -229,7 +225,7 @@ class GCSStore(CloudStore):
             prefix=full_prefix,
             fields="items(name),nextPageToken",
             retry=None,
-            timeout=self._timeout,
+            timeout=self._timeouts,
         )
         for page in iterator.pages:
             yield from (str(blob.name) for blob in page)
@@ -302,8 +298,8 @@ class GCSStore(CloudStore):
             return StoreUnavailable(f"{what}: the download failed its checksum; read it again")
         if isinstance(exc, requests.exceptions.RequestException):
             if _never_sent(exc):
-                return could_not_connect(what, exc)
-            return response_lost(what, exc, write=write)
+                return self._not_sent(op, key, exc)
+            return self._lost(op, key, exc)
         return StoreError(f"{what} failed ({type(exc).__name__})")
 
 

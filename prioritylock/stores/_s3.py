@@ -69,10 +69,7 @@ from prioritylock.stores._cloud import (
     CloudStore,
     HttpClassifier,
     Outcome,
-    check_timeouts,
-    could_not_connect,
     parse_store_url,
-    response_lost,
     validate_endpoint,
 )
 
@@ -178,8 +175,7 @@ class S3Store(CloudStore):
             raise ConfigError(
                 f"S3 bucket name must be 2-255 letters, digits, '.', '-' or '_', got {bucket!r}"
             )
-        super().__init__(bucket, prefix)
-        timeouts = check_timeouts("S3", connect_timeout, read_timeout)
+        super().__init__(bucket, prefix, connect_timeout, read_timeout)
         self._local = threading.local()
         given: dict[str, object] = {
             "endpoint_url": endpoint_url,
@@ -201,7 +197,7 @@ class S3Store(CloudStore):
                 aws_access_key_id=aws_access_key_id,
                 aws_secret_access_key=aws_secret_access_key,
                 aws_session_token=aws_session_token,
-                timeouts=timeouts,
+                timeouts=self._timeouts,
             ),
         )
         self._endpoint = _redact_endpoint(str(getattr(self._client.meta, "endpoint_url", "")))
@@ -363,10 +359,10 @@ class S3Store(CloudStore):
             )
         if isinstance(exc, botocore.exceptions.ConnectionError):
             # Connect refused or timed out (or the proxy refused): the request never left.
-            return could_not_connect(what, exc)
+            return self._not_sent(op, key, exc)
         if isinstance(exc, botocore.exceptions.HTTPClientError):
             # Read timeout, connection closed or reset mid-request: the store may have applied it.
-            return response_lost(what, exc, write=write)
+            return self._lost(op, key, exc)
         return StoreError(f"{what} failed ({type(exc).__name__})")
 
 
