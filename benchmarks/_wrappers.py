@@ -70,8 +70,8 @@ class StoreTimer:
                     self.durations_s.append(elapsed / 1e9)
 
     @property
-    def namespace(self) -> object:
-        return getattr(self._inner, "namespace", None) or id(self._inner)
+    def namespace(self) -> str:
+        return self._inner.namespace
 
     @property
     def stats(self) -> StoreStats:
@@ -139,6 +139,11 @@ class TallyStore:
             if since <= at <= until and (label is None or who == label):
                 out[kind] += 1
         return out
+
+    @property
+    def namespace(self) -> str:
+        # None on purpose: locks on one TallyStore share its identity, and no cached reads.
+        raise AttributeError("namespace")
 
     @property
     def stats(self) -> StoreStats:

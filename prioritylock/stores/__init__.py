@@ -21,6 +21,7 @@ from prioritylock.stores._base import (
 from prioritylock.stores._cas import replace_if_unchanged
 from prioritylock.stores._local import LocalStore
 from prioritylock.stores._memory import MemoryStore
+from prioritylock.stores._registry import SCHEMES
 from prioritylock.stores._url import open_store
 
 if TYPE_CHECKING:
@@ -28,11 +29,7 @@ if TYPE_CHECKING:
     from prioritylock.stores._gcs import GCSStore
     from prioritylock.stores._s3 import S3Store
 
-_LAZY = {
-    "AzureBlobStore": ("prioritylock.stores._azure", "azure"),
-    "GCSStore": ("prioritylock.stores._gcs", "gcs"),
-    "S3Store": ("prioritylock.stores._s3", "s3"),
-}
+_LAZY = {scheme.store: scheme for scheme in SCHEMES.values() if scheme.store}
 
 
 def __getattr__(name: str) -> Any:
@@ -40,13 +37,15 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    module_name, extra = _LAZY[name]
+    scheme = _LAZY[name]
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(scheme.module)
     except ImportError as exc:
         raise ImportError(
-            f"{name} needs an optional dependency: pip install 'prioritylock[{extra}]'"
-        ) from exc
+            f"{name} needs {exc.name or 'an optional dependency'}:"
+            f" pip install 'prioritylock[{scheme.extra}]'",
+            name=exc.name,
+        ) from None
     return getattr(module, name)
 
 

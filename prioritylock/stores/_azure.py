@@ -23,14 +23,15 @@ Decisions that shape this module:
   condition. Failures that may hide a landed write raise ``StoreUnavailable(outcome_unknown=True)``
   and the lock reads the document back; ``ServiceRequestError`` (the SDK's "no request was sent")
   is the one transport failure whose outcome is known.
-- **Errors are translated in one place**, :func:`_translate`, and always chained. Azure's error
-  codes tell a missing container (``ContainerNotFound``) from a missing blob (``BlobNotFound``) on
-  every request, so a missing container is :class:`~prioritylock.StoreAccessError` everywhere.
+- **Errors are translated in one place**, :meth:`AzureBlobStore._translate`, and always chained.
+  Azure's error codes tell a missing container (``ContainerNotFound``) from a missing blob
+  (``BlobNotFound``) on every request, so a missing container is
+  :class:`~prioritylock.StoreAccessError` everywhere.
 - **No secret leaves the SDK.** Account keys, SAS tokens and connection strings are handed to the
   SDK and never kept, formatted or logged here: messages name the account, the container and the
   error code, never the server's message or a URL with a query. The SDK's own request log redacts
-  SAS query values, but urllib3 logs every request line at DEBUG, SAS signature included: the
-  first store made adds a filter to urllib3's loggers that blanks ``sig=`` values.
+  SAS query values, but urllib3 logs every request line at DEBUG, SAS signature included: every
+  cloud store blanks those (see :func:`~prioritylock.stores._cloud.scrub_sdk_logs`).
 
 ETags are used exactly as Azure returns them (quoted, e.g. ``"0x8DC..."``); they change on every
 write, even of identical bytes. A read of an empty blob takes two requests (the SDK's ranged GET
@@ -40,12 +41,13 @@ answers 416 and it asks again without a range); both are counted.
 from __future__ import annotations
 
 import enum
-import logging
 import os
 import re
-import threading
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any, TypeAlias
+
+from prioritylock.stores._registry import missing_extra
 
 try:
     import requests
@@ -68,9 +70,7 @@ try:
     from azure.storage.blob import BlobType, ContainerClient
     from urllib3.util.retry import Retry
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"Azure stores need azure-storage-blob: pip install 'prioritylock[azure]' ({_exc})"
-    ) from _exc
+    raise missing_extra("Azure stores", "azure", _exc) from None
 
 from prioritylock._errors import (
     ConditionFailed,
@@ -81,15 +81,16 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock._heartbeat import DEFAULT_WORKERS
-from prioritylock.stores._base import (
-    NOT_MODIFIED,
-    ReadResult,
-    StoreCapabilities,
-    StoreStats,
-    Versioned,
-    normalize_prefix,
-    prefixed_key,
-    validate_prefix,
+from prioritylock.stores._base import NOT_MODIFIED, ReadResult, StoreCapabilities, Versioned
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    CloudStore,
+    HttpClassifier,
+    Outcome,
+    parse_store_url,
+    validate_endpoint,
 )
 
 __all__ = ["AzureBlobStore", "Credential", "store_from_url"]
@@ -98,9 +99,6 @@ Credential: TypeAlias = (
     str | dict[str, str] | AzureNamedKeyCredential | AzureSasCredential | TokenCredential
 )
 """What the SDK accepts as a credential: account key, SAS token, named key, SAS or token object."""
-
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 10.0
 
 CONNECTION_STRING_ENV = "AZURE_STORAGE_CONNECTION_STRING"
 ACCOUNT_ENV = "AZURE_STORAGE_ACCOUNT"
@@ -111,43 +109,10 @@ SAS_ENV = "AZURE_STORAGE_SAS_TOKEN"
 _CONTAINER_RE = re.compile(r"^(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _ACCOUNT_RE = re.compile(r"^[a-z0-9]{3,24}$")
 _ETAG_RE = re.compile(r"^[\x21-\x7e]{1,256}$")  # printable ASCII, as a header value must be
-_WRITES = frozenset({"create", "replace", "delete"})
 _MISSING_CONTAINER_CODES = frozenset({"ContainerNotFound", "ContainerBeingDeleted"})
-_CONDITION_CODES = frozenset({"BlobAlreadyExists", "ConditionNotMet", "BlobNotFound"})
-_ACCESS_HINT = (
-    "check the account key, SAS token or connection string"
-    f" ({KEY_ENV}, {SAS_ENV}, {CONNECTION_STRING_ENV}), that the SAS allows read, write, delete"
-    " and list, and that a token identity has the Storage Blob Data Contributor role on the"
-    " container"
-)
 
 
-_URLLIB3_LOGGERS = ("urllib3.connectionpool", "urllib3.util.retry")
-_SIGNATURE_RE = re.compile(r"(?i)(\bsig=)[^&\s\"'#]+")
-_filter_lock = threading.Lock()
-
-
-class _RedactSasSignatures(logging.Filter):
-    """Blanks the ``sig=`` of SAS tokens in the request lines urllib3 logs at DEBUG."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "sig=" in message.lower():
-            record.msg = _SIGNATURE_RE.sub(r"\1REDACTED", message)
-            record.args = None
-        return True
-
-
-def _redact_urllib3_logs() -> None:
-    """Add :class:`_RedactSasSignatures` to urllib3's loggers, once per process."""
-    with _filter_lock:
-        for name in _URLLIB3_LOGGERS:
-            logger = logging.getLogger(name)
-            if not any(isinstance(f, _RedactSasSignatures) for f in logger.filters):
-                logger.addFilter(_RedactSasSignatures())
-
-
-class AzureBlobStore:
+class AzureBlobStore(CloudStore):
     """Objects under ``prefix`` in an Azure Blob container; shared by every process and host.
 
     Keys are stored at ``prefix + key`` (a non-empty prefix always ends with ``/``); ``list``
@@ -163,6 +128,26 @@ class AzureBlobStore:
     :raises ConfigError: an invalid container name, prefix, timeout, account URL or connection
         string, or more than one way to connect (or none).
     """
+
+    _LABEL = "Azure"
+    _SCHEME = "az"
+    _HOLDER = "container"
+    _OBJECT = "blob name"
+    _CLIENT_OPTIONS = "connection options"
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True, shared_across_hosts=True, conditional_delete=True
+    )
+    _SDK_ERRORS = (AzureError,)
+    _CLASSIFIER = HttpClassifier(
+        condition_codes=frozenset({"BlobAlreadyExists", "ConditionNotMet", "BlobNotFound"}),
+        throttle_codes=frozenset({"ServerBusy"}),
+    )
+    _ACCESS_HINT = (
+        "check the account key, SAS token or connection string"
+        f" ({KEY_ENV}, {SAS_ENV}, {CONNECTION_STRING_ENV}), that the SAS allows read, write,"
+        " delete and list, and that a token identity has the Storage Blob Data Contributor role"
+        " on the container"
+    )
 
     def __init__(
         self,
@@ -181,60 +166,35 @@ class AzureBlobStore:
                 "Azure container name must be 3-63 lowercase letters, digits and single hyphens,"
                 f" starting and ending with a letter or digit; got {container!r}"
             )
-        for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(
-                    f"Azure {name} must be a positive number of seconds, got {value!r}"
-                )
-        self._container = container
-        self._prefix = normalize_prefix(prefix, "Azure")
-        self._stats = StoreStats()
+        super().__init__(container, prefix, connect_timeout, read_timeout)
         # Sent with every request, so a client passed in by the caller never retries either.
         self._options: dict[str, Any] = {
             "retry_total": 0,
-            "connection_timeout": float(connect_timeout),
-            "read_timeout": float(read_timeout),
+            "connection_timeout": self._timeouts[0],
+            "read_timeout": self._timeouts[1],
         }
-        if client is not None:
-            if connection_string is not None or account_url is not None or credential is not None:
-                raise ConfigError(
-                    "AzureBlobStore takes either client= or connection options, not both"
-                )
-            if client.container_name != container:
-                raise ConfigError(
-                    f"AzureBlobStore client is for container {client.container_name!r},"
-                    f" not {container!r}"
-                )
-            self._client = client
-            self._owns_client = False
-        else:
-            self._client = _make_client(
+        given: dict[str, object] = {
+            "connection_string": connection_string,
+            "account_url": account_url,
+            "credential": credential,
+        }
+        self._take_client(
+            client,
+            given,
+            lambda: _make_client(
                 container, connection_string, account_url, credential, self._options
-            )
-            self._owns_client = True
-        self._account = str(self._client.account_name or "")
-        _redact_urllib3_logs()
-
-    # -- the seam --------------------------------------------------------------------------
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return StoreCapabilities(
-            shared_across_processes=True, shared_across_hosts=True, conditional_delete=True
+            ),
         )
+        if self._client.container_name != container:
+            raise ConfigError(
+                f"AzureBlobStore client is for container {self._client.container_name!r},"
+                f" not {container!r}"
+            )
+        self._account = str(self._client.account_name or "")
 
     @property
     def container(self) -> str:
-        return self._container
-
-    @property
-    def namespace(self) -> str:
-        """Names what this store addresses: two stores with one namespace share objects."""
-        return f"az:{self._account}/{self._container}/{self._prefix}"
+        return self._holder
 
     @property
     def account(self) -> str:
@@ -242,144 +202,19 @@ class AzureBlobStore:
         return self._account
 
     @property
-    def prefix(self) -> str:
-        """The normalized prefix: empty, or ending with ``/``."""
-        return self._prefix
-
-    @property
     def client(self) -> ContainerClient:
         """The ``ContainerClient`` the store sends its requests through."""
-        return self._client
+        client: ContainerClient = self._client
+        return client
 
-    def read(self, key: str) -> Versioned | None:
-        """The object's bytes and ETag, or ``None`` when absent.
+    # -- requests ------------------------------------------------------------------------------
 
-        One request (two for an empty blob, see the module notes).
-
-        :raises ConfigError: invalid key.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
-        :raises StoreAccessError: credentials refused or the container is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        found = self._download(key, None)
-        assert found is not NOT_MODIFIED, "an unconditional Get Blob answered 304"
-        return found
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        """:data:`~prioritylock.stores.NOT_MODIFIED` if the object's ETag is still ``version``
-        (``If-None-Match``: Azure answers 304, without the body); else what :meth:`read` returns.
-
-        One request (two when it finds an empty blob changed, see the module notes).
-
-        :raises ConfigError: invalid key.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
-        :raises StoreAccessError: credentials refused or the container is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        return self._download(key, version)
-
-    def create(self, key: str, data: bytes) -> str:
-        """Store ``data`` only if ``key`` is absent (``If-None-Match: *``); return the new ETag.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: the key exists.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
-            ``outcome_unknown`` when the write may have landed.
-        :raises StoreAccessError: credentials refused or the container is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        return self._upload("create", key, data, match_condition=MatchConditions.IfMissing)
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        """Store ``data`` only if the object's ETag is ``version``; return the new ETag.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: the object is absent or at another version (a ``version`` that
-            can't be an ETag fails without a request).
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
-            ``outcome_unknown`` when the write may have landed.
-        :raises StoreAccessError: credentials refused or the container is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        self._name(key)
-        return self._upload(
-            "replace",
-            key,
-            data,
-            overwrite=True,
-            etag=_check_etag(key, version),
-            match_condition=MatchConditions.IfNotModified,
-        )
-
-    def delete(self, key: str, version: str) -> None:
-        """Delete the object only if its ETag is ``version``.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: the object is absent or at another version.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
-            ``outcome_unknown`` when the delete may have landed.
-        :raises StoreAccessError: credentials refused or the container is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        blob = self._client.get_blob_client(self._name(key))
-        etag = _check_etag(key, version)
-        self._stats.count("deletes")
-        try:
-            blob.delete_blob(
-                etag=etag, match_condition=MatchConditions.IfNotModified, **self._options
-            )
-        except AzureError as exc:
-            raise self._translate(exc, "delete", key) from exc
-
-    def list(self, prefix: str) -> list[str]:
-        """Every key under this store's prefix that starts with ``prefix``, sorted.
-
-        :raises ConfigError: invalid prefix.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
-        :raises StoreAccessError: credentials refused or the container is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        validate_prefix(prefix)
-        keys: list[str] = []
-        skip = len(self._prefix)
-        self._stats.count("lists")
-        try:
-            pages = self._client.list_blobs(
-                name_starts_with=self._prefix + prefix, **self._options
-            ).by_page()
-            for page in pages:
-                keys.extend(str(item.name)[skip:] for item in page)
-                if pages.continuation_token:  # type: ignore[attr-defined]
-                    self._stats.count("lists")  # the next page is one more request
-        except AzureError as exc:
-            raise self._translate(exc, "list", prefix) from exc
-        return sorted(keys)
-
-    def close(self) -> None:
-        """Close the client's connections if this store made the client; safe to call twice."""
-        if self._owns_client:
-            self._client.close()
-
-    def __repr__(self) -> str:
-        return (
-            f"AzureBlobStore(account={self._account!r}, container={self._container!r},"
-            f" prefix={self._prefix!r})"
-        )
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _name(self, key: str) -> str:
-        return prefixed_key(self._prefix, key, "Azure blob name")
-
-    def _download(self, key: str, version: str | None) -> ReadResult:
-        """One Get Blob; with ``version``, only if the blob is no longer at it."""
-        blob = self._client.get_blob_client(self._name(key))
-        # A token that can't be an ETag names no blob: a plain download answers the same.
-        known = version if version is not None and _is_etag(version) else None
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        """One Get Blob (two for an empty blob, see the module notes)."""
+        blob = self._client.get_blob_client(name)
         conditions: dict[str, Any] = {}
         if known is not None:
             conditions = {"etag": known, "match_condition": MatchConditions.IfModified}
-        self._stats.count("reads")
         try:
             downloader = blob.download_blob(**conditions, **self._options)
             data = downloader.readall()
@@ -387,109 +222,108 @@ class AzureBlobStore:
             if _error_code(exc) == "BlobNotFound":
                 return None
             if known is not None and isinstance(exc, HttpResponseError) and exc.status_code == 304:
-                self._stats.count_not_modified()
                 return NOT_MODIFIED
-            raise self._translate(exc, "read", key) from exc
+            raise
         if downloader.size == 0:
             self._stats.count("reads")  # the SDK's ranged GET got 416, then it asked again
         etag = downloader.properties.etag
         if not etag:
-            raise StoreUnavailable(f"Azure read of {key!r} in {self._where()} returned no ETag")
-        if str(etag) == known:
-            # A server that ignores If-None-Match sends the blob anyway: the answer is the same.
-            self._stats.count_not_modified()
-            return NOT_MODIFIED
+            raise self._no_version("read", key, "ETag")
         return Versioned(bytes(data), str(etag))
 
-    def _upload(self, operation: str, key: str, data: bytes, **conditions: Any) -> str:
-        blob = self._client.get_blob_client(self._name(key))
-        payload = bytes(data)
-        self._stats.count(operation + "s")
-        try:
-            result = blob.upload_blob(
-                payload,
-                blob_type=BlobType.BLOCKBLOB,
-                length=len(payload),
-                **conditions,
-                **self._options,
-            )
-        except AzureError as exc:
-            raise self._translate(exc, operation, key) from exc
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        blob = self._client.get_blob_client(name)
+        conditions: dict[str, Any] = {"match_condition": MatchConditions.IfMissing}
+        if condition is not None:
+            conditions = {
+                "overwrite": True,
+                "etag": condition,
+                "match_condition": MatchConditions.IfNotModified,
+            }
+        result = blob.upload_blob(
+            data, blob_type=BlobType.BLOCKBLOB, length=len(data), **conditions, **self._options
+        )
         etag = result.get("etag")
         if not etag:
-            # The write landed but its version is unknown: make the lock read it back.
-            raise StoreUnavailable(
-                f"Azure {operation} of {key!r} in {self._where()} returned no ETag",
-                outcome_unknown=True,
-            )
+            raise self._no_version(op, key, "ETag")
         return str(etag)
 
-    def _where(self) -> str:
-        where = f"container {self._container!r}"
-        if self._prefix:
-            where += f" (prefix {self._prefix!r})"
-        if self._account:
-            where += f" of account {self._account!r}"
-        return where
-
-    def _translate(self, exc: AzureError, operation: str, key: str) -> PriorityLockError:
-        return _translate(exc, operation=operation, key=key, where=self._where())
-
-
-def _translate(exc: AzureError, *, operation: str, key: str, where: str) -> PriorityLockError:
-    """The one place where azure-storage-blob errors become prioritylock errors.
-
-    For create, replace and delete, a failure after the request may have reached Azure is
-    ``StoreUnavailable(outcome_unknown=True)``: the lock reads the object back to decide. Only
-    the status and the error code are kept: the server's message and the request URL are never
-    copied into ours.
-    """
-    write = operation in _WRITES
-    what = f"Azure {operation} of {key!r} in {where}"
-    if isinstance(exc, DecodeError):  # the body was cut short or unreadable
-        return StoreUnavailable(
-            f"{what}: the response could not be read ({type(exc).__name__})", outcome_unknown=write
+    def _remove(self, name: str, condition: Any) -> None:
+        self._client.get_blob_client(name).delete_blob(
+            etag=condition, match_condition=MatchConditions.IfNotModified, **self._options
         )
-    if isinstance(exc, HttpResponseError) and exc.status_code:
-        status = int(exc.status_code)
-        code = _error_code(exc) or "no error code"
-        if code in _MISSING_CONTAINER_CODES:
-            return StoreAccessError(
-                f"{what} failed: the container does not exist ({code}); check the container name"
-                " and the account"
-            )
-        if write and (status == 412 or code in _CONDITION_CODES):
-            return ConditionFailed(key, _condition_detail(operation, code))
-        if status in (401, 403):
-            return StoreAccessError(f"{what} refused ({code}, HTTP {status}): {_ACCESS_HINT}")
-        if status == 404:
-            return StoreAccessError(
-                f"{what} failed: not found ({code}, HTTP 404); check the account URL and the"
-                " container"
-            )
-        if status == 429 or code == "ServerBusy":
+
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        pages = self._client.list_blobs(name_starts_with=full_prefix, **self._options).by_page()
+        for page in pages:
+            yield from (str(item.name) for item in page)
+            if pages.continuation_token:
+                self._stats.count("lists")  # the next page is one more request
+
+    def _read_condition(self, version: str) -> str | None:
+        return version if _is_etag(version) else None
+
+    def _write_condition(self, key: str, version: str) -> str:
+        """``version`` if it can be an ETag.
+
+        :raises ConditionFailed: it can't (empty, not printable ASCII), so no blob is at it.
+        """
+        if _is_etag(version):
+            return version
+        raise ConditionFailed(key, f"version {version!r} is not an Azure ETag")
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def _namespace_root(self) -> str:
+        return self._account
+
+    def _repr_fields(self) -> list[str]:
+        return [f"account={self._account!r}", *super()._repr_fields()]
+
+    def _where_suffix(self) -> str:
+        return f" of account {self._account!r}" if self._account else ""
+
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
+        """The one place where azure-storage-blob errors become prioritylock errors.
+
+        Only the status and the error code are kept: the server's message and the request URL
+        are never copied into ours.
+        """
+        write = op in WRITES
+        what = self._what(op, key)
+        if isinstance(exc, DecodeError):  # the body was cut short or unreadable
             return StoreUnavailable(
-                f"{what} was throttled ({code}, HTTP {status}); retry with backoff",
+                f"{what}: the response could not be read ({type(exc).__name__})",
                 outcome_unknown=write,
             )
-        if status == 408 or status >= 500:
-            return StoreUnavailable(
-                f"{what} failed on the server ({code}, HTTP {status})", outcome_unknown=write
+        if isinstance(exc, HttpResponseError) and exc.status_code:
+            status = int(exc.status_code)
+            code = _error_code(exc) or "no error code"
+            if code in _MISSING_CONTAINER_CODES:
+                return StoreAccessError(
+                    f"{what} failed: the container does not exist ({code}); check the container"
+                    " name and the account"
+                )
+            outcome = self._CLASSIFIER.outcome(status, code, write=write)
+            if status == 404 and outcome is Outcome.FAILED:
+                return StoreAccessError(
+                    f"{what} failed: not found ({code}, HTTP 404); check the account URL and the"
+                    " container"
+                )
+            label = f"{code}, HTTP {status}"
+            return self._http_error(outcome, op, key, label, _condition_detail(op, code))
+        if isinstance(exc, ClientAuthenticationError):
+            # No response: the credential could not sign the request or fetch a token.
+            return StoreAccessError(
+                f"{what}: the credential could not authenticate ({type(exc).__name__});"
+                f" {self._ACCESS_HINT}"
             )
-        return StoreError(f"{what} failed ({code}, HTTP {status})")
-    if isinstance(exc, ClientAuthenticationError):
-        # No response: the credential could not sign the request or fetch a token.
-        return StoreAccessError(
-            f"{what}: the credential could not authenticate ({type(exc).__name__}); {_ACCESS_HINT}"
-        )
-    if isinstance(exc, ServiceRequestError):
-        # azure-core's promise: the request was not sent, so even a write did not land.
-        return StoreUnavailable(f"{what}: could not connect ({type(exc).__name__})")
-    if isinstance(exc, ServiceResponseError):
-        return StoreUnavailable(
-            f"{what}: the response was lost ({type(exc).__name__})", outcome_unknown=write
-        )
-    return StoreError(f"{what} failed ({type(exc).__name__})")
+        if isinstance(exc, ServiceRequestError):
+            # azure-core's promise: the request was not sent, so even a write did not land.
+            return self._not_sent(op, key, exc)
+        if isinstance(exc, ServiceResponseError):
+            return self._lost(op, key, exc)
+        return StoreError(f"{what} failed ({type(exc).__name__})")
 
 
 def _error_code(exc: AzureError) -> str:
@@ -514,41 +348,15 @@ def _condition_detail(operation: str, code: str) -> str:
     return "absent or at another version"
 
 
-def _check_etag(key: str, version: str) -> str:
-    """``version`` if it can be an ETag.
-
-    :raises ConditionFailed: it can't (empty, not printable ASCII), so no blob is at it.
-    """
-    if _is_etag(version):
-        return version
-    raise ConditionFailed(key, f"version {version!r} is not an Azure ETag")
-
-
 def _is_etag(version: str) -> bool:
     """Whether ``version`` can be an ETag (and so be sent in a header)."""
     return isinstance(version, str) and _ETAG_RE.match(version) is not None
 
 
 def _validate_account_url(account_url: str) -> str:
-    """``account_url`` if it is ``http(s)://HOST[:PORT][/ACCOUNT]`` without a query.
-
-    A SAS token in the URL is refused: it belongs in the credential, where it is never printed.
-    Messages here never echo the URL (it might carry one).
-    """
-    try:
-        parts = urllib.parse.urlsplit(account_url)
-    except ValueError as exc:
-        raise ConfigError(f"Azure account URL is not a URL ({type(exc).__name__})") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
-        raise ConfigError(
-            "Azure account URL must be http(s)://HOST[:PORT][/ACCOUNT] without credentials"
-        )
-    if parts.query or parts.fragment:
-        raise ConfigError(
-            "Azure account URL must not have a query (a SAS token goes in credential= or"
-            f" {SAS_ENV}) or a fragment"
-        )
-    return account_url
+    """``account_url`` if it is ``http(s)://HOST[:PORT][/ACCOUNT]`` without a query: a SAS token
+    belongs in the credential, where it is never printed. Never echoes the URL."""
+    return validate_endpoint("Azure", account_url, "account URL")
 
 
 def _pooled_transport() -> RequestsTransport:
@@ -629,43 +437,14 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
     :raises ConfigError: no container, credentials or a port in the URL, an unknown or empty
         option (named), an invalid value, or no way to find the account or a credential.
     """
-    for name in sorted(options):
-        if name not in _URL_OPTIONS:
-            raise ConfigError(
-                f"unknown az:// store URL option {name!r}; known options: {', '.join(_URL_OPTIONS)}"
-            )
-        if not options[name]:
-            raise ConfigError(f"az:// store URL option {name!r} is empty")
-    if "@" in parts.netloc:
-        raise ConfigError(
-            f"az:// store URLs must not carry credentials; use {KEY_ENV}, {SAS_ENV} or"
-            f" {CONNECTION_STRING_ENV}"
-        )
-    container = parts.netloc
-    if not container:
-        raise ConfigError("az:// store URL needs a container name: az://CONTAINER/PREFIX")
-    if ":" in container:
-        raise ConfigError(
-            f"az:// store URL takes a container name, not host:port ({container!r});"
-            " give the account URL as ?endpoint=http://HOST:PORT/ACCOUNT"
-        )
-    if parts.fragment:
-        raise ConfigError("az:// store URL must not have a #fragment")
-    timeouts: dict[str, float] = {}
-    for name in ("connect_timeout", "read_timeout"):
-        if name in options:
-            try:
-                timeouts[name] = float(options[name])
-            except ValueError as exc:
-                raise ConfigError(
-                    f"az:// store URL option {name!r} must be a number of seconds,"
-                    f" got {options[name]!r}"
-                ) from exc
-    common: dict[str, Any] = {
-        "connect_timeout": timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-        "read_timeout": timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
-    }
-    prefix = urllib.parse.unquote(parts.path)
+    container, prefix, common = parse_store_url(
+        parts,
+        options,
+        known=_URL_OPTIONS,
+        holder="container",
+        credentials_hint=f"use {KEY_ENV}, {SAS_ENV} or {CONNECTION_STRING_ENV}",
+        port_hint="give the account URL as ?endpoint=http://HOST:PORT/ACCOUNT",
+    )
     account = options.get("account")
     endpoint = options.get("endpoint")
     if account is None and endpoint is None:

@@ -11,7 +11,7 @@ import enum
 import functools
 import re
 import threading
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -157,27 +157,46 @@ class ObjectStore(Protocol):
 
     Keys are ``/``-separated relative paths (see :func:`validate_key`). Version tokens are opaque
     strings: compare them for equality, never order them.
+
+    What every operation may raise, on every store (a store documents only what it adds):
+
+    - :class:`~prioritylock.ConfigError`: an invalid key or prefix, or data the store can't
+      take, refused before any request.
+    - :class:`~prioritylock.ConditionFailed` (writes only): the condition did not hold.
+    - :class:`~prioritylock.StoreAccessError`: credentials or permissions refused, or the
+      bucket, container or directory is missing: retrying won't help.
+    - :class:`~prioritylock.StoreUnavailable`: throttled, a server error, a timeout or a lost
+      connection: retry with backoff. For a write, ``outcome_unknown`` is true when it may have
+      landed: read the object back to decide.
+    - :class:`~prioritylock.StoreError`: any other failure of the store.
     """
 
     @property
-    def stats(self) -> StoreStats: ...
+    def stats(self) -> StoreStats:
+        """Counts of the requests this store object has sent."""
+        ...
 
     @property
     def capabilities(self) -> StoreCapabilities: ...
 
-    def read(self, key: str) -> Versioned | None:
-        """The object's bytes and version, or ``None`` when absent.
+    if TYPE_CHECKING:  # a member for type checkers; at run time a store may still lack it
 
-        :raises StoreError: the store failed.
-        """
+        @property
+        def namespace(self) -> str:
+            """Names what the store addresses (a directory; a bucket and prefix): two store
+            objects with one namespace share objects, and versions never repeat within one. A
+            store object without one is still accepted at run time, and its locks share no
+            cached reads with other store objects."""
+            ...
+
+    def read(self, key: str) -> Versioned | None:
+        """The object's bytes and version, or ``None`` when absent."""
         ...
 
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent; return the new version.
 
         :raises ConditionFailed: the key exists.
-        :raises StoreError: the store failed (``StoreUnavailable.outcome_unknown`` if the
-            write may have landed).
         """
         ...
 
@@ -185,7 +204,6 @@ class ObjectStore(Protocol):
         """Store ``data`` only if the object is at ``version``; return the new version.
 
         :raises ConditionFailed: absent or at another version.
-        :raises StoreError: the store failed.
         """
         ...
 
@@ -193,15 +211,11 @@ class ObjectStore(Protocol):
         """Delete the object only if it is at ``version``.
 
         :raises ConditionFailed: absent or at another version.
-        :raises StoreError: the store failed.
         """
         ...
 
     def list(self, prefix: str) -> list[str]:
-        """Every key that starts with ``prefix``, sorted.
-
-        :raises StoreError: the store failed.
-        """
+        """Every key that starts with ``prefix``, sorted."""
         ...
 
     def close(self) -> None:
@@ -220,9 +234,8 @@ class ConditionalReader(Protocol):
     def read_if_changed(self, key: str, version: str) -> ReadResult:
         """:data:`NOT_MODIFIED` if the object is still at ``version``; else what :meth:`read`
         returns. One request, counted in ``stats.reads`` (and ``stats.not_modified`` when
-        unchanged): a store that can't ask conditionally may read in full and compare.
-
-        :raises StoreError: the store failed.
+        unchanged): a store that can't ask conditionally may read in full and compare. Raises
+        what :meth:`ObjectStore.read` raises.
         """
         ...
 

@@ -28,7 +28,7 @@ Decisions that shape this module:
   enforce preconditions too. google-cloud-storage 3.x also fetches bucket metadata in background
   threads (once per client, and again after every 404) for tracing; the store turns that off on
   its client, so the requests counted in :attr:`GCSStore.stats` are all the requests sent.
-- **Errors are translated in one place**, :func:`_translate`, and always chained.
+- **Errors are translated in one place**, :meth:`GCSStore._translate`, and always chained.
 
 Generations are integers (microsecond timestamps, not promised to grow): compare them for equality
 only. ``0`` means "no live object" to GCS, so a version token is accepted only if it is a positive
@@ -46,7 +46,10 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from collections.abc import Iterator
 from typing import Any
+
+from prioritylock.stores._registry import missing_extra
 
 try:
     import requests
@@ -58,9 +61,7 @@ try:
     from google.cloud import storage
     from google.cloud.storage import exceptions as storage_exceptions
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        f"GCS stores need google-cloud-storage: pip install 'prioritylock[gcs]' ({_exc})"
-    ) from _exc
+    raise missing_extra("GCS stores", "gcs", _exc) from None
 
 from prioritylock._errors import (
     ConditionFailed,
@@ -71,21 +72,20 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock._heartbeat import DEFAULT_WORKERS
-from prioritylock.stores._base import (
-    NOT_MODIFIED,
-    ReadResult,
-    StoreCapabilities,
-    StoreStats,
-    Versioned,
-    normalize_prefix,
-    prefixed_key,
-    validate_prefix,
+from prioritylock.stores._base import NOT_MODIFIED, ReadResult, StoreCapabilities, Versioned
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    CloudStore,
+    HttpClassifier,
+    Outcome,
+    parse_store_url,
+    validate_endpoint,
 )
 
 __all__ = ["MAX_OBJECT_BYTES", "GCSStore", "store_from_url"]
 
-DEFAULT_CONNECT_TIMEOUT = 5.0
-DEFAULT_READ_TIMEOUT = 10.0
 MAX_OBJECT_BYTES = 8 * 1024 * 1024
 """The largest object the store writes: the SDK's multipart limit (one request per write)."""
 
@@ -94,14 +94,9 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 # Bucket names: 3-63 characters (up to 222 with dots), lowercase letters, digits, '-', '_', '.',
 # starting and ending with a letter or digit.
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-_WRITES = frozenset({"create", "replace", "delete"})
-_PERMISSIONS_HINT = (
-    "check the credentials and that they grant storage.objects.get, create, delete and list on "
-    "the bucket (roles/storage.objectUser)"
-)
 
 
-class GCSStore:
+class GCSStore(CloudStore):
     """Objects under ``prefix`` in a GCS bucket; shared by every process and host that opens it.
 
     Keys are stored at ``prefix + key`` (a non-empty prefix always ends with ``/``); ``list``
@@ -117,6 +112,32 @@ class GCSStore:
         given together with ``client``.
     :raises StoreAccessError: no credentials could be found (Application Default Credentials).
     """
+
+    _LABEL = "GCS"
+    _SCHEME = "gs"
+    _OBJECT = "object name"
+    # GCS enforces ifGenerationMatch on deletes (fake-gcs-server 0.1.1 does not: a known gap of
+    # the emulator, not of the store).
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True, shared_across_hosts=True, conditional_delete=True
+    )
+    # Everything the SDK raises for a failed request.
+    _SDK_ERRORS = (
+        api_exceptions.GoogleAPIError,
+        auth_exceptions.GoogleAuthError,
+        requests.exceptions.RequestException,
+        storage_exceptions.InvalidResponse,
+        storage_exceptions.DataCorruption,
+    )
+    # 409: a conflicting write was in progress; status 0: no HTTP answer at all.
+    _CLASSIFIER = HttpClassifier(
+        condition_statuses=frozenset({409, 412}), unavailable_statuses=frozenset({0, 408})
+    )
+    _ACCESS_HINT = (
+        "check the credentials and that they grant storage.objects.get, create, delete and list"
+        " on the bucket (roles/storage.objectUser)"
+    )
+    _THROTTLE_HINT = "; GCS allows about one write per second to one object"
 
     def __init__(
         self,
@@ -135,306 +156,151 @@ class GCSStore:
                 "GCS bucket name must be 3-222 lowercase letters, digits, '-', '_' or '.',"
                 f" starting and ending with a letter or digit; got {bucket!r}"
             )
-        for name, value in (("connect_timeout", connect_timeout), ("read_timeout", read_timeout)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"GCS {name} must be a positive number of seconds, got {value!r}")
-        self._bucket_name = bucket
-        self._prefix = normalize_prefix(prefix, "GCS")
-        self._timeout = (float(connect_timeout), float(read_timeout))
-        self._stats = StoreStats()
-        if client is not None:
-            given = {"project": project, "credentials": credentials, "endpoint": endpoint}
-            clash = sorted(name for name, value in given.items() if value is not None)
-            if clash:
-                raise ConfigError(
-                    f"GCSStore takes either client= or client options, not both: got {clash}"
-                )
-            self._client = client
-            self._owns_client = False
-        else:
-            self._client = _make_client(bucket, project, credentials, endpoint)
-            self._owns_client = True
+        super().__init__(bucket, prefix, connect_timeout, read_timeout)
+        given: dict[str, object] = {
+            "project": project,
+            "credentials": credentials,
+            "endpoint": endpoint,
+        }
+        self._take_client(
+            client, given, lambda: _make_client(bucket, project, credentials, endpoint)
+        )
         _disable_background_requests(self._client)
         self._bucket = self._client.bucket(bucket)
 
-    # -- the seam --------------------------------------------------------------------------
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        # GCS enforces ifGenerationMatch on deletes (fake-gcs-server 0.1.1 does not: a known gap
-        # of the emulator, not of the store).
-        return StoreCapabilities(
-            shared_across_processes=True, shared_across_hosts=True, conditional_delete=True
-        )
-
     @property
     def bucket(self) -> str:
-        return self._bucket_name
+        return self._holder
 
-    @property
-    def namespace(self) -> str:
-        """Names what this store addresses: two stores with one namespace share objects."""
-        return f"gs:{self._client.project}/{self._bucket_name}/{self._prefix}"
+    # -- requests ------------------------------------------------------------------------------
 
-    @property
-    def prefix(self) -> str:
-        """The normalized prefix: empty, or ending with ``/``."""
-        return self._prefix
-
-    @property
-    def client(self) -> Any:
-        """The ``google.cloud.storage.Client`` the store sends its requests through."""
-        return self._client
-
-    def read(self, key: str) -> Versioned | None:
-        """The object's bytes and generation, in one request, or ``None`` when absent.
-
-        :raises ConfigError: invalid key.
-        :raises StoreUnavailable: throttled, 5xx, timeout, lost connection or a corrupt download.
-        :raises StoreAccessError: credentials refused.
-        :raises StoreError: any other failure of the store.
-        """
-        found = self._download(key, None)
-        assert found is not NOT_MODIFIED, "an unconditional download answered 304"
-        return found
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        """:data:`~prioritylock.stores.NOT_MODIFIED` if the object is still at generation
-        ``version`` (``ifGenerationNotMatch``: GCS answers 304, without the body); else what
-        :meth:`read` returns. One request.
-
-        :raises ConfigError: invalid key.
-        :raises StoreUnavailable: throttled, 5xx, timeout, lost connection or a corrupt download.
-        :raises StoreAccessError: credentials refused.
-        :raises StoreError: any other failure of the store.
-        """
-        return self._download(key, version)
-
-    def create(self, key: str, data: bytes) -> str:
-        """Store ``data`` only if ``key`` is absent (``ifGenerationMatch=0``); return the version.
-
-        :raises ConfigError: invalid key, or ``data`` over :data:`MAX_OBJECT_BYTES`.
-        :raises ConditionFailed: the key exists.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
-            ``outcome_unknown`` when the write may have landed.
-        :raises StoreAccessError: credentials refused or the bucket is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        return self._upload("create", key, data, 0)
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        """Store ``data`` only if the object is at generation ``version``; return the new one.
-
-        :raises ConfigError: invalid key, or ``data`` over :data:`MAX_OBJECT_BYTES`.
-        :raises ConditionFailed: the object is absent or at another generation (a ``version``
-            that is not a positive integer fails without a request).
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
-            ``outcome_unknown`` when the write may have landed.
-        :raises StoreAccessError: credentials refused or the bucket is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        self._name(key)
-        return self._upload("replace", key, data, _parse_generation(key, version))
-
-    def delete(self, key: str, version: str) -> None:
-        """Delete the object only if it is at generation ``version``.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: the object is absent or at another generation.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection;
-            ``outcome_unknown`` when the delete may have landed.
-        :raises StoreAccessError: credentials refused.
-        :raises StoreError: any other failure of the store.
-        """
-        name = self._name(key)
-        generation = _parse_generation(key, version)
-        self._stats.count("deletes")
-        try:
-            self._bucket.delete_blob(
-                name, if_generation_match=generation, retry=None, timeout=self._timeout
-            )
-        except _SDK_ERRORS as exc:
-            raise self._translate(exc, "delete", key) from exc
-
-    def list(self, prefix: str) -> list[str]:
-        """Every key under this store's prefix that starts with ``prefix``, sorted.
-
-        :raises ConfigError: invalid prefix.
-        :raises StoreUnavailable: throttled, 5xx, timeout or lost connection.
-        :raises StoreAccessError: credentials refused or the bucket is missing.
-        :raises StoreError: any other failure of the store.
-        """
-        validate_prefix(prefix)
-        keys: list[str] = []
-        skip = len(self._prefix)
-        self._stats.count("lists")
-        try:
-            iterator = self._client.list_blobs(
-                self._bucket,
-                prefix=self._prefix + prefix,
-                fields="items(name),nextPageToken",
-                retry=None,
-                timeout=self._timeout,
-            )
-            for page in iterator.pages:
-                keys.extend(str(blob.name)[skip:] for blob in page)
-                if iterator.next_page_token:
-                    self._stats.count("lists")  # the next page is one more request
-        except _SDK_ERRORS as exc:
-            raise self._translate(exc, "list", prefix) from exc
-        return sorted(keys)
-
-    def close(self) -> None:
-        """Close the client's connections if this store made the client; safe to call twice."""
-        if self._owns_client:
-            self._client.close()
-
-    def __repr__(self) -> str:
-        return f"GCSStore(bucket={self._bucket_name!r}, prefix={self._prefix!r})"
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _name(self, key: str) -> str:
-        return prefixed_key(self._prefix, key, "GCS object name")
-
-    def _download(self, key: str, version: str | None) -> ReadResult:
-        """One media download; with ``version``, only if the object is no longer at it."""
-        blob = self._bucket.blob(self._name(key))
-        # A token that is not a generation names no object: a plain download answers the same.
-        known = None if version is None else _generation(version)
-        self._stats.count("reads")
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        """One media download: the bytes, and the generation from its header."""
+        blob = self._bucket.blob(name)
         try:
             data = blob.download_as_bytes(
-                if_generation_not_match=known, retry=None, timeout=self._timeout
+                if_generation_not_match=None if known is None else int(known),
+                retry=None,
+                timeout=self._timeouts,
             )
-        except _SDK_ERRORS as exc:
-            if isinstance(exc, api_exceptions.NotFound) and not _names_bucket(exc):
-                return None
-            if known is not None and isinstance(exc, api_exceptions.NotModified):
-                self._stats.count_not_modified()
-                return NOT_MODIFIED
-            raise self._translate(exc, "read", key) from exc
-        generation = self._generation_of(blob, "read", key)
-        if known is not None and generation == str(known):
-            # fake-gcs-server ignores ifGenerationNotMatch and sends the object anyway.
-            self._stats.count_not_modified()
+        except api_exceptions.NotFound as exc:
+            if _names_bucket(exc):
+                raise
+            return None
+        except api_exceptions.NotModified:
+            if known is None:
+                raise
             return NOT_MODIFIED
-        return Versioned(bytes(data), generation)
+        return Versioned(bytes(data), self._generation_of(blob, "read", key))
 
-    def _upload(self, operation: str, key: str, data: bytes, generation: int) -> str:
-        blob = self._bucket.blob(self._name(key))
+    def _payload(self, op: str, key: str, data: bytes) -> bytes:
         payload = bytes(data)
         if len(payload) > MAX_OBJECT_BYTES:
             raise ConfigError(
-                f"GCS {operation} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f"GCS {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
                 f" {MAX_OBJECT_BYTES} (one multipart request per write)"
             )
-        self._stats.count(operation + "s")
-        try:
-            # chunk_size stays None: objects up to MAX_OBJECT_BYTES go as one multipart upload.
-            blob.upload_from_string(
-                payload,
-                content_type="application/octet-stream",
-                if_generation_match=generation,
-                retry=None,
-                timeout=self._timeout,
-            )
-        except _SDK_ERRORS as exc:
-            raise self._translate(exc, operation, key) from exc
-        return self._generation_of(blob, operation, key)
+        return payload
 
-    def _generation_of(self, blob: Any, operation: str, key: str) -> str:
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        blob = self._bucket.blob(name)
+        # chunk_size stays None: objects up to MAX_OBJECT_BYTES go as one multipart upload.
+        blob.upload_from_string(
+            data,
+            content_type="application/octet-stream",
+            if_generation_match=0 if condition is None else condition,
+            retry=None,
+            timeout=self._timeouts,
+        )
+        return self._generation_of(blob, op, key)
+
+    def _remove(self, name: str, condition: Any) -> None:
+        self._bucket.delete_blob(
+            name, if_generation_match=condition, retry=None, timeout=self._timeouts
+        )
+
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        iterator = self._client.list_blobs(
+            self._bucket,
+            prefix=full_prefix,
+            fields="items(name),nextPageToken",
+            retry=None,
+            timeout=self._timeouts,
+        )
+        for page in iterator.pages:
+            yield from (str(blob.name) for blob in page)
+            if iterator.next_page_token:
+                self._stats.count("lists")  # the next page is one more request
+
+    def _read_condition(self, version: str) -> str | None:
+        generation = _generation(version)
+        return None if generation is None else str(generation)
+
+    def _write_condition(self, key: str, version: str) -> int:
+        """The generation a version token names.
+
+        :raises ConditionFailed: not a positive integer, so no GCS object can be at that version
+            (and ``0`` would turn a replace into a create).
+        """
+        generation = _generation(version)
+        if generation is None:
+            raise ConditionFailed(key, f"version {version!r} is not a GCS generation")
+        return generation
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def _namespace_root(self) -> str:
+        return str(self._client.project)
+
+    def _generation_of(self, blob: Any, op: str, key: str) -> str:
         generation = blob.generation
         if not isinstance(generation, int) or generation <= 0:
-            # A write (if any) landed but its version is unknown: make the lock read it back.
-            raise StoreUnavailable(
-                f"GCS {operation} of {key!r} in {self._where()} returned no generation",
-                outcome_unknown=operation in _WRITES,
-            )
+            raise self._no_version(op, key, "generation")
         return str(generation)
 
-    def _where(self) -> str:
-        where = f"bucket {self._bucket_name!r}"
-        if self._prefix:
-            where += f" (prefix {self._prefix!r})"
-        return where
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
+        """The one place where google-cloud-storage errors become prioritylock errors.
 
-    def _translate(self, exc: Exception, operation: str, key: str) -> PriorityLockError:
-        return _translate(exc, operation=operation, key=key, where=self._where())
-
-
-# Everything the SDK raises for a failed request. Anything else is a bug and propagates as is.
-_SDK_ERRORS: tuple[type[Exception], ...] = (
-    api_exceptions.GoogleAPIError,
-    auth_exceptions.GoogleAuthError,
-    requests.exceptions.RequestException,
-    storage_exceptions.InvalidResponse,
-    storage_exceptions.DataCorruption,
-)
-
-
-def _translate(exc: Exception, *, operation: str, key: str, where: str) -> PriorityLockError:
-    """The one place where google-cloud-storage errors become prioritylock errors.
-
-    For create, replace and delete, a failure after the request may have reached GCS is
-    ``StoreUnavailable(outcome_unknown=True)``: the lock reads the object back to decide.
-    Server messages are never copied into ours (they are not needed, and are not ours to vet).
-    """
-    write = operation in _WRITES
-    what = f"GCS {operation} of {key!r} in {where}"
-    if isinstance(exc, api_exceptions.GoogleAPICallError):
-        status = int(exc.code or 0)
-        name = type(exc).__name__
-        if write and status in (409, 412):
-            return ConditionFailed(key, _condition_detail(operation, status))
-        if status == 404:
-            if operation == "delete" and not _names_bucket(exc):
-                return ConditionFailed(key, "absent")
-            # Uploads and lists can only 404 on the bucket: an absent object fails with 412.
-            return StoreAccessError(
-                f"{what} failed: the bucket does not exist (HTTP 404); check the bucket name and"
-                " the project"
-            )
-        if status in (401, 403):
-            return StoreAccessError(f"{what} refused ({name}, HTTP {status}): {_PERMISSIONS_HINT}")
-        if status == 429:
+        Server messages are never copied into ours (they are not needed, and are not ours to vet).
+        """
+        write = op in WRITES
+        what = self._what(op, key)
+        if isinstance(exc, api_exceptions.GoogleAPICallError):
+            status = int(exc.code or 0)
+            outcome = self._CLASSIFIER.outcome(status, "", write=write)
+            if status == 404 and outcome is not Outcome.CONDITION_FAILED:
+                if op == "delete" and not _names_bucket(exc):
+                    return ConditionFailed(key, "absent")
+                # Uploads and lists can only 404 on the bucket: an absent object fails with 412.
+                return StoreAccessError(
+                    f"{what} failed: the bucket does not exist (HTTP 404); check the bucket name"
+                    " and the project"
+                )
+            label = f"{type(exc).__name__}, HTTP {status}"
+            return self._http_error(outcome, op, key, label, _condition_detail(op, status))
+        if isinstance(exc, (auth_exceptions.TransportError, auth_exceptions.TimeoutError)):
+            # Fetching a token failed on the network: the request itself was never sent.
             return StoreUnavailable(
-                f"{what} was throttled (HTTP 429; GCS allows about one write per second to one"
-                " object); retry with backoff",
-                outcome_unknown=write,
+                f"{what}: could not reach the token endpoint ({type(exc).__name__})"
             )
-        if status == 408 or status >= 500 or status == 0:
-            return StoreUnavailable(f"{what} failed ({name}, HTTP {status})", outcome_unknown=write)
-        return StoreError(f"{what} failed ({name}, HTTP {status})")
-    if isinstance(exc, (auth_exceptions.TransportError, auth_exceptions.TimeoutError)):
-        # Fetching a token failed on the network: the request itself was never sent.
-        return StoreUnavailable(
-            f"{what}: could not reach the token endpoint ({type(exc).__name__})"
-        )
-    if type(exc) is auth_exceptions.DefaultCredentialsError or isinstance(
-        exc, auth_exceptions.OSError
-    ):
-        return StoreAccessError(f"{what}: {_NO_CREDENTIALS_HINT}")
-    if isinstance(exc, auth_exceptions.GoogleAuthError):
-        # A 401 makes the SDK refresh the token; this is what a refused or unusable credential
-        # (revoked key, anonymous credentials on a private bucket) ends as.
-        return StoreAccessError(
-            f"{what}: the credentials were refused or could not be refreshed"
-            f" ({type(exc).__name__}): {_PERMISSIONS_HINT}"
-        )
-    if isinstance(exc, storage_exceptions.DataCorruption):
-        return StoreUnavailable(f"{what}: the download failed its checksum; read it again")
-    if isinstance(exc, requests.exceptions.RequestException):
-        if _never_sent(exc):
-            return StoreUnavailable(f"{what}: could not connect ({type(exc).__name__})")
-        return StoreUnavailable(
-            f"{what}: the response was lost ({type(exc).__name__})", outcome_unknown=write
-        )
-    return StoreError(f"{what} failed ({type(exc).__name__})")
+        if type(exc) is auth_exceptions.DefaultCredentialsError or isinstance(
+            exc, auth_exceptions.OSError
+        ):
+            return StoreAccessError(f"{what}: {_NO_CREDENTIALS_HINT}")
+        if isinstance(exc, auth_exceptions.GoogleAuthError):
+            # A 401 makes the SDK refresh the token; this is what a refused or unusable
+            # credential (revoked key, anonymous credentials on a private bucket) ends as.
+            return StoreAccessError(
+                f"{what}: the credentials were refused or could not be refreshed"
+                f" ({type(exc).__name__}): {self._ACCESS_HINT}"
+            )
+        if isinstance(exc, storage_exceptions.DataCorruption):
+            return StoreUnavailable(f"{what}: the download failed its checksum; read it again")
+        if isinstance(exc, requests.exceptions.RequestException):
+            if _never_sent(exc):
+                return self._not_sent(op, key, exc)
+            return self._lost(op, key, exc)
+        return StoreError(f"{what} failed ({type(exc).__name__})")
 
 
 _NO_CREDENTIALS_HINT = (
@@ -467,18 +333,6 @@ def _condition_detail(operation: str, status: int) -> str:
     return "absent or at another generation"
 
 
-def _parse_generation(key: str, version: str) -> int:
-    """The generation a version token names.
-
-    :raises ConditionFailed: not a positive integer, so no GCS object can be at that version (and
-        ``0`` would turn a replace into a create).
-    """
-    generation = _generation(version)
-    if generation is None:
-        raise ConditionFailed(key, f"version {version!r} is not a GCS generation")
-    return generation
-
-
 def _generation(version: str) -> int | None:
     """The generation a version token names, or ``None`` if it is not a positive integer."""
     if isinstance(version, str) and version.isascii() and version.isdigit():
@@ -486,18 +340,6 @@ def _generation(version: str) -> int | None:
         if generation > 0:
             return generation
     return None
-
-
-def _validate_endpoint(endpoint: str) -> str:
-    try:
-        parts = urllib.parse.urlsplit(endpoint)
-    except ValueError as exc:
-        raise ConfigError(f"GCS endpoint is not a URL: {exc}") from exc
-    if parts.scheme not in ("http", "https") or not parts.netloc or "@" in parts.netloc:
-        raise ConfigError("GCS endpoint must be http(s)://HOST[:PORT] without credentials")
-    if parts.query or parts.fragment:
-        raise ConfigError("GCS endpoint must not have a query or a fragment")
-    return endpoint
 
 
 def _make_client(
@@ -510,7 +352,7 @@ def _make_client(
     """
     client_options: dict[str, str] | None = None
     if endpoint is not None:
-        client_options = {"api_endpoint": _validate_endpoint(endpoint).rstrip("/")}
+        client_options = {"api_endpoint": validate_endpoint("GCS", endpoint).rstrip("/")}
     if credentials is None and os.environ.get(EMULATOR_ENV):
         credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
     try:
@@ -560,42 +402,17 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         option (named), or an invalid value.
     :raises StoreAccessError: no credentials could be found.
     """
-    for name in sorted(options):
-        if name not in _URL_OPTIONS:
-            raise ConfigError(
-                f"unknown gs:// store URL option {name!r}; known options: {', '.join(_URL_OPTIONS)}"
-            )
-        if not options[name]:
-            raise ConfigError(f"gs:// store URL option {name!r} is empty")
-    if "@" in parts.netloc:
-        raise ConfigError(
-            "gs:// store URLs must not carry credentials; use GOOGLE_APPLICATION_CREDENTIALS or"
-            " Application Default Credentials"
-        )
-    bucket = parts.netloc
-    if not bucket:
-        raise ConfigError("gs:// store URL needs a bucket name: gs://BUCKET/PREFIX")
-    if ":" in bucket:
-        raise ConfigError(
-            f"gs:// store URL takes a bucket name, not host:port ({bucket!r}); point"
-            f" {EMULATOR_ENV} at an emulator instead"
-        )
-    if parts.fragment:
-        raise ConfigError("gs:// store URL must not have a #fragment")
-    timeouts: dict[str, float] = {}
-    for name in ("connect_timeout", "read_timeout"):
-        if name in options:
-            try:
-                timeouts[name] = float(options[name])
-            except ValueError as exc:
-                raise ConfigError(
-                    f"gs:// store URL option {name!r} must be a number of seconds,"
-                    f" got {options[name]!r}"
-                ) from exc
+    bucket, prefix, timeouts = parse_store_url(
+        parts,
+        options,
+        known=_URL_OPTIONS,
+        holder="bucket",
+        credentials_hint="use GOOGLE_APPLICATION_CREDENTIALS or Application Default Credentials",
+        port_hint=f"point {EMULATOR_ENV} at an emulator instead",
+    )
     return GCSStore(
         bucket,
-        urllib.parse.unquote(parts.path),
+        prefix,
         project=options.get("project"),
-        connect_timeout=timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-        read_timeout=timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
+        **timeouts,
     )

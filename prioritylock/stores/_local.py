@@ -7,13 +7,9 @@ Layout of the store directory (every name is derived from the key, so no key can
     a.d/b.obj.tmp    a new file in flight (or left by a killed writer); ignored by list()
     .locks/<sha256>  one lock file per key ever written; flock()ed around every write
 
-An object file (format 2; integers little-endian; the slots start at 4 KiB boundaries)::
-
-    0        header  magic b"\\x89PLOCK2\\n", slot capacity C (u64), crc32 of the two
-    24       record  sequence number of the newest synced write (u64), its crc32
-    4096     slot 0  seq (u64), data length (u64), version (16 bytes), crc32 of the data, flags
-    4096+C   slot 1  (u32; 1: a synced write), crc32 of those 40 bytes; then the data. A slot of
-    4096+2C  slot 2  zeros was never written.
+Each object file holds a header, a record and three slots, each slot a whole document with its
+checksums; :mod:`prioritylock.stores._slots` encodes and decodes them (pure, no I/O). This module
+does the file locking and the I/O.
 
 The object is the valid slot (both checksums pass) with the highest sequence number. **Writes.** A
 write takes the key's lock (a process-wide thread lock, then ``flock`` on the key's lock file),
@@ -63,12 +59,12 @@ import hashlib
 import itertools
 import os
 import secrets
-import struct
 import threading
 import time
+import urllib.parse
 import zlib
-from collections.abc import Iterator, Sequence
-from typing import Final, NamedTuple
+from collections.abc import Iterator
+from typing import Final
 
 from prioritylock._errors import (
     ConditionFailed,
@@ -87,8 +83,32 @@ from prioritylock.stores._base import (
     validate_key,
     validate_prefix,
 )
+from prioritylock.stores._log import logged
+from prioritylock.stores._slots import (
+    BLOCK,
+    FIRST_READ,
+    RECORD_AT,
+    SLOT_BYTES,
+    SLOTS,
+    TORN,
+    VERSION_BYTES,
+    Current,
+    FormatError,
+    Slot,
+    Torn,
+    capacity_for,
+    free_slot,
+    header_capacity,
+    new_file,
+    pack_record,
+    pack_slot,
+    parse_record,
+    parse_slot,
+    slot_offset,
+)
+from prioritylock.stores._url import file_url, redact_url
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalStore", "store_from_url"]
 
 _OBJ = ".obj"
 _DIR = ".d"
@@ -100,25 +120,6 @@ _ACCESS_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 # -- the object file ----------------------------------------------------------------------------
 
-_MAGIC = b"\x89PLOCK2\n"  # not a hex digit: files of the format before slots start with one
-_MAGIC_TWO_SLOTS = b"\x89PLOCK1\n"  # format 1: two slots, no flags
-_HEADER = struct.Struct("<8sQI")  # magic, slot capacity, crc32 of the two
-_RECORD = struct.Struct("<QI")  # sequence number of the newest synced write, its crc32
-_RECORD_AT = 24
-# seq, data length, version, data crc32, flags, crc32 of the first five
-_SLOT = struct.Struct("<QQ16sIII")
-_SLOT_BYTES = _SLOT.size  # 44; the data follows
-_SLOT_CHECKED = _SLOT_BYTES - 4
-_EMPTY_SLOT = bytes(_SLOT_BYTES)
-_SYNCED = 1  # slot flag: written by a synced write
-_SLOTS = 3
-_BLOCK = 4096  # the header's block; slots start at block boundaries
-_MIN_CAPACITY = _BLOCK
-# One pread of this much holds a small object whole (the usual lease document: under 2 KiB).
-_FIRST_READ = _BLOCK + _SLOTS * _MIN_CAPACITY
-_OLD_FORMAT_HEADER = 33  # 32 hex digits and a newline: the format before slots
-_HEX = frozenset(b"0123456789abcdef")
-_VERSION_BYTES = 16
 _LOCK_FREE_ATTEMPTS = 3
 
 # Thread locks striped by (directory, key), shared by every LocalStore of this process. flock alone
@@ -140,7 +141,7 @@ def _new_version() -> bytes:
 
 def _reseed_versions() -> None:
     global _version_prefix, _version_counter
-    _version_prefix = secrets.token_bytes(_VERSION_BYTES // 2)
+    _version_prefix = secrets.token_bytes(VERSION_BYTES // 2)
     _version_counter = itertools.count(1)
 
 
@@ -148,42 +149,6 @@ _version_prefix = b""
 _version_counter = itertools.count(1)
 _reseed_versions()
 os.register_at_fork(after_in_child=_reseed_versions)
-
-
-class _Slot(NamedTuple):
-    """A slot header whose checksum passed; its data may still be half-written. Ordered by
-    sequence number (positions differ)."""
-
-    seq: int
-    position: int  # 0, 1 or 2
-    version: bytes
-    length: int
-    data_crc: int
-    synced: bool  # written by a synced write (flag 1)
-
-
-class _Current(NamedTuple):
-    """The object's document: the valid slot with the highest sequence number; and, for a
-    writer, every slot's header and the record."""
-
-    slot: _Slot
-    capacity: int
-    data: bytes
-    slots: Sequence[_Slot | _Torn | None]  # by position
-    record: int  # the newest synced write's sequence number
-
-    @property
-    def version(self) -> str:
-        return self.slot.version.hex()
-
-
-class _Torn(enum.Enum):
-    """A slot header whose checksum fails: written halfway (or damaged)."""
-
-    TORN = "torn"
-
-
-_TORN: Final = _Torn.TORN
 
 
 class _Unsettled(enum.Enum):
@@ -195,102 +160,17 @@ class _Unsettled(enum.Enum):
 _UNSETTLED: Final = _Unsettled.UNSETTLED
 
 
-def _capacity_for(length: int) -> int:
-    """Slot capacity for a document of ``length`` bytes: room to grow to twice its size."""
-    need = 2 * (_SLOT_BYTES + length)
-    return max(_MIN_CAPACITY, -(-need // _BLOCK) * _BLOCK)
-
-
-def _slot_offset(index: int, capacity: int) -> int:
-    return _BLOCK + index * capacity
-
-
-def _pack_slot(seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    flags = _SYNCED if synced else 0
-    head = _SLOT.pack(seq, len(data), version, zlib.crc32(data), flags, 0)[:_SLOT_CHECKED]
-    return head + zlib.crc32(head).to_bytes(4, "little") + data
-
-
-def _pack_record(seq: int) -> bytes:
-    head = seq.to_bytes(8, "little")
-    return head + zlib.crc32(head).to_bytes(4, "little")
-
-
-def _new_file(capacity: int, seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    """A whole object file holding ``data`` in slot 0 (the others are left to ftruncate: zeros).
-
-    ``synced``: the file will be synced before it is used, so the record names the slot.
-    """
-    header = _pack_header(capacity)
-    block = header + bytes(_RECORD_AT - len(header)) + _pack_record(seq if synced else 0)
-    return block + bytes(_BLOCK - len(block)) + _pack_slot(seq, version, data, synced=synced)
-
-
-def _pack_header(capacity: int) -> bytes:
-    head = _HEADER.pack(_MAGIC, capacity, 0)[:-4]
-    return head + zlib.crc32(head).to_bytes(4, "little")
-
-
-_SMALL_HEADER = _pack_header(_MIN_CAPACITY)  # most files': no need to check it field by field
-
-
-def _parse_record(buf: bytes) -> int | None:
-    """The newest synced write's sequence number in the file's first bytes ``buf``, ``None`` if
-    damaged."""
-    record = buf[_RECORD_AT : _RECORD_AT + _RECORD.size]
-    if len(record) < _RECORD.size:
-        return None
-    synced, crc = _RECORD.unpack(record)
-    return int(synced) if crc == zlib.crc32(record[:8]) else None
-
-
-def _read_slots(fd: int, buf: bytes, capacity: int) -> list[_Slot | _Torn | None]:
+def _read_slots(fd: int, buf: bytes, capacity: int) -> list[Slot | Torn | None]:
     """Every slot's header, by position: from ``buf`` (the file's first bytes) where it holds
     them, else read."""
-    slots: list[_Slot | _Torn | None] = []
-    start = _BLOCK
-    for position in range(_SLOTS):
-        end = start + _SLOT_BYTES
-        raw = buf[start:end] if end <= len(buf) else os.pread(fd, _SLOT_BYTES, start)
-        slots.append(_parse_slot(raw, position, capacity))
+    slots: list[Slot | Torn | None] = []
+    start = BLOCK
+    for position in range(SLOTS):
+        end = start + SLOT_BYTES
+        raw = buf[start:end] if end <= len(buf) else os.pread(fd, SLOT_BYTES, start)
+        slots.append(parse_slot(raw, position, capacity))
         start += capacity
     return slots
-
-
-def _free_slot(current: _Current, kept: int | None) -> int:
-    """The slot a write overwrites: neither the current one nor ``kept``. Of two: first a write
-    that never finished (a whole header above the current slot, whose data a kill or a power loss
-    cut short; the lowest, so that the new write's sequence number, one above the current, is
-    never left on two slots), then a slot never written or torn, then the older.
-    """
-    top = current.slot
-    taken = (top.position, kept)
-    free, best = -1, (3, 0)
-    for position, slot in enumerate(current.slots):
-        if position in taken:
-            continue
-        if not isinstance(slot, _Slot):
-            rank = (1, 0)
-        elif slot.seq > top.seq:
-            rank = (0, slot.seq)
-        else:
-            rank = (2, slot.seq)
-        if rank < best:
-            free, best = position, rank
-    return free
-
-
-# Every read parses every slot header, and most find the same headers as the read before: a
-# cache of this pure function makes that a dict lookup (about 0.5 µs instead of 2).
-@functools.lru_cache(maxsize=8192)
-def _parse_slot(raw: bytes, index: int, capacity: int) -> _Slot | _Torn | None:
-    """The slot header ``raw``: a :class:`_Slot`, ``None`` if never written, or torn."""
-    if len(raw) < _SLOT_BYTES:
-        raw = raw.ljust(_SLOT_BYTES, b"\0")  # past the end of a short file: zeros
-    seq, length, version, data_crc, flags, crc = _SLOT.unpack(raw)
-    if crc != zlib.crc32(raw[:_SLOT_CHECKED]) or length > capacity - _SLOT_BYTES or not seq:
-        return None if raw == _EMPTY_SLOT else _TORN
-    return _Slot(seq, index, version, length, data_crc, (flags & _SYNCED) != 0)
 
 
 class LocalStore:
@@ -324,6 +204,12 @@ class LocalStore:
         positive.
     :raises StoreAccessError: the directory can't be created or entered (permissions).
     :raises StoreUnavailable: another I/O error while creating the directory.
+
+    Its operations raise what :class:`~prioritylock.stores.ObjectStore` says, and in particular:
+    :class:`~prioritylock.StoreAccessError` for permissions or a store directory that is gone;
+    :class:`~prioritylock.StoreUnavailable` for another I/O error, or another writer that held
+    the key's lock past ``lock_timeout`` (a read waits for a write it met in flight); and
+    :class:`~prioritylock.StoreError` for a file that is not a LocalStore object, or is damaged.
     """
 
     def __init__(
@@ -369,15 +255,9 @@ class LocalStore:
             shared_across_processes=True, shared_across_hosts=False, conditional_delete=True
         )
 
+    @logged("read")
     def read(self, key: str) -> Versioned | None:
-        """The object's bytes and version, read from one snapshot, or ``None`` when absent.
-
-        :raises ConfigError: invalid key.
-        :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreError: the file is not a LocalStore document or is damaged; or another I/O
-            error, or a write in flight that held the key's lock past ``lock_timeout``
-            (:class:`~prioritylock.StoreUnavailable`).
-        """
+        """The object's bytes and version, read from one snapshot, or ``None`` when absent."""
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("reads")
         found = self._read(key, path, lock_path, None)
@@ -386,14 +266,11 @@ class LocalStore:
         assert not isinstance(found, NotModified)  # only with a known version
         return Versioned(found.data, found.version)
 
+    @logged("read_if_changed")
     def read_if_changed(self, key: str, version: str) -> ReadResult:
         """:data:`~prioritylock.stores.NOT_MODIFIED` if the object is still at ``version``, else
         what :meth:`read` returns. An unchanged object costs one small read: the slot headers,
         not the document.
-
-        :raises ConfigError: invalid key.
-        :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreError: as :meth:`read`.
         """
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("reads")
@@ -403,16 +280,9 @@ class LocalStore:
             return NOT_MODIFIED
         return None if found is None else Versioned(found.data, found.version)
 
+    @logged("create")
     def create(self, key: str, data: bytes) -> str:
-        """Store ``data`` only if ``key`` is absent; return the new version.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: the key exists.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
-        """
+        """Store ``data`` only if ``key`` is absent; return the new version."""
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("creates")
         with self._locked(key, lock_path, "create"):
@@ -422,20 +292,15 @@ class LocalStore:
             self._write_file(key, path, "create", seq=1, version=version, data=data)
         return version.hex()
 
+    @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
         """Store ``data`` only if the object is at ``version``; return the new version.
 
         With ``durable`` it returns once the write is on disk (one ``fdatasync``).
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: absent or at another version.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
         return self._replace(key, data, version, synced=self._durable)
 
+    @logged("replace_unsynced")
     def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
         """Exactly :meth:`replace`, except that it returns without waiting for the disk.
 
@@ -443,27 +308,14 @@ class LocalStore:
         operating-system crash or power loss may leave the object at the version before it (or
         before an earlier unsynced write), whole, but never older than the last :meth:`replace`
         that returned. With ``durable=False`` it is :meth:`replace`.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: absent or at another version.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the write may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
         return self._replace(key, data, version, synced=False)
 
+    @logged("delete")
     def delete(self, key: str, version: str) -> None:
         """Delete the object only if it is at ``version``.
 
         Directories left empty stay: removing them would race with a concurrent create below them.
-
-        :raises ConfigError: invalid key.
-        :raises ConditionFailed: absent or at another version.
-        :raises StoreAccessError: permissions, or the directory is gone.
-        :raises StoreUnavailable: another I/O error, or another writer held the key's lock past
-            ``lock_timeout``; ``outcome_unknown`` is true if the delete may have landed.
-        :raises StoreError: the existing file is not a LocalStore document, or is damaged.
         """
         path, lock_path = _key_paths(self._root, key)
         self._stats.count("deletes")
@@ -486,13 +338,9 @@ class LocalStore:
             except OSError as exc:
                 raise self._error(exc, "delete", key, outcome_unknown=unlinked) from exc
 
+    @logged("list")
     def list(self, prefix: str) -> list[str]:
-        """Every key that starts with ``prefix``, sorted; temp and foreign files are skipped.
-
-        :raises ConfigError: invalid prefix.
-        :raises StoreAccessError: the directory is gone or unreadable.
-        :raises StoreUnavailable: another I/O error.
-        """
+        """Every key that starts with ``prefix``, sorted; temp and foreign files are skipped."""
         validate_prefix(prefix)
         self._stats.count("lists")
         found: list[str] = []
@@ -522,7 +370,7 @@ class LocalStore:
 
     def _read(
         self, key: str, path: str, lock_path: str, known: str | None
-    ) -> _Current | NotModified | None:
+    ) -> Current | NotModified | None:
         """The object (or ``NOT_MODIFIED`` if it is at ``known``), or ``None`` when absent.
 
         Lock-free first; after :data:`_LOCK_FREE_ATTEMPTS` reads that each met a slot in flight
@@ -539,7 +387,7 @@ class LocalStore:
 
     def _read_once(
         self, key: str, path: str, known: str | None, *, locked: bool
-    ) -> _Current | NotModified | _Unsettled | None:
+    ) -> Current | NotModified | _Unsettled | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except FileNotFoundError as exc:
@@ -552,7 +400,7 @@ class LocalStore:
         finally:
             os.close(fd)
 
-    def _locked_current(self, key: str, path: str, op: str) -> _Current | None:
+    def _locked_current(self, key: str, path: str, op: str) -> Current | None:
         """The object's document, or ``None`` when absent (the key's lock held)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -565,12 +413,12 @@ class LocalStore:
             current = self._settle(key, fd, op, None, locked=True)
         finally:
             os.close(fd)
-        assert isinstance(current, _Current)
+        assert isinstance(current, Current)
         return current
 
     def _settle(
         self, key: str, fd: int, op: str, known: str | None, *, locked: bool
-    ) -> _Current | NotModified | _Unsettled:
+    ) -> Current | NotModified | _Unsettled:
         """Pick the document in the open object file ``fd``, or :data:`NOT_MODIFIED` if it is
         at version ``known``.
 
@@ -581,15 +429,15 @@ class LocalStore:
         :raises StoreError: not a LocalStore file, or damaged (see the module docstring).
         """
         try:
-            buf = os.pread(fd, _FIRST_READ, 0)
+            buf = os.pread(fd, FIRST_READ, 0)
             capacity = self._capacity(key, buf)
             slots = _read_slots(fd, buf, capacity)
-            record = _parse_record(buf)
-            if not locked and (record is None or _TORN in slots):
+            record = parse_record(buf)
+            if not locked and (record is None or TORN in slots):
                 return _UNSETTLED
             if record is None:
                 raise self._damaged(key, "its record fails its checksum")
-            written = [slot for slot in slots if isinstance(slot, _Slot)]
+            written = [slot for slot in slots if isinstance(slot, Slot)]
             written.sort(reverse=True)
             for slot in written:
                 if slot.seq < record:
@@ -604,7 +452,7 @@ class LocalStore:
                 if zlib.crc32(data) == slot.data_crc:
                     if version == known:
                         return NOT_MODIFIED
-                    return _Current(slot, capacity, data, slots, record)
+                    return Current(slot, capacity, data, slots, record)
                 if not locked:
                     return _UNSETTLED  # its data may still be arriving
         except OSError as exc:
@@ -620,9 +468,9 @@ class LocalStore:
         )
 
     @staticmethod
-    def _slot_data(fd: int, buf: bytes, slot: _Slot, capacity: int) -> bytes:
+    def _slot_data(fd: int, buf: bytes, slot: Slot, capacity: int) -> bytes:
         """The data of ``slot``: from ``buf`` (the file's first bytes) if it holds it."""
-        start = _slot_offset(slot.position, capacity) + _SLOT_BYTES
+        start = slot_offset(slot.position, capacity) + SLOT_BYTES
         end = start + slot.length
         if end <= len(buf):
             return buf[start:end]
@@ -634,24 +482,17 @@ class LocalStore:
         :raises StoreError: not a LocalStore file, a file of an older format (two slots, or the
             one before slots), or a header that fails its checksum.
         """
-        head = buf[: _HEADER.size]
-        if head == _SMALL_HEADER:
-            return _MIN_CAPACITY
-        if len(head) == _HEADER.size:
-            magic, capacity, crc = _HEADER.unpack(head)
-            if magic == _MAGIC:
-                if crc != zlib.crc32(head[:-4]) or capacity < _MIN_CAPACITY or capacity % _BLOCK:
-                    raise self._damaged(key, "its header fails its checksum")
-                return int(capacity)
-            if magic == _MAGIC_TWO_SLOTS:
-                raise self._older_format(key, "two slots")
-        old = buf[:_OLD_FORMAT_HEADER]
-        if len(old) == _OLD_FORMAT_HEADER and old[-1:] == b"\n" and set(old[:-1]) <= _HEX:
-            raise self._older_format(key, "a version line, then the bytes")
-        raise StoreError(
-            f"LocalStore object {key!r} in {self._root!r} is not a LocalStore object file;"
-            " it was not written by LocalStore"
-        )
+        try:
+            return header_capacity(buf)
+        except FormatError as problem:
+            if problem.kind == "older":
+                raise self._older_format(key, problem.layout) from None
+            if problem.kind == "damaged":
+                raise self._damaged(key, "its header fails its checksum") from None
+            raise StoreError(
+                f"LocalStore object {key!r} in {self._root!r} is not a LocalStore object file;"
+                " it was not written by LocalStore"
+            ) from None
 
     def _older_format(self, key: str, layout: str) -> StoreError:
         return StoreError(
@@ -681,12 +522,12 @@ class LocalStore:
                 raise self._error(exc, "replace", key) from exc
             try:
                 current = self._settle(key, fd, "replace", None, locked=True)
-                assert isinstance(current, _Current)
+                assert isinstance(current, Current)
                 if current.version != version:
                     raise ConditionFailed(key, "version changed")
                 new_version = _new_version()
                 seq = current.slot.seq + 1
-                if _SLOT_BYTES + len(data) <= current.capacity:
+                if SLOT_BYTES + len(data) <= current.capacity:
                     self._write_slot(
                         key, fd, current, seq=seq, version=new_version, data=data, synced=synced
                     )
@@ -700,7 +541,7 @@ class LocalStore:
         self,
         key: str,
         fd: int,
-        current: _Current,
+        current: Current,
         *,
         seq: int,
         version: bytes,
@@ -714,9 +555,9 @@ class LocalStore:
         whole and a slot whose checksums fail) nor the kept slot (so a power loss leaves the
         newest synced write whole).
         """
-        position = _free_slot(current, self._kept_slot(key, fd, current))
-        blob = memoryview(_pack_slot(seq, version, data, synced=synced))
-        offset = _slot_offset(position, current.capacity)
+        position = free_slot(current, self._kept_slot(key, fd, current))
+        blob = memoryview(pack_slot(seq, version, data, synced=synced))
+        offset = slot_offset(position, current.capacity)
         try:
             while blob:  # a short write (a full disk) leaves a slot that fails its checksum
                 written = os.pwrite(fd, blob, offset)
@@ -732,12 +573,12 @@ class LocalStore:
             # loss, make the slot before it look damaged. Written without a sync of its own: the
             # next synced write's fdatasync takes it along; until then it may lag (see
             # _kept_slot).
-            os.pwrite(fd, _pack_record(seq), _RECORD_AT)
+            os.pwrite(fd, pack_record(seq), RECORD_AT)
         except OSError as exc:
             # The slot is whole in the page cache: readers may already see it.
             raise self._error(exc, "replace", key, outcome_unknown=True) from exc
 
-    def _kept_slot(self, key: str, fd: int, current: _Current) -> int | None:
+    def _kept_slot(self, key: str, fd: int, current: Current) -> int | None:
         """The position of the newest synced write, which no write may overwrite: the slot the
         record names. ``None`` if no whole slot holds it (``durable=False``, or damage).
 
@@ -753,16 +594,16 @@ class LocalStore:
         top = current.slot.seq  # a slot above it is a write that never finished
         kept = current.record
         for slot in current.slots:
-            if isinstance(slot, _Slot) and slot.synced and kept < slot.seq <= top:
+            if isinstance(slot, Slot) and slot.synced and kept < slot.seq <= top:
                 kept = slot.seq
         if kept > current.record and self._durable:
             try:
                 os.fdatasync(fd)
-                os.pwrite(fd, _pack_record(kept), _RECORD_AT)
+                os.pwrite(fd, pack_record(kept), RECORD_AT)
             except OSError as exc:
                 raise self._error(exc, "replace", key) from exc
         for slot in current.slots:
-            if isinstance(slot, _Slot) and slot.seq == kept:
+            if isinstance(slot, Slot) and slot.seq == kept:
                 return slot.position
         return None
 
@@ -775,16 +616,16 @@ class LocalStore:
         The temp name is fixed per key: only the lock holder writes it, so one left by a killed
         writer is simply truncated and reused by the next, or removed by a delete.
         """
-        capacity = _capacity_for(len(data))
+        capacity = capacity_for(len(data))
         temp = path + _TMP
         renaming = False
         try:
             fd = self._open_temp(temp)
             try:
-                blob = memoryview(_new_file(capacity, seq, version, data, synced=self._durable))
+                blob = memoryview(new_file(capacity, seq, version, data, synced=self._durable))
                 while blob:
                     blob = blob[os.write(fd, blob) :]
-                os.ftruncate(fd, _slot_offset(_SLOTS, capacity))
+                os.ftruncate(fd, slot_offset(SLOTS, capacity))
                 if self._durable:
                     os.fsync(fd)
             finally:
@@ -981,3 +822,29 @@ def _segment_ok(segment: str) -> bool:
     except (ConfigError, UnicodeError):
         return False
     return "/" not in segment
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> LocalStore:
+    """``file:///ABSOLUTE/PATH[?durable=false]``: a :class:`LocalStore` in that directory.
+
+    :raises ConfigError: a host (``file://relative`` names a host, not a directory), a path that
+        is not absolute, or an option other than ``durable``.
+    """
+    shown = redact_url(parts.geturl())
+    if parts.netloc not in ("", "localhost"):
+        hint, meant = "", parts.netloc + parts.path
+        if "@" not in parts.netloc:  # user-info may hold a secret: never repeat it
+            hint = f"; for the directory {meant!r} use {file_url(meant)!r}"
+        raise ConfigError(
+            f"file store URL must be file:///ABSOLUTE/PATH (no host), got {shown!r}{hint}"
+        )
+    path = urllib.parse.unquote(parts.path)
+    if not path.startswith("/") or path == "/":
+        raise ConfigError(f"file store URL needs an absolute directory path, got {shown!r}")
+    options = dict(options)
+    durable = options.pop("durable", "true").lower()
+    if durable not in ("true", "false"):
+        raise ConfigError("file store URL option durable must be true or false")
+    if options:
+        raise ConfigError(f"file store URL takes only the option durable, got {sorted(options)}")
+    return LocalStore(path, durable=durable == "true")

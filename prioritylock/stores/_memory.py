@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+import urllib.parse
 
-from prioritylock._errors import ConditionFailed
+from prioritylock._errors import ConditionFailed, ConfigError
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
@@ -15,8 +16,10 @@ from prioritylock.stores._base import (
     validate_key,
     validate_prefix,
 )
+from prioritylock.stores._log import logged
+from prioritylock.stores._url import redact_url
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "store_from_url"]
 
 # Versions come from one process-wide counter, so a key deleted and created again never gets a
 # version it had before (no ABA across delete/create).
@@ -50,6 +53,7 @@ class MemoryStore:
             shared_across_processes=False, shared_across_hosts=False, conditional_delete=True
         )
 
+    @logged("read")
     def read(self, key: str) -> Versioned | None:
         validate_key(key)
         self._stats.count("reads")
@@ -57,6 +61,7 @@ class MemoryStore:
             found = self._objects.get(key)
         return None if found is None else Versioned(found[0], found[1])
 
+    @logged("read_if_changed")
     def read_if_changed(self, key: str, version: str) -> ReadResult:
         validate_key(key)
         self._stats.count("reads")
@@ -69,6 +74,7 @@ class MemoryStore:
             return NOT_MODIFIED
         return Versioned(found[0], found[1])
 
+    @logged("create")
     def create(self, key: str, data: bytes) -> str:
         validate_key(key)
         self._stats.count("creates")
@@ -79,6 +85,7 @@ class MemoryStore:
             self._objects[key] = (bytes(data), version)
         return version
 
+    @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
         validate_key(key)
         self._stats.count("replaces")
@@ -92,6 +99,7 @@ class MemoryStore:
             self._objects[key] = (bytes(data), new_version)
         return new_version
 
+    @logged("delete")
     def delete(self, key: str, version: str) -> None:
         validate_key(key)
         self._stats.count("deletes")
@@ -103,6 +111,7 @@ class MemoryStore:
                 raise ConditionFailed(key, "version changed")
             del self._objects[key]
 
+    @logged("list")
     def list(self, prefix: str) -> list[str]:
         validate_prefix(prefix)
         self._stats.count("lists")
@@ -114,3 +123,23 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"MemoryStore(name={self.name!r})"
+
+
+_named: dict[str, MemoryStore] = {}
+_named_lock = threading.Lock()
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> MemoryStore:
+    """``memory://NAME``: the process-wide store called NAME; ``memory://``: a new, private one.
+
+    :raises ConfigError: a path or options in the URL.
+    """
+    if parts.path not in ("", "/") or options:
+        raise ConfigError(
+            f"memory store URL takes only a name: memory://NAME, got {redact_url(parts.geturl())!r}"
+        )
+    name = parts.netloc
+    if not name:
+        return MemoryStore()
+    with _named_lock:
+        return _named.setdefault(name, MemoryStore(name))

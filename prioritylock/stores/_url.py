@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import threading
+import os
 import urllib.parse
-from typing import Protocol
 
 from prioritylock._errors import ConfigError
 from prioritylock.stores._base import ObjectStore
-from prioritylock.stores._local import LocalStore
-from prioritylock.stores._memory import MemoryStore
+from prioritylock.stores._registry import SCHEMES
 
-__all__ = ["open_store"]
-
-_named_memory: dict[str, MemoryStore] = {}
-_named_lock = threading.Lock()
-
-# scheme -> (module, extra) for the stores whose SDK is optional.
-_CLOUD = {
-    "s3": ("prioritylock.stores._s3", "s3"),
-    "gs": ("prioritylock.stores._gcs", "gcs"),
-    "az": ("prioritylock.stores._azure", "azure"),
-}
-
-
-class _FromUrl(Protocol):
-    def __call__(self, url: urllib.parse.SplitResult, options: dict[str, str]) -> ObjectStore: ...
+__all__ = ["open_store", "redact_url"]
 
 
 def open_store(url: str) -> ObjectStore:
@@ -39,72 +22,55 @@ def open_store(url: str) -> ObjectStore:
     - ``s3://bucket/prefix?endpoint=...&region=...``, ``gs://bucket/prefix``,
       ``az://container/prefix?account=...``: the cloud stores (optional extras).
 
-    :raises ConfigError: malformed URL, unknown scheme, or a missing optional dependency.
+    :raises ConfigError: malformed URL (a bare path among them: use ``file:///ABSOLUTE/PATH``),
+        unknown scheme, or a missing optional dependency.
     """
     if not isinstance(url, str) or not url.strip():
         shown = repr(url) if not isinstance(url, str) else "an empty string"
         raise ConfigError(f"store URL must be a non-empty string, got {shown}")
+    if "://" not in url:
+        raise ConfigError(_no_scheme(url))
     try:
         parts = urllib.parse.urlsplit(url)
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True, strict_parsing=False)
     except ValueError as exc:
-        raise ConfigError(f"malformed store URL {_redact(url)!r}: {exc}") from exc
+        raise ConfigError(f"malformed store URL {redact_url(url)!r}: {exc}") from None
     options: dict[str, str] = {}
     for name, values in query.items():
         if len(values) != 1:
             raise ConfigError(f"store URL option {name!r} is given {len(values)} times")
         options[name] = values[0]
     scheme = parts.scheme.lower()
-    if not scheme or "://" not in url:
+    if not scheme:
+        raise ConfigError(f"store URL {redact_url(url)!r} has no scheme; use {_known()}")
+    if scheme not in SCHEMES:
         raise ConfigError(
-            f"store URL {_redact(url)!r} has no scheme; use memory://, file://, s3://, gs:// or az://"
+            f"unknown store URL scheme {parts.scheme!r} in {redact_url(url)!r}; use {_known()}"
         )
-    if scheme == "memory":
-        if parts.path not in ("", "/") or options:
-            raise ConfigError(
-                f"memory store URL takes only a name: memory://NAME, got {_redact(url)!r}"
-            )
-        name = parts.netloc
-        if not name:
-            return MemoryStore()
-        with _named_lock:
-            return _named_memory.setdefault(name, MemoryStore(name))
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise ConfigError(
-                f"file store URL must be file:///ABSOLUTE/PATH (no host), got {_redact(url)!r}"
-            )
-        path = urllib.parse.unquote(parts.path)
-        if not path.startswith("/") or path == "/":
-            raise ConfigError(
-                f"file store URL needs an absolute directory path, got {_redact(url)!r}"
-            )
-        durable = options.pop("durable", "true").lower()
-        if durable not in ("true", "false"):
-            raise ConfigError("file store URL option durable must be true or false")
-        if options:
-            raise ConfigError(
-                f"file store URL takes only the option durable, got {sorted(options)}"
-            )
-        return LocalStore(path, durable=durable == "true")
-    if scheme in _CLOUD:
-        module_name, extra = _CLOUD[scheme]
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(
-                f"{scheme}:// stores need an optional dependency: "
-                f"pip install 'prioritylock[{extra}]' ({exc})"
-            ) from exc
-        from_url: _FromUrl = module.store_from_url
-        return from_url(parts, options)
-    raise ConfigError(
-        f"unknown store URL scheme {parts.scheme!r} in {_redact(url)!r}; "
-        "use memory://, file://, s3://, gs:// or az://"
+    return SCHEMES[scheme].opener(scheme)(parts, options)
+
+
+def _known() -> str:
+    return ", ".join(f"{scheme}://" for scheme in SCHEMES)
+
+
+def _no_scheme(url: str) -> str:
+    """What to say of a URL without a scheme: a bare path gets the file URL it may mean."""
+    if any(mark in url for mark in "@?#:") or any(ord(ch) < 32 for ch in url):
+        # Not a plain path, and it may hold a secret: don't repeat it.
+        return f"store URL {redact_url(url)!r} has no scheme; use {_known()}"
+    return (
+        f"store {url!r} is a path, not a URL (it has no scheme): for that directory use"
+        f" {file_url(url)!r}; other stores: {_known()}"
     )
 
 
-def _redact(url: str) -> str:
+def file_url(path: str) -> str:
+    """``file:///ABSOLUTE/PATH`` for a directory path (relative to the working directory)."""
+    return "file://" + urllib.parse.quote(os.path.abspath(path))
+
+
+def redact_url(url: str) -> str:
     """The URL with any user-info and query values hidden (they may hold credentials)."""
     if "://" not in url:
         return "<a URL without a scheme>"

@@ -2,6 +2,10 @@
 
 - :class:`StoreContract`: the tests every :class:`~prioritylock.stores.ObjectStore` must pass;
   subclass it to check your own store. Importing it needs pytest, so it is loaded on first use.
+- :class:`DelegatingStore`: forwards the whole store seam to another store; a wrapper that
+  times, counts or fails requests overrides one method.
+- :class:`~prioritylock.testing.faults.FaultyStore` (in ``prioritylock.testing.faults``): a
+  wrapper that fails chosen requests the ways real stores fail.
 """
 
 from __future__ import annotations
@@ -9,10 +13,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from prioritylock.testing._delegate import DelegatingStore
+
 if TYPE_CHECKING:
     from prioritylock.testing.contract import StoreContract
 
-__all__ = ["StoreContract"]
+__all__ = ["DelegatingStore", "StoreContract"]
 
 _CONTRACT = "prioritylock.testing.contract"
 

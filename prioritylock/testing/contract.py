@@ -220,6 +220,24 @@ class StoreContract:
         assert isinstance(store.capabilities, StoreCapabilities)
         assert repr(store)
 
+    def test_clients_of_one_namespace_say_so(
+        self, store: ObjectStore, request: pytest.FixtureRequest
+    ) -> None:
+        namespace = store.namespace
+        assert isinstance(namespace, str) and namespace, f"namespace is {namespace!r}"
+        try:
+            factory: Callable[[], ObjectStore] = request.getfixturevalue("store_factory")
+        except pytest.FixtureLookupError:
+            return
+        other = factory()
+        try:
+            assert other.namespace == namespace, (
+                f"two clients of one namespace name it {namespace!r} and {other.namespace!r}"
+            )
+        finally:
+            if other is not store:
+                other.close()
+
     # -- read and create ----------------------------------------------------------------------
 
     def test_read_absent_returns_none(self, store: ObjectStore) -> None:

@@ -16,30 +16,31 @@ Queue faults for the next requests of one kind with :meth:`FaultyStore.inject`, 
 from __future__ import annotations
 
 import collections
-import collections.abc
 import random
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from prioritylock._errors import ConditionFailed, StoreUnavailable
-from prioritylock.stores._base import (
-    NOT_MODIFIED,
-    ConditionalReader,
-    ObjectStore,
-    ReadResult,
-    StoreCapabilities,
-    StoreStats,
-    Versioned,
-)
+from prioritylock.stores._base import NOT_MODIFIED, ObjectStore, StoreStats
+from prioritylock.testing._delegate import DelegatingStore
 
 __all__ = ["FAULTS", "FaultyStore"]
 
 FAULTS = ("unavailable", "lost_response", "precondition_after_success")
 _WRITE_FAULTS = FAULTS
 _READ_FAULTS = ("unavailable",)
+# The request kind each forwarded operation is faulted (and counted) as.
+_KIND = {"read_if_changed": "read", "replace_unsynced": "replace"}
+
+_T = TypeVar("_T")
 
 
-class FaultyStore:
-    """A store that passes requests to ``inner`` and fails the ones it is told to."""
+class FaultyStore(DelegatingStore):
+    """A store that passes requests to ``inner`` and fails the ones it is told to.
+
+    Its :attr:`stats` count the requests it was asked for, failed ones included.
+    """
 
     def __init__(
         self,
@@ -49,7 +50,7 @@ class FaultyStore:
         rng: random.Random | None = None,
         faults: tuple[str, ...] = FAULTS,
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.rate = rate
         self.rng = rng or random.Random(0)
         self.faults = faults
@@ -61,10 +62,6 @@ class FaultyStore:
     @property
     def stats(self) -> StoreStats:
         return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return self.inner.capabilities
 
     def inject(self, op: str, fault: str, times: int = 1) -> None:
         """Fail the next ``times`` requests of ``op`` (read, create, replace, delete, list)."""
@@ -78,6 +75,26 @@ class FaultyStore:
         with self._lock:
             self._queued.clear()
             self.rate = 0.0
+
+    def _forward(self, op: str, key: str, call: Callable[[], _T]) -> _T:
+        kind = _KIND.get(op, op)
+        self._stats.count(kind + "s")
+        fault = self._fault(kind)
+        if kind in ("read", "list"):
+            if fault is not None:
+                raise StoreUnavailable(f"injected: {kind} {key!r} throttled (429)")
+            found = call()
+            if found is NOT_MODIFIED:
+                self._stats.count_not_modified()
+            return found
+        if fault == "unavailable":
+            raise StoreUnavailable(f"injected: {op} {key!r} throttled (503)")
+        result = call()
+        if fault == "lost_response":
+            raise StoreUnavailable(f"injected: {op} {key!r} response lost", outcome_unknown=True)
+        if fault == "precondition_after_success":
+            raise ConditionFailed(key, "injected: 412 on an SDK retry of a write that landed")
+        return result
 
     def _fault(self, op: str) -> str | None:
         allowed = _READ_FAULTS if op in ("read", "list") else _WRITE_FAULTS
@@ -95,61 +112,6 @@ class FaultyStore:
             if fault is not None:
                 self.injected[fault] += 1
         return fault
-
-    def _write(self, op: str, key: str, do: collections.abc.Callable[[], str]) -> str:
-        self._stats.count(op + "s" if op != "replace" else "replaces")
-        fault = self._fault(op)
-        if fault == "unavailable":
-            raise StoreUnavailable(f"injected: {op} {key!r} throttled (503)")
-        result = do()
-        if fault == "lost_response":
-            raise StoreUnavailable(f"injected: {op} {key!r} response lost", outcome_unknown=True)
-        if fault == "precondition_after_success":
-            raise ConditionFailed(key, "injected: 412 on an SDK retry of a write that landed")
-        return result
-
-    def read(self, key: str) -> Versioned | None:
-        self._stats.count("reads")
-        if self._fault("read") is not None:
-            raise StoreUnavailable(f"injected: read {key!r} throttled (429)")
-        return self.inner.read(key)
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        """The inner store's conditional read (a full read and compare if it has none)."""
-        self._stats.count("reads")
-        if self._fault("read") is not None:
-            raise StoreUnavailable(f"injected: read {key!r} throttled (429)")
-        if isinstance(self.inner, ConditionalReader):
-            found = self.inner.read_if_changed(key, version)
-        else:
-            found = self.inner.read(key)
-            if found is not None and found.version == version:
-                found = NOT_MODIFIED
-        if found is NOT_MODIFIED:
-            self._stats.count_not_modified()
-        return found
-
-    def create(self, key: str, data: bytes) -> str:
-        return self._write("create", key, lambda: self.inner.create(key, data))
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        return self._write("replace", key, lambda: self.inner.replace(key, data, version))
-
-    def delete(self, key: str, version: str) -> None:
-        def do() -> str:
-            self.inner.delete(key, version)
-            return ""
-
-        self._write("delete", key, do)
-
-    def list(self, prefix: str) -> list[str]:
-        self._stats.count("lists")
-        if self._fault("list") is not None:
-            raise StoreUnavailable(f"injected: list {prefix!r} throttled (503)")
-        return self.inner.list(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"FaultyStore({self.inner!r}, rate={self.rate})"

@@ -12,9 +12,9 @@ import pytest
 
 from prioritylock.stores import NOT_MODIFIED, ConditionalReader, Versioned
 from prioritylock.testing import StoreContract
-from tests.conftest import StoreFactory, selected_kinds
+from tests.conftest import ALL_KINDS, StoreFactory, selected_kinds
 
-CONDITIONAL_KINDS = selected_kinds(["memory", "local", "s3-moto", "s3-seaweedfs", "gcs", "azure"])
+CONDITIONAL_KINDS = selected_kinds(ALL_KINDS)
 
 
 class TestStoreContract(StoreContract):

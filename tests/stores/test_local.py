@@ -35,7 +35,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock.stores import NOT_MODIFIED, LocalStore, Versioned, _local, open_store
+from prioritylock.stores import NOT_MODIFIED, LocalStore, Versioned, _local, _slots, open_store
 
 PROCESSES = 8
 ROUNDS = 40
@@ -53,17 +53,17 @@ def _object_file(store: LocalStore, key: str) -> Path:
 def _slot_states(path: Path) -> list[tuple[str, int]]:
     """(state, sequence number) of every slot: "empty", "valid", or "torn" (header or data)."""
     raw = path.read_bytes()
-    _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
+    _, capacity, _ = _slots.HEADER.unpack(raw[: _slots.HEADER.size])
     states: list[tuple[str, int]] = []
-    for position in range(_local._SLOTS):
-        start = _local._slot_offset(position, capacity)
-        slot = _local._parse_slot(raw[start : start + _local._SLOT_BYTES], position, capacity)
+    for position in range(_slots.SLOTS):
+        start = _slots.slot_offset(position, capacity)
+        slot = _slots.parse_slot(raw[start : start + _slots.SLOT_BYTES], position, capacity)
         if slot is None:
             states.append(("empty", 0))
-        elif slot is _local._TORN:
+        elif slot is _slots.TORN:
             states.append(("torn", 0))
         else:
-            data = raw[start + _local._SLOT_BYTES : start + _local._SLOT_BYTES + slot.length]
+            data = raw[start + _slots.SLOT_BYTES : start + _slots.SLOT_BYTES + slot.length]
             whole = zlib.crc32(data) == slot.data_crc
             states.append(("valid" if whole else "torn", slot.seq))
     return states
@@ -77,16 +77,16 @@ def _slot_data_offset(path: Path, newest: bool) -> int:
     )
     _, position = valid[-1] if newest else valid[0]
     raw = path.read_bytes()
-    _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
-    return _local._slot_offset(position, capacity) + _local._SLOT_BYTES
+    _, capacity, _ = _slots.HEADER.unpack(raw[: _slots.HEADER.size])
+    return _slots.slot_offset(position, capacity) + _slots.SLOT_BYTES
 
 
 def _empty_slot_offset(path: Path) -> int:
     """Where the first slot never written starts in the file."""
     raw = path.read_bytes()
-    _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
+    _, capacity, _ = _slots.HEADER.unpack(raw[: _slots.HEADER.size])
     position = [state for state, _ in _slot_states(path)].index("empty")
-    return _local._slot_offset(position, capacity)
+    return _slots.slot_offset(position, capacity)
 
 
 def _flip(path: Path, offset: int) -> None:
@@ -520,10 +520,10 @@ def test_reader_meeting_a_slot_in_flight_waits_for_its_writer(
     assert ours.poll(CHILD_SECONDS), "the lock holder never took the lock"
     assert ours.recv_bytes() == b"locked"
     # What the holder's pwrite would have left so far: the new slot's header, half its data.
-    blob = _local._pack_slot(2, b"\x01" * 16, b"new document, of which half arrived", synced=True)
+    blob = _slots.pack_slot(2, b"\x01" * 16, b"new document, of which half arrived", synced=True)
     with path.open("r+b") as file:
         file.seek(_empty_slot_offset(path))
-        file.write(blob[: _local._SLOT_BYTES + 12])
+        file.write(blob[: _slots.SLOT_BYTES + 12])
 
     impatient = LocalStore(directory, lock_timeout=0.05)
     with pytest.raises(StoreUnavailable, match="lock"):
@@ -707,7 +707,7 @@ def test_read_if_changed_reads_only_the_slot_headers_of_an_unchanged_object(
 
     monkeypatch.setattr(os, "pread", pread)
     assert store.read_if_changed("big", version) is NOT_MODIFIED
-    assert sum(sizes) <= _local._FIRST_READ + 2 * _local._SLOT_BYTES, sizes
+    assert sum(sizes) <= _slots.FIRST_READ + 2 * _slots.SLOT_BYTES, sizes
     sizes.clear()
     assert store.read_if_changed("big", "0" * 32) == Versioned(big, version)
     assert sum(sizes) >= len(big)
@@ -718,7 +718,7 @@ def test_slot_left_half_written_is_skipped_then_overwritten(store: LocalStore) -
     """What a writer killed inside its pwrite leaves: the new slot's header and part of its data."""
     version = store.replace("k", b"current", store.create("k", b"before"))
     path = _object_file(store, "k")
-    blob = _local._pack_slot(3, b"\x02" * 16, b"the next document, cut short", synced=True)
+    blob = _slots.pack_slot(3, b"\x02" * 16, b"the next document, cut short", synced=True)
     with path.open("r+b") as file:
         file.seek(_empty_slot_offset(path))
         file.write(blob[: len(blob) - 5])
@@ -751,7 +751,7 @@ def test_damaged_newest_slot_raises_instead_of_rolling_back(store: LocalStore, w
     version = store.replace("k", b"current", before)
     path = _object_file(store, "k")
     data_at = _slot_data_offset(path, newest=True)
-    _flip(path, data_at if where == "data" else data_at - _local._SLOT_BYTES + 3)
+    _flip(path, data_at if where == "data" else data_at - _slots.SLOT_BYTES + 3)
     damaged = path.read_bytes()
 
     calls: dict[str, Callable[[], object]] = {
@@ -787,7 +787,7 @@ def test_damaged_header_or_record_raises(store: LocalStore) -> None:
     version = store.create("h", b"x")
     store.create("r", b"x")
     _flip(_object_file(store, "h"), 10)  # the slot capacity
-    _flip(_object_file(store, "r"), _local._RECORD_AT + 2)
+    _flip(_object_file(store, "r"), _slots.RECORD_AT + 2)
     for key in ("h", "r"):
         with pytest.raises(StoreError, match="damaged") as caught:
             store.read(key)

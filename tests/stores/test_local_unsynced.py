@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from prioritylock._errors import StoreUnavailable
-from prioritylock.stores import LocalStore, UnsyncedWriter, Versioned, _local
+from prioritylock.stores import LocalStore, UnsyncedWriter, Versioned, _local, _slots
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -37,29 +37,29 @@ class _File:
     """An object file parsed from outside: every slot (valid or not) and the record."""
 
     def __init__(self, raw: bytes) -> None:
-        _, capacity, _ = _local._HEADER.unpack(raw[: _local._HEADER.size])
+        _, capacity, _ = _slots.HEADER.unpack(raw[: _slots.HEADER.size])
         self.raw = raw
         self.capacity = capacity
-        self.record = _local._parse_record(raw)
-        self.slots: list[_local._Slot | None] = []  # None: empty, torn, or its data is torn
-        for position in range(_local._SLOTS):
-            start = _local._slot_offset(position, capacity)
-            slot = _local._parse_slot(raw[start : start + _local._SLOT_BYTES], position, capacity)
-            if isinstance(slot, _local._Slot):
-                data = raw[start + _local._SLOT_BYTES : start + _local._SLOT_BYTES + slot.length]
+        self.record = _slots.parse_record(raw)
+        self.slots: list[_slots.Slot | None] = []  # None: empty, torn, or its data is torn
+        for position in range(_slots.SLOTS):
+            start = _slots.slot_offset(position, capacity)
+            slot = _slots.parse_slot(raw[start : start + _slots.SLOT_BYTES], position, capacity)
+            if isinstance(slot, _slots.Slot):
+                data = raw[start + _slots.SLOT_BYTES : start + _slots.SLOT_BYTES + slot.length]
                 if zlib.crc32(data) != slot.data_crc:
                     slot = None
-            self.slots.append(slot if isinstance(slot, _local._Slot) else None)
+            self.slots.append(slot if isinstance(slot, _slots.Slot) else None)
 
     def position_of(self, seq: int) -> int | None:
         return next((s.position for s in self.slots if s is not None and s.seq == seq), None)
 
     @property
-    def current(self) -> _local._Slot:
+    def current(self) -> _slots.Slot:
         return max((s for s in self.slots if s is not None), key=lambda s: s.seq)
 
     def slot_bytes(self, position: int) -> bytes:
-        start = _local._slot_offset(position, self.capacity)
+        start = _slots.slot_offset(position, self.capacity)
         return self.raw[start : start + self.capacity]
 
 
@@ -157,7 +157,7 @@ def test_writes_never_overwrite_the_current_slot_nor_the_newest_synced_one(
         after = _File(path.read_bytes())
         changed = [
             p
-            for p in range(_local._SLOTS)
+            for p in range(_slots.SLOTS)
             if after.slot_bytes(p) != before.slot_bytes(p) or after.slots[p] != before.slots[p]
         ]
         assert len(changed) == 1, f"write {serial} changed slots {changed}"
@@ -184,13 +184,13 @@ def test_headers_left_above_the_current_slot_are_overwritten_first_the_lowest_fi
     version = store.create(KEY, b"synced, on disk")
     path = _path(store)
     cut_short = {
-        1: _local._pack_slot(3, b"\x03" * 16, b"a synced write, its data lost", synced=True),
-        2: _local._pack_slot(2, b"\x02" * 16, b"an unsynced write, its data lost", synced=False),
+        1: _slots.pack_slot(3, b"\x03" * 16, b"a synced write, its data lost", synced=True),
+        2: _slots.pack_slot(2, b"\x02" * 16, b"an unsynced write, its data lost", synced=False),
     }
     with path.open("r+b") as file:
         for position, blob in cut_short.items():
-            file.seek(_local._slot_offset(position, _local._MIN_CAPACITY))
-            file.write(blob[: _local._SLOT_BYTES + 4])
+            file.seek(_slots.slot_offset(position, _slots.MIN_CAPACITY))
+            file.write(blob[: _slots.SLOT_BYTES + 4])
     state = _File(path.read_bytes())
     assert [s is not None for s in state.slots] == [True, False, False]
     assert store.read(KEY) == Versioned(b"synced, on disk", version)
@@ -223,7 +223,7 @@ def test_record_lagging_after_a_killed_synced_write_is_repaired_before_the_next_
     real_pwrite = os.pwrite
 
     def die_at_the_record(fd: int, data: bytes, offset: int) -> int:
-        if offset == _local._RECORD_AT:
+        if offset == _slots.RECORD_AT:
             raise _Killed
         return real_pwrite(fd, data, offset)
 
@@ -254,7 +254,7 @@ def test_io_error_writing_the_record_may_have_landed_and_is_repaired(
     real_pwrite = os.pwrite
 
     def fail_at_the_record(fd: int, data: bytes, offset: int) -> int:
-        if offset == _local._RECORD_AT:
+        if offset == _slots.RECORD_AT:
             raise OSError(errno.EIO, "Input/output error")
         return real_pwrite(fd, data, offset)
 
@@ -278,7 +278,7 @@ def test_failed_repair_sync_writes_nothing(
     real_pwrite = os.pwrite
 
     def die_at_the_record(fd: int, data: bytes, offset: int) -> int:
-        if offset == _local._RECORD_AT:
+        if offset == _slots.RECORD_AT:
             raise _Killed
         return real_pwrite(fd, data, offset)
 

@@ -1,0 +1,66 @@
+"""DEBUG logging of store requests: one line per request, with its outcome, never a secret.
+
+Lines go to the ``prioritylock.stores`` logger: the store (its ``repr``: directory, bucket or
+container, and prefix), the operation, the key and what came of it (a version, "absent", "not
+modified", "condition failed", or the error's type). Server messages, endpoints' queries and
+credentials never appear; with DEBUG off, a request pays one ``isEnabledFor`` check.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from prioritylock._errors import ConditionFailed, PriorityLockError
+from prioritylock.stores._base import NOT_MODIFIED, Versioned
+
+__all__ = ["describe_error", "describe_result", "log", "logged"]
+
+log = logging.getLogger("prioritylock.stores")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def logged(op: str) -> Callable[[_F], _F]:
+    """Log each call of a store method ``(self, key, ...)`` and its outcome at DEBUG."""
+
+    def decorate(method: _F) -> _F:
+        @functools.wraps(method)
+        def call(self: object, *args: Any, **kwargs: Any) -> Any:
+            if not log.isEnabledFor(logging.DEBUG):
+                return method(self, *args, **kwargs)
+            key = args[0] if args else kwargs.get("key", kwargs.get("prefix"))
+            try:
+                result = method(self, *args, **kwargs)
+            except PriorityLockError as error:
+                log.debug("%r %s %r: %s", self, op, key, describe_error(error))
+                raise
+            log.debug("%r %s %r: %s", self, op, key, describe_result(result))
+            return result
+
+        return call  # type: ignore[return-value]
+
+    return decorate
+
+
+def describe_error(error: PriorityLockError) -> str:
+    """What a failed request came to: a failed condition says how; others, their type."""
+    if isinstance(error, ConditionFailed):
+        return str(error)
+    unknown = ", outcome unknown" if getattr(error, "outcome_unknown", False) else ""
+    return f"{type(error).__name__}{unknown}"
+
+
+def describe_result(result: object) -> str:
+    """What a request returned, without the data."""
+    if result is None:
+        return "absent or done"
+    if result is NOT_MODIFIED:
+        return "not modified"
+    if isinstance(result, Versioned):
+        return f"version {result.version} ({len(result.data)} bytes)"
+    if isinstance(result, list):
+        return f"{len(result)} keys"
+    return f"version {result}"

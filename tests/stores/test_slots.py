@@ -1,0 +1,161 @@
+"""The LocalStore's object file format alone: encoding and decoding slots, headers and records,
+checksums, and which slot a write takes. No files: bytes in, bytes out."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prioritylock.stores import _slots
+from prioritylock.stores._slots import (
+    BLOCK,
+    EMPTY_SLOT,
+    HEADER,
+    MIN_CAPACITY,
+    RECORD_AT,
+    SLOT_BYTES,
+    SLOTS,
+    SMALL_HEADER,
+    TORN,
+    Current,
+    FormatError,
+    Slot,
+    capacity_for,
+    free_slot,
+    header_capacity,
+    new_file,
+    pack_header,
+    pack_record,
+    pack_slot,
+    parse_record,
+    parse_slot,
+    slot_offset,
+)
+
+pytestmark = [pytest.mark.timeout(60)]
+
+VERSION = bytes(range(16))
+
+
+@given(
+    seq=st.integers(1, 2**64 - 1),
+    version=st.binary(min_size=16, max_size=16),
+    data=st.binary(max_size=2 * MIN_CAPACITY),
+    synced=st.booleans(),
+)
+def test_a_packed_slot_parses_back(seq: int, version: bytes, data: bytes, synced: bool) -> None:
+    capacity = capacity_for(len(data))
+    blob = pack_slot(seq, version, data, synced=synced)
+    assert blob[SLOT_BYTES:] == data
+    slot = parse_slot(blob[:SLOT_BYTES], 2, capacity)
+    assert slot == Slot(seq, 2, version, len(data), zlib.crc32(data), synced)
+
+
+def test_a_slot_that_fails_its_checksum_is_torn_and_zeros_were_never_written() -> None:
+    head = pack_slot(7, VERSION, b"doc", synced=False)[:SLOT_BYTES]
+    for at in range(SLOT_BYTES):  # any one flipped byte of the header
+        flipped = bytearray(head)
+        flipped[at] ^= 0x40
+        assert parse_slot(bytes(flipped), 0, MIN_CAPACITY) is TORN, at
+    assert parse_slot(EMPTY_SLOT, 0, MIN_CAPACITY) is None
+    assert parse_slot(b"", 0, MIN_CAPACITY) is None  # past the end of a short file: zeros
+    assert parse_slot(head[:20], 0, MIN_CAPACITY) is TORN  # cut short
+
+
+def test_a_slot_longer_than_its_capacity_is_torn() -> None:
+    data = b"x" * (MIN_CAPACITY - SLOT_BYTES + 1)
+    head = pack_slot(1, VERSION, data, synced=True)[:SLOT_BYTES]
+    assert parse_slot(head, 0, MIN_CAPACITY) is TORN
+    assert isinstance(parse_slot(head, 0, 2 * MIN_CAPACITY), Slot)
+
+
+@given(seq=st.integers(0, 2**64 - 1))
+def test_a_record_parses_back_and_a_damaged_one_is_none(seq: int) -> None:
+    buf = bytes(RECORD_AT) + pack_record(seq)
+    assert parse_record(buf) == seq
+    damaged = bytearray(buf)
+    damaged[RECORD_AT + 3] ^= 1
+    assert parse_record(bytes(damaged)) is None
+    assert parse_record(buf[:-1]) is None
+
+
+@given(length=st.integers(0, 10**7))
+def test_capacity_holds_the_document_twice_in_whole_blocks(length: int) -> None:
+    capacity = capacity_for(length)
+    assert capacity >= MIN_CAPACITY and capacity % BLOCK == 0
+    assert capacity >= 2 * (SLOT_BYTES + length)
+    assert capacity - BLOCK < max(MIN_CAPACITY, 2 * (SLOT_BYTES + length))
+    assert [slot_offset(i, capacity) for i in range(SLOTS)] == [
+        BLOCK,
+        BLOCK + capacity,
+        BLOCK + 2 * capacity,
+    ]
+
+
+@pytest.mark.parametrize("synced", [True, False])
+def test_a_new_file_holds_the_document_in_slot_zero(synced: bool) -> None:
+    data = b'{"schema": 1}'
+    capacity = capacity_for(len(data))
+    file = new_file(capacity, 5, VERSION, data, synced=synced)
+    assert header_capacity(file) == capacity
+    assert parse_record(file) == (5 if synced else 0)  # only a synced file names its write
+    slot = parse_slot(file[BLOCK : BLOCK + SLOT_BYTES], 0, capacity)
+    assert isinstance(slot, Slot) and (slot.seq, slot.synced) == (5, synced)
+    assert file[BLOCK + SLOT_BYTES : BLOCK + SLOT_BYTES + slot.length] == data
+
+
+def test_header_capacity_tells_damaged_older_and_foreign_files_apart() -> None:
+    assert header_capacity(SMALL_HEADER) == MIN_CAPACITY
+    assert header_capacity(pack_header(8 * BLOCK)) == 8 * BLOCK
+
+    def problem(buf: bytes) -> tuple[str, str]:
+        with pytest.raises(FormatError) as caught:
+            header_capacity(buf)
+        return caught.value.kind, caught.value.layout
+
+    flipped = bytearray(pack_header(8 * BLOCK))
+    flipped[9] ^= 1
+    assert problem(bytes(flipped)) == ("damaged", "")
+    assert problem(pack_header(BLOCK + 1)) == ("damaged", "")  # not whole blocks
+    two_slots = HEADER.pack(b"\x89PLOCK1\n", BLOCK, 0)
+    assert problem(two_slots) == ("older", "two slots")
+    assert problem(b"0123456789abcdef" * 2 + b"\nold bytes") == (
+        "older",
+        "a version line, then the bytes",
+    )
+    assert problem(b'{"schema": 1}') == ("foreign", "")
+    assert problem(b"") == ("foreign", "")
+
+
+def _current(top: int, slots: list[Slot | _slots.Torn | None], record: int = 0) -> Current:
+    found = slots[top]
+    assert isinstance(found, Slot)
+    return Current(found, MIN_CAPACITY, b"", slots, record)
+
+
+def _slot(seq: int, position: int, *, synced: bool = False) -> Slot:
+    return Slot(seq, position, VERSION, 0, 0, synced)
+
+
+def test_a_write_takes_neither_the_current_nor_the_kept_slot() -> None:
+    slots: list[Slot | _slots.Torn | None] = [_slot(3, 0), _slot(4, 1), _slot(2, 2)]
+    assert free_slot(_current(1, slots), kept=None) == 2  # the older of the two others
+    assert free_slot(_current(1, slots), kept=2) == 0
+    never = [_slot(1, 0), None, TORN]
+    assert free_slot(_current(0, never), kept=None) == 1  # never written (or torn) first
+    assert free_slot(_current(0, never), kept=1) == 2
+
+
+def test_an_unfinished_write_above_the_current_slot_is_taken_first() -> None:
+    # Slots 1 and 2 hold whole headers above the current one: writes cut short. The lowest is
+    # overwritten, so the next write's sequence number never stands in two slots.
+    slots: list[Slot | _slots.Torn | None] = [_slot(5, 0), _slot(7, 1), _slot(6, 2)]
+    assert free_slot(_current(0, slots), kept=None) == 2
+    # ... before an older whole write, and before a slot never written.
+    older: list[Slot | _slots.Torn | None] = [_slot(5, 0), _slot(6, 1), _slot(3, 2)]
+    assert free_slot(_current(0, older), kept=None) == 1
+    empty: list[Slot | _slots.Torn | None] = [_slot(5, 0), None, _slot(6, 2)]
+    assert free_slot(_current(0, empty), kept=None) == 2
