@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -19,6 +20,8 @@ from prioritylock.stores import ObjectStore
 from prioritylock.testing.faults import FaultyStore
 from tests.conftest import StoreFactory
 from tests.lock.helpers import Recorder, builder, make
+
+T = TypeVar("T")
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
 
@@ -32,12 +35,12 @@ class AnswerLate(FaultyStore):
         self.armed: tuple[Callable[[], None], str] | None = None
         self.fired = 0
 
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        new_version: str = self.inner.replace(key, data, version)  # a refused one stays armed
-        armed, self.armed = self.armed, None
-        if armed is None:
-            return new_version
-        between, fault = armed
+    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
+        result = super()._forward(op, key, call)  # a refused write raises and stays armed
+        if op not in ("replace", "replace_unsynced") or self.armed is None:
+            return result
+        between, fault = self.armed
+        self.armed = None
         between()
         self.fired += 1
         if fault == "lost":
