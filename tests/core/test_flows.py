@@ -265,6 +265,29 @@ def test_a_non_forceful_request_withdraws_at_its_deadline_and_raises() -> None:
         drive(flows.acquire(st, "me", blocking=False, deadline=None), script)
 
 
+def test_a_displaced_request_is_told_denied_and_try_lock_gives_up() -> None:
+    st = state()
+    displaced = BEFORE.rewritten(requestor=requestor("q", priority=8))
+    denied = Step(lambda e: isinstance(e, flows.Denied) and e.lease == displaced)
+    script = [
+        now(0.0),
+        Step(Read, doc(BEFORE, "v1")),
+        now(0.0),
+        now(0.0),
+        Step(Put, "v2"),
+        now(0.1),
+        now(0.1),
+        now(0.1),
+        Step(Pause),
+        now(0.2),
+        Step(Read, doc(displaced, "v3")),
+        now(0.2),
+        denied,
+    ]
+    got, _ = drive(flows.acquire(st, "me", blocking=False, deadline=None), script)
+    assert got is False
+
+
 # -- holding --------------------------------------------------------------------------------------
 
 MINE = lease(holder=holder("me", owner="me-owner", priority=6))
