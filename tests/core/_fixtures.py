@@ -83,6 +83,7 @@ def claim(
     forceful: bool = False,
     if_fence: int | None = None,
     if_owner: str | None = None,
+    boot: str | None = "boot-now",
 ) -> proto.Claim:
     return proto.Claim(
         lock_id=lock_id,
@@ -95,6 +96,7 @@ def claim(
         forceful=forceful,
         if_fence=if_fence,
         if_owner=if_owner,
+        boot=boot,
     )
 
 

@@ -217,7 +217,9 @@ def _requested(effects: list[object]) -> Versioned:
 
 def test_a_request_handed_over_is_confirmed_by_our_own_renewal() -> None:
     st = state()  # priority 6 beats the holder's 5: it asks
-    handed = proto.handed_over(BEFORE.rewritten(requestor=requestor("me", priority=6)), 1000.5)
+    handed = proto.handed_over(
+        BEFORE.rewritten(requestor=requestor("me", priority=6)), 1000.5, None
+    )
     script = [
         now(0.0),
         Step(Read, doc(BEFORE, "v1")),

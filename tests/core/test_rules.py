@@ -35,7 +35,8 @@ OLD_BOOT = "boot-before"
 
 @pytest.fixture(autouse=True)
 def _this_boot(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_reserve, "_boot", THIS_BOOT)
+    # The rules are given the boot; this makes sure none of them reads the module's own.
+    monkeypatch.setattr(_reserve, "_boot", "not-this-boot")
 
 
 # -- acquire_step ------------------------------------------------------------------------------
@@ -383,7 +384,9 @@ def lease_summary(new: Lease, outcome: str) -> tuple[Any, ...]:
 def test_after_cleanup(
     before: Lease, now: float, request_seen: Sighting | None, expected: tuple[Any, ...]
 ) -> None:
-    new = proto.after_cleanup(before, now=now, wall=WALL, drift=DRIFT, request_seen=request_seen)
+    new = proto.after_cleanup(
+        before, now=now, wall=WALL, drift=DRIFT, request_seen=request_seen, boot=THIS_BOOT
+    )
     assert new.requestor is None
     assert lease_summary(new, expected[1]) == expected
 
@@ -411,10 +414,10 @@ def _take_by(before: Lease, me: proto.Claim, now: float) -> Lease:
 
 # Every way the fence moves: each takes next_fence, here past an old boot's reservation (200).
 FENCE_WRITES: list[tuple[str, Callable[[], Lease], int]] = [
-    ("handover takes next_fence", lambda: proto.handed_over(HELD_OLD_BOOT, WALL), 201),
+    ("handover takes next_fence", lambda: proto.handed_over(HELD_OLD_BOOT, WALL, THIS_BOOT), 201),
     (
         "force unlock takes next_fence",
-        lambda: proto.forced_free(HELD_OLD_BOOT, by="op", message="x", wall=WALL),
+        lambda: proto.forced_free(HELD_OLD_BOOT, by="op", message="x", wall=WALL, boot=THIS_BOOT),
         201,
     ),
     (
@@ -459,7 +462,7 @@ def test_renewed_bumps_the_beat_only() -> None:
 
 
 def test_handed_over_makes_the_requestor_holder_on_its_own_terms() -> None:
-    new = proto.handed_over(HELD_PENDING, WALL)
+    new = proto.handed_over(HELD_PENDING, WALL, THIS_BOOT)
     r = requestor()
     assert new.holder is not None
     assert (new.holder.lock_id, new.holder.owner, new.holder.priority) == ("r", "asker", 7)
@@ -469,7 +472,7 @@ def test_handed_over_makes_the_requestor_holder_on_its_own_terms() -> None:
 
 
 def test_forced_free_records_the_operator() -> None:
-    new = proto.forced_free(HELD_PENDING, by="op", message="stuck", wall=WALL)
+    new = proto.forced_free(HELD_PENDING, by="op", message="stuck", wall=WALL, boot=THIS_BOOT)
     assert (new.holder, new.requestor, new.fence) == (None, None, 8)
     assert new.event == Event("force_unlock", WALL, "op", "stuck")
 
@@ -495,11 +498,8 @@ NEXT_FENCE: list[tuple[str, str | None, Lease, int]] = [
     [row[1:] for row in NEXT_FENCE],
     ids=[row[0] for row in NEXT_FENCE],
 )
-def test_next_fence(
-    monkeypatch: pytest.MonkeyPatch, boot: str | None, before: Lease, fence: int
-) -> None:
-    monkeypatch.setattr(_reserve, "_boot", boot)
-    assert next_fence(before) == fence
+def test_next_fence(boot: str | None, before: Lease, fence: int) -> None:
+    assert next_fence(before, boot) == fence
 
 
 MINE_NOW = Reserve(135, THIS_BOOT)
@@ -592,14 +592,12 @@ PLAN: list[tuple[str, str | None, Lease, Lease | None, tuple[bool, Reserve | Non
     ids=[row[0] for row in PLAN],
 )
 def test_plan_write(
-    monkeypatch: pytest.MonkeyPatch,
     boot: str | None,
     new: Lease,
     base: Lease | None,
     expected: tuple[bool, Reserve | None],
 ) -> None:
-    monkeypatch.setattr(_reserve, "_boot", boot)
-    planned, unsynced = plan_write(new, base)
+    planned, unsynced = plan_write(new, base, boot)
     assert (unsynced, planned.reserve) == expected
     assert (planned.nonce, planned.fence, planned.holder) == (new.nonce, new.fence, new.holder)
 
@@ -607,7 +605,7 @@ def test_plan_write(
 # -- release_landed ------------------------------------------------------------------------------
 
 OUR_RELEASE = lease(nonce="rel", event=Event("released", WALL, "holder"))
-OUR_HANDOVER = proto.handed_over(HELD_PENDING, WALL)
+OUR_HANDOVER = proto.handed_over(HELD_PENDING, WALL, THIS_BOOT)
 NEXT_HOLDER = holder("x", owner="next")
 
 LANDED: list[tuple[str, Lease | None, Lease, bool]] = [
