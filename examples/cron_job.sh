@@ -6,7 +6,7 @@
 #
 #   examples/cron_job.sh [STORE_URL]     (default: a fresh temporary directory)
 #
-# In a crontab:  */5 * * * *  prioritylock run --timeout 0 file:///var/lib/locks jobs/report -- /usr/local/bin/report
+# In a crontab:  */5 * * * *  prioritylock run --timeout 0 'file:///var/lib/locks' jobs/report -- /usr/local/bin/report
 set -euo pipefail
 
 url=${1:-}

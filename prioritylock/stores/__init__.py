@@ -7,6 +7,7 @@ requests in ``store.stats``. ``open_store(url)`` picks one from a URL. The cloud
 
 from typing import TYPE_CHECKING, Any
 
+from prioritylock._public import publish
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ConditionalReader,
@@ -47,7 +48,9 @@ def __getattr__(name: str) -> Any:
         raise ImportError(
             f"{name} needs an optional dependency: pip install 'prioritylock[{extra}]'"
         ) from exc
-    return getattr(module, name)
+    store = getattr(module, name)
+    publish(__name__, {name: store}, [name])
+    return store
 
 
 __all__ = [
@@ -68,3 +71,5 @@ __all__ = [
     "open_store",
     "replace_if_unchanged",
 ]
+
+publish(__name__, globals(), __all__)
