@@ -49,6 +49,34 @@ def test_mkdocs_build_strict(tmp_path: Path) -> None:
     assert (site / "index.html").is_file()
     assert (site / "priorities" / "index.html").is_file()
     assert (site / "figures" / "preemption-timeline.svg").is_file()
+    check_api_reference((site / "api" / "index.html").read_text(encoding="utf-8"))
+
+
+#: The modules the API reference renders, as the page's own headings name them.
+API_MODULES = ["prioritylock", "prioritylock.stores", "prioritylock.signals", "scopes"]
+
+
+#: Re-exported from a dependency: the reference documents our names only.
+_NOT_OURS = {"prioritylock.signals.ANY"}
+
+
+def check_api_reference(page: str) -> None:
+    """Every public name has its entry at its public path; no private path is shown."""
+    anchors = set(re.findall(r'\bid="([^"]+)"', page))
+    missing = [
+        f"{module}.{name}"
+        for module in API_MODULES
+        for name in importlib.import_module(module).__all__
+        if not name.startswith("_")
+        and f"{module}.{name}" not in anchors
+        and f"{module}.{name}" not in _NOT_OURS
+    ]
+    assert not missing, f"the API reference has no entry for {missing}"
+    assert "prioritylock.testing.StoreContract" in anchors
+    text = re.sub(r"<[^>]+>", " ", page)
+    private = sorted(set(re.findall(r"\bprioritylock(?:\.\w+)*\._[a-z]\w*", text)))
+    assert not private, f"private paths shown in the API reference: {private}"
+    assert ":class:" not in text and ":meth:" not in text, "a Sphinx role was left unrendered"
 
 
 def relative_links(markdown: str) -> list[str]:
@@ -157,6 +185,21 @@ _UNQUOTED_URL = re.compile(r"(?<![\"'=])\b(?:s3|gs|az|file|memory)://")
 _SHELL_FENCE = re.compile(r"^```(?:sh|shell|bash|console)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
+def test_yaml_examples_parse() -> None:
+    import yaml
+
+    blocks = [
+        block
+        for page in sorted((ROOT / "docs").rglob("*.md"))
+        for block in re.findall(
+            r"^```yaml\n(.*?)^```", page.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL
+        )
+    ]
+    assert blocks, "no YAML examples found: is the pattern still right?"
+    for block in blocks:
+        assert isinstance(yaml.safe_load(block), dict), block
+
+
 def test_shell_examples_quote_their_urls() -> None:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     found = []
@@ -179,8 +222,8 @@ SNIPPET_PAGES = [
     "docs/quickstart.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "howto").glob("*.md")),
 ]
-#: The directory the snippets use; each test run gives them a fresh one instead.
-SNIPPET_STORE = "file:///tmp/locks"
+#: The directory the snippets use (``file:///tmp/locks``); each run gives them a fresh one.
+SNIPPET_DIRECTORY = "/tmp/locks"
 
 
 def python_snippets(markdown: str) -> list[str]:
@@ -212,7 +255,7 @@ def test_snippet_runs(page: str, index: int, tmp_path: Path) -> None:
             imported.add(node.module.split(".")[0])
     extra = imported - set(sys.stdlib_module_names) - {"prioritylock", "scopes"}
     assert not extra, f"{page} snippet {index} needs more than the package: {extra}"
-    code = code.replace(SNIPPET_STORE, f"file://{tmp_path / 'locks'}")
+    code = code.replace(SNIPPET_DIRECTORY, str(tmp_path / "locks"))
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", code],
         cwd=tmp_path,
