@@ -180,6 +180,25 @@ def test_no_doc_points_outside_the_repository() -> None:
 _OUTSIDE_PENDING = {"benchmarks.md"}
 
 
+def test_no_docstring_points_outside_the_repository() -> None:
+    """Docstrings end up in the API reference and in ``help()``."""
+    outside = re.compile(r"shared/|PROTOCOL\.md|STYLE\.md|EMULATORS\.md|/work/")
+    sources = sorted([*(ROOT / "prioritylock").rglob("*.py"), *(ROOT / "scopes").rglob("*.py")])
+    found = [
+        f"{source.relative_to(ROOT)}:{n}"
+        for source in sources
+        if source.relative_to(ROOT).as_posix() not in _DOCSTRINGS_PENDING
+        for n, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1)
+        if outside.search(line)
+    ]
+    assert not found, f"lines that point outside the repository: {found}"
+
+
+#: Files outside this change's reach (issue 13): the lead's protocol module, and the emulator
+#: launcher that is moving to the test tree. Drop each name once it is fixed.
+_DOCSTRINGS_PENDING = {"prioritylock/_protocol.py", "prioritylock/testing/_servers.py"}
+
+
 #: A URL in a shell command: quoted, it survives the shell's globbing of "?" and "&".
 _UNQUOTED_URL = re.compile(r"(?<![\"'=])\b(?:s3|gs|az|file|memory)://")
 _SHELL_FENCE = re.compile(r"^```(?:sh|shell|bash|console)\n(.*?)^```", re.MULTILINE | re.DOTALL)
