@@ -30,6 +30,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock._lock import Lock
+from prioritylock._public import publish
 
 __version__ = "0.1.0"
 
@@ -65,3 +66,5 @@ __all__ = [
     "SystemClock",
     "__version__",
 ]
+
+publish(__name__, globals(), __all__)

@@ -13,3 +13,8 @@ Pure naming: no I/O, and no dependency on ``prioritylock``.
 from scopes._scope import LockScope, ScopeKind
 
 __all__ = ["LockScope", "ScopeKind"]
+
+# Shown at their public path (scopes.LockScope) in repr, tracebacks and the API reference.
+for _public in (LockScope, ScopeKind):
+    _public.__module__ = __name__
+del _public

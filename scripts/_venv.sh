@@ -1,19 +1,30 @@
 # Sourced by the scripts: make .venv (once) and install the project into it.
 # Usage: . scripts/_venv.sh EXTRAS   (e.g. "dev,all" or "")
+# "dev" is not an extra but the pinned dependency group of tools (pyproject.toml,
+# [dependency-groups]); the other names are the package's extras (s3, gcs, azure, all, testing).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="$root/.venv"
-extras=${1:-}
+wanted=${1:-}
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip 2> >(grep -v '^WARNING: Location' >&2)
 fi
-stamp="$venv/.installed-$(printf '%s' "$extras" | tr ',' '-')"
+extras=""
+group=""
+for name in ${wanted//,/ }; do
+  if [ "$name" = dev ]; then group=dev; else extras="${extras:+$extras,}$name"; fi
+done
+stamp="$venv/.installed-$(printf '%s' "$wanted" | tr ',' '-')"
 if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+  # pip warns about this machine's extra index locations on every package: keep the log readable.
+  quiet() { "$@" 2> >(grep -v '^WARNING: Location' >&2); }
+  # Dependency groups need pip 25.1 or newer.
+  quiet "$venv/bin/python" -m pip install --quiet --upgrade 'pip>=25.1'
   spec="$root"
   [ -n "$extras" ] && spec="$root[$extras]"
-  # pip warns about this machine's extra index locations on every package: keep the log readable.
-  "$venv/bin/python" -m pip install --quiet -e "$spec" 2> >(grep -v '^WARNING: Location' >&2)
+  args=(-e "$spec")
+  [ -n "$group" ] && args+=(--group "$root/pyproject.toml:$group")
+  quiet "$venv/bin/python" -m pip install --quiet "${args[@]}"
   touch "$stamp"
 fi
 export PATH="$venv/bin:$PATH"

@@ -7,9 +7,13 @@ directory under pytest's ``tmp_path``, and a process-local memory store).
 
 from __future__ import annotations
 
+import io
 import os
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +99,75 @@ def test_cron_style_shell_example(tmp_path: Path, url_kind: str) -> None:
         assert line in done.stdout, done.stdout
     assert "must not happen" not in done.stdout
     assert "Traceback" not in done.stderr
+
+
+#: The demo's lines, in order (times and paths vary): each printed whole, none run together.
+DEMO_LINES = [
+    r"prioritylock demo on the local-directory store file:///\S+",
+    r"",
+    r"1\. Two clients contend for one lock",
+    r"  client-1 holds the lock, fencing token 1",
+    r"  \[info\] fence=1 held by 'client-1' \(priority 0\); last event: acquired",
+    r"  client-2 try_lock\(\) -> False",
+    r"  client-1 releases",
+    r"  client-2 holds the lock, fencing token 2 \(higher: fenced\)",
+    r"  \[info\] fence=2 held by 'client-2' \(priority 0\); last event: acquired",
+    r"",
+    r"2\. A higher-priority job preempts a low-priority holder",
+    r"  batch-job holds the lock, fencing token 1",
+    r"  low-priority job: 'urgent-job' \(priority 10\) asks for the lock; cleaning up "
+    r"\(\d+\.\d s left in the window\)",
+    r"  low-priority job: cleanup done, handing over",
+    r"  low-priority job: told it no longer holds the lock \(preempted\)",
+    r"  urgent-job try_lock\(\) -> True after \d+\.\d\d s, fencing token 2",
+    r"  \[info\] fence=2 held by 'urgent-job' \(priority 10\); last event: handover",
+]
+
+
+@pytest.mark.timeout(60)
+def test_demo_prints_its_story_line_by_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "prioritylock._demo"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(DEMO_LINES), done.stdout
+    for line, pattern in zip(lines, DEMO_LINES, strict=True):
+        assert re.fullmatch(pattern, line), f"{line!r} is not {pattern!r}\n{done.stdout}"
+
+
+class _SlowStdout(io.StringIO):
+    """A stream that lets other threads run in the middle of every write, as a pipe may."""
+
+    def write(self, s: str) -> int:
+        time.sleep(0.0005)
+        return super().write(s)
+
+
+@pytest.mark.timeout(30)
+def test_demo_lines_from_two_threads_never_interleave(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prioritylock import _demo
+
+    out = _SlowStdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    start = threading.Barrier(2)
+
+    def talk(who: str) -> None:
+        start.wait()
+        for n in range(40):
+            _demo._say(f"{who} line {n}")
+
+    threads = [threading.Thread(target=talk, args=(who,)) for who in ("main", "heartbeat")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    lines = out.getvalue().splitlines()
+    assert sorted(lines) == sorted(
+        f"{w} line {n}" for w in ("main", "heartbeat") for n in range(40)
+    )

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import inspect
+import pickle
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -78,3 +81,59 @@ def test_py_typed_markers_ship() -> None:
         spec = importlib.util.find_spec(package)
         assert spec is not None and spec.origin is not None
         assert (__import__("pathlib").Path(spec.origin).parent / "py.typed").exists()
+
+
+def _public_objects() -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
+    for module in (prioritylock, prioritylock.stores, scopes):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                found.append((module.__name__, obj))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("package", "obj"), _public_objects(), ids=lambda v: getattr(v, "__name__", str(v))
+)
+def test_public_names_live_at_their_public_path(package: str, obj: Any) -> None:
+    """``prioritylock.ConfigError``, not ``prioritylock._errors.ConfigError``: in ``repr``, in
+    tracebacks, in pickles and in the generated reference."""
+    if obj.__module__.startswith("blinker"):
+        return  # re-exported from a dependency, not ours to rename
+    assert obj.__module__ == package
+    name = obj.__qualname__
+    assert getattr(importlib.import_module(package), name) is obj
+
+
+def test_public_names_cover_every_kind() -> None:
+    names = {obj.__name__ for _, obj in _public_objects()}
+    # classes, errors, lazily loaded stores, scope classes and functions are all checked
+    assert {"Lock", "ConfigError", "S3Store", "LockScope", "open_store"} <= names
+
+
+def test_tracebacks_and_pickles_show_the_public_path() -> None:
+    error = pickle.loads(pickle.dumps(ConfigError("bad option")))
+    assert type(error) is ConfigError
+    assert repr(prioritylock.Lock) == "<class 'prioritylock.Lock'>"
+    code = "import prioritylock; raise prioritylock.LockTimeout('gave up')"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.stderr.splitlines()[-1] == "prioritylock.LockTimeout: gave up"
+
+
+def test_store_contract_without_pytest_says_what_to_install() -> None:
+    code = (
+        "import sys; sys.modules['pytest'] = None\n"
+        "from prioritylock.testing.faults import FaultyStore\n"  # no pytest needed
+        "from prioritylock.testing import StoreContract\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: prioritylock.testing.StoreContract runs under")
+    assert "pip install 'prioritylock[testing]'" in last
+    assert result.stderr.count("Traceback") == 1, result.stderr

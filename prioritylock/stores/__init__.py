@@ -7,6 +7,7 @@ requests in ``store.stats``. ``open_store(url)`` picks one from a URL. The cloud
 
 from typing import TYPE_CHECKING, Any
 
+from prioritylock._public import publish
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ConditionalReader,
@@ -46,7 +47,9 @@ def __getattr__(name: str) -> Any:
             f" pip install 'prioritylock[{scheme.extra}]'",
             name=exc.name,
         ) from None
-    return getattr(module, name)
+    store = getattr(module, name)
+    publish(__name__, {name: store}, [name])
+    return store
 
 
 __all__ = [
@@ -67,3 +70,5 @@ __all__ = [
     "open_store",
     "replace_if_unchanged",
 ]
+
+publish(__name__, globals(), __all__)
