@@ -240,7 +240,8 @@ class AsyncLock:
     def fencing_token(self) -> int:
         """The fence of the current holding: pass it to the resource you protect.
 
-        :raises NotLockOwner: not held. :raises LockLost: held and lost.
+        :raises NotLockOwner: not held.
+        :raises LockLost: held and lost.
         """
         return self._require_holding().fence
 
@@ -248,7 +249,8 @@ class AsyncLock:
     def lock_id(self) -> str:
         """The unguessable id of the current holding, made by the library.
 
-        :raises NotLockOwner: not held. :raises LockLost: held and lost.
+        :raises NotLockOwner: not held.
+        :raises LockLost: held and lost.
         """
         return self._require_holding().lock_id
 

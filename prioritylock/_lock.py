@@ -218,7 +218,8 @@ class Lock:
     def fencing_token(self) -> int:
         """The fence of the current holding: pass it to the resource you protect.
 
-        :raises NotLockOwner: not held. :raises LockLost: held and lost.
+        :raises NotLockOwner: not held.
+        :raises LockLost: held and lost.
         """
         return self._require_holding().fence
 
@@ -226,7 +227,8 @@ class Lock:
     def lock_id(self) -> str:
         """The unguessable id of the current holding, made by the library.
 
-        :raises NotLockOwner: not held. :raises LockLost: held and lost.
+        :raises NotLockOwner: not held.
+        :raises LockLost: held and lost.
         """
         return self._require_holding().lock_id
 

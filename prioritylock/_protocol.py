@@ -2,10 +2,10 @@
 
 Every function takes what a client has observed (the lease it read, and when it first saw the
 holder's heartbeat or the pending request, on *its own* monotonic clock) and returns what to do
-next: write a new document, wait until a moment, or stop with an outcome. The driver in
-``_lock.py`` runs these against a store and a clock.
+next: write a new document, wait until a moment, or stop with an outcome. The flows in
+``_flows.py`` string them together; the drivers (``_lock.py``, ``_alock.py``) run those.
 
-How expiry is judged (PROTOCOL.md, guarantee 1, mutual exclusion): a holder believes it holds
+How expiry is judged (docs/protocol.md, mutual exclusion): a holder believes it holds
 the lock until ``start of its last successful renew + lease_timeout``. A waiter starts counting
 when it first *sees* a holder's heartbeat ``(lock_id, beat)``, and takes over only after that
 heartbeat stayed unchanged for ``lease_timeout + max_clock_drift``. The heartbeat landed after

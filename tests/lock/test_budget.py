@@ -1,4 +1,4 @@
-"""Request budget (PROTOCOL.md): acquire <= 2 (1 when the state is known), renew 1, release 1,
+"""Request budget (docs/protocol.md): acquire <= 2 (1 when the state is known), renew 1, release 1,
 watch 1 (a 304 without a body where the store can read conditionally)."""
 
 from __future__ import annotations

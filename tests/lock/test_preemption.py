@@ -1,4 +1,4 @@
-"""Priorities and preemption (PROTOCOL.md section 4), one behaviour per test, on every store."""
+"""Priorities and preemption (docs/priorities.md), one behaviour per test, on every store."""
 
 from __future__ import annotations
 
