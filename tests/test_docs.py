@@ -239,6 +239,7 @@ def test_shell_examples_quote_their_urls() -> None:
 SNIPPET_PAGES = [
     "README.md",
     "docs/quickstart.md",
+    "docs/asyncio.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "howto").glob("*.md")),
 ]
 #: The directory the snippets use (``file:///tmp/locks``); each run gives them a fresh one.

@@ -23,6 +23,7 @@ SCRIPTS = sorted(EXAMPLES.glob("*.py"))
 
 #: One line (or part of one) each example must print: the point it makes.
 KEY_LINES = {
+    "async_worker.py": "urgent try_lock() -> True, fence 6 -> 7",
     "basic_lock.py": "worker-2 holds the lock with fencing token 2 (one more)",
     "scoped_builder.py": "observer sees: held=True by 'migrator@host-3'",
     "preemption.py": "urgent try_lock() -> True, fence 1 -> 2",
@@ -32,6 +33,11 @@ KEY_LINES = {
 
 #: More lines that must appear, where one line is not the whole point.
 MORE_LINES = {
+    "async_worker.py": [
+        "5 workers took turns, fences [1, 2, 3, 4, 5]",
+        "batch: rolled back 2 steps, handing over",
+        "batch still believes it holds the lock: False",
+    ],
     "preemption.py": [
         "signal to batch's lock: cleanup_requested (by 'urgent')",
         "signal to batch's lock: lock_lost (reason 'preempted')",
