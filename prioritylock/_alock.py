@@ -32,7 +32,14 @@ from prioritylock import _lock, signals
 from prioritylock._ascheduler import AsyncScheduler, loop_scheduler
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
-from prioritylock._errors import ConfigError, LockHeld, LockLost, LockTimeout, NotLockOwner
+from prioritylock._errors import (
+    ConfigError,
+    LockCancelled,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+    NotLockOwner,
+)
 from prioritylock._info import LockInfo
 from prioritylock._lease import Lease, new_lock_id
 from prioritylock._listener import CleanupNotice
@@ -135,6 +142,7 @@ class AsyncLock:
         self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
+        self._acquiring = False
         self._armed: asyncio.Event | None = None
         self._inflight: asyncio.Future[Any] | None = None
         self._closed = False
@@ -285,16 +293,29 @@ class AsyncLock:
         return None if before is None else LockInfo.from_lease(before)
 
     async def aclose(self) -> None:
-        """Release the lock if held and stop renewing; the object is not used afterwards."""
+        """Release the lock if held and stop renewing; the object is not used afterwards.
+
+        A task waiting for the lock with this object (``lock()``) ends with
+        :class:`~prioritylock.LockCancelled`, leaving nothing claimed.
+        """
         if self._closed:
             return
+        self._closed = True
+        if self._acquiring:
+            _lock.fire_wakeups(self._store, self._key)  # our waiter wakes and sees it closed
         holding = self._st.holding
-        try:
-            if holding is not None and not holding.ended and holding.lost is None:
-                with contextlib.suppress(NotLockOwner):
-                    await self.unlock()
-        finally:
-            self._closed = True
+        if holding is not None and not holding.ended and holding.lost is None:
+            with contextlib.suppress(NotLockOwner):
+                await self.unlock()
+
+    def acquire(self, timeout: float | None = None) -> _Acquiring:
+        """An async context manager that waits for the lock on entry (as :meth:`lock`) and
+        releases it on exit::
+
+            async with lock.acquire(timeout=5):
+                ...
+        """
+        return _Acquiring(self, timeout)
 
     async def __aenter__(self) -> AsyncLock:
         await self.lock()
@@ -389,7 +410,7 @@ class AsyncLock:
         elif effect is flows.ARM:
             self._armed = _wakeups.current(store, key)
         elif kind is flows.Pause:
-            await self._pause(effect.seconds)  # type: ignore[attr-defined]
+            return await self._pause(effect.seconds)  # type: ignore[attr-defined]
         elif kind is flows.Hold:
             self._hold(effect)  # type: ignore[arg-type]
         elif kind is flows.Lose:
@@ -420,9 +441,12 @@ class AsyncLock:
         else:
             await asyncio.sleep(seconds)
 
-    async def _pause(self, seconds: float) -> None:
-        """Wait between attempts without holding the guard, woken early by a local release."""
+    async def _pause(self, seconds: float) -> bool:
+        """Wait between attempts without holding the guard, woken early by a local release.
+        True when the wait is to end (this object was closed)."""
         wake, self._armed = self._armed, None
+        if self._closed:
+            return True
         guard = self._guard()
         self._guard_held = False
         guard.release()
@@ -433,11 +457,12 @@ class AsyncLock:
                 await self._sleep(seconds)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), seconds)
+                    await asyncio.wait_for(wake.wait(), seconds)  # aclose() sets it too
             self._armed = _wakeups.current(self._store, self._key)
         finally:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it
             self._guard_held = True
+        return self._closed
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -447,6 +472,13 @@ class AsyncLock:
     # -- acquiring ---------------------------------------------------------------------------------
 
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
+        if self._acquiring:
+            # One lock object is one client: two tasks acquiring with it would share its state.
+            raise LockHeld(
+                f"{self._key!r}: another task is acquiring with this lock object "
+                "(use one lock object per task)"
+            )
+        self._acquiring = True
         lock_id = new_lock_id()
         guard = self._guard()
         try:
@@ -461,11 +493,18 @@ class AsyncLock:
                 if self._guard_held:
                     self._guard_held = False
                     guard.release()
+            if got and self._closed:
+                # Closed while the last write was on its way: never hold on.
+                with contextlib.suppress(NotLockOwner):
+                    await self.unlock()
+                raise LockCancelled(f"{self._key!r}: the wait for the lock was cancelled")
             if got:
                 await self._announce_acquired()
         except asyncio.CancelledError:
             await _shielded(self._abandon(lock_id))
             raise
+        finally:
+            self._acquiring = False
         return got
 
     async def _abandon(self, lock_id: str) -> None:
@@ -625,6 +664,26 @@ class AsyncLock:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError(f"{self._key!r}: this lock object is closed")
+
+
+class _Acquiring:
+    """What :meth:`AsyncLock.acquire` returns."""
+
+    def __init__(self, lock: AsyncLock, timeout: float | None) -> None:
+        self._lock = lock
+        self._timeout = timeout
+
+    async def __aenter__(self) -> AsyncLock:
+        await self._lock.lock(self._timeout)
+        return self._lock
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._lock.__aexit__(exc_type, exc, tb)
 
 
 #: Tasks the library started (listener calls, cleanups): kept referenced until done.

@@ -6,6 +6,7 @@ says the same thing, the error derives from it too, so ``except TimeoutError`` k
     PriorityLockError
     ├── ConfigError            (also ValueError)   bad option, URL, path, scope or argument
     ├── LockTimeout            (also TimeoutError) lock(timeout=...) ran out
+    │   └── LockCancelled                          the wait was cancelled, or the lock closed
     ├── PreemptionTimeout      (also TimeoutError) a non-forceful request waited out its window
     ├── LockHeld                                   this lock object already holds the lock
     ├── NotLockOwner                               an operation needs ownership we don't have
@@ -23,6 +24,7 @@ __all__ = [
     "ConditionFailed",
     "ConfigError",
     "CorruptLease",
+    "LockCancelled",
     "LockHeld",
     "LockLost",
     "LockTimeout",
@@ -57,6 +59,11 @@ class ConfigError(PriorityLockError, ValueError):
 
 class LockTimeout(PriorityLockError, TimeoutError):
     """``lock(timeout=...)`` did not get the lock in time."""
+
+
+class LockCancelled(LockTimeout):
+    """A wait for the lock was ended before it got the lock: its ``cancel`` event was set, or the
+    lock object was closed. Nothing is left claimed for it."""
 
 
 class PreemptionTimeout(PriorityLockError, TimeoutError):

@@ -37,6 +37,7 @@ from prioritylock import _protocol as proto
 from prioritylock._errors import (
     ConditionFailed,
     CorruptLease,
+    LockCancelled,
     LockLost,
     NotLockOwner,
     PreemptionTimeout,
@@ -142,7 +143,8 @@ ARM = _Arm()
 @attrs.frozen
 class Pause:
     """Wait between attempts to acquire: up to ``seconds``, or until a release in this process
-    wakes us (if armed); then arm again. Other calls on the lock may run meanwhile."""
+    wakes us (if armed); then arm again. Other calls on the lock may run meanwhile. Result:
+    True when the wait is to end now (cancelled, or the lock object closed)."""
 
     seconds: float
 
@@ -554,6 +556,7 @@ def acquire(st: LockState, lock_id: str, *, blocking: bool, deadline: float | No
     """Try to take the lock (``blocking``: until ``deadline``); True once we hold it.
 
     :raises PreemptionTimeout: a non-blocking request's wait ran out (withdrawn).
+    :raises LockCancelled: the driver ended the wait (nothing left claimed).
     :raises ConditionFailed: an operator's guard no longer matches the lease.
     """
     claim = st.claim(lock_id)
@@ -646,7 +649,13 @@ def acquire(st: LockState, lock_id: str, *, blocking: bool, deadline: float | No
             pause = min(pause, max(0.0, step.until - mono))
         if deadline is not None:
             pause = min(pause, max(0.0, deadline - mono))
-        yield Pause(pause)
+        if (yield Pause(pause)):
+            # The caller gave up (cancelled, or closed the lock object): take our request back,
+            # and if the lock came to us meanwhile, let it go again.
+            if mine is not None and (yield from withdraw(st, claim, seen)):
+                assert st.holding is not None
+                yield from release(st, st.holding, cleanup_done=False)
+            raise LockCancelled(f"{st.key!r}: the wait for the lock was cancelled")
         seen = yield from read(st)
 
 

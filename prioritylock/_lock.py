@@ -22,7 +22,14 @@ from blinker import Signal
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._errors import ConfigError, LockHeld, LockLost, LockTimeout, NotLockOwner
+from prioritylock._errors import (
+    ConfigError,
+    LockCancelled,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+    NotLockOwner,
+)
 from prioritylock._heartbeat import Heartbeat, default_heartbeat
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, new_lock_id
@@ -121,6 +128,9 @@ class Lock:
         self._reader = config.store if isinstance(config.store, ConditionalReader) else None
         self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
         self._armed: threading.Event | None = None
+        self._cancel: threading.Event | None = None  # the running acquire's cancel event
+        self._acquiring = False
+        self._acquiring_lock = threading.Lock()
         self._closed = False
         self._loss_lock = threading.Lock()
 
@@ -151,14 +161,19 @@ class Lock:
         self._check_open()
         if self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
-        return self._acquire(blocking=False, deadline=None)
+        return self._acquire(blocking=False, deadline=None, cancel=None)
 
-    def lock(self, timeout: float | None = None) -> None:
+    def lock(self, timeout: float | None = None, *, cancel: threading.Event | None = None) -> None:
         """Wait until this object holds the lock.
 
         :param timeout: seconds to wait (None: forever).
+        :param cancel: set it (from any thread) to end the wait: ``lock`` then raises
+            :class:`~prioritylock.LockCancelled`, with nothing left claimed. :meth:`close` ends a
+            wait the same way.
         :raises LockTimeout: not acquired within ``timeout``.
-        :raises LockHeld: this lock object already holds the lock.
+        :raises LockCancelled: the wait was cancelled, or the lock object closed meanwhile.
+        :raises LockHeld: this lock object already holds the lock, or another thread is
+            acquiring with it.
         :raises CorruptLease: the lease document can't be trusted.
         :raises StoreError: the store failed past the store timeout.
         """
@@ -167,10 +182,24 @@ class Lock:
         if self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
         deadline = None if timeout is None else self._clock.monotonic() + float(timeout)
-        if not self._acquire(blocking=True, deadline=deadline):
+        if not self._acquire(blocking=True, deadline=deadline, cancel=cancel):
             seen = self._st.seen
             holder = flows.holder_name(seen.lease if seen is not None else None)
             raise LockTimeout(f"{self._key!r}: not acquired within {timeout} s (held by {holder})")
+
+    def acquire(
+        self, timeout: float | None = None, *, cancel: threading.Event | None = None
+    ) -> _Acquired:
+        """Wait for the lock now (as :meth:`lock`), and return a context manager whose exit
+        releases it, in the manner of filelock::
+
+            with lock.acquire(timeout=5):
+                ...
+
+        :raises LockTimeout: see :meth:`lock`, like every error it raises.
+        """
+        self.lock(timeout, cancel=cancel)
+        return _Acquired(self)
 
     def renew(self) -> None:
         """Renew the lease now (the heartbeat also does this on its own).
@@ -272,16 +301,20 @@ class Lock:
         return None if before is None else LockInfo.from_lease(before)
 
     def close(self) -> None:
-        """Release the lock if held and stop renewing; the object is not used afterwards."""
+        """Release the lock if held and stop renewing; the object is not used afterwards.
+
+        A wait for the lock in another thread (``lock()``) ends with
+        :class:`~prioritylock.LockCancelled`, leaving nothing claimed.
+        """
         if self._closed:
             return
+        self._closed = True
+        if self._acquiring:
+            fire_wakeups(self._store, self._key)  # our waiter wakes and sees it closed
         holding = self._st.holding
-        try:
-            if holding is not None and not holding.ended and holding.lost is None:
-                with contextlib.suppress(NotLockOwner):
-                    self.unlock()
-        finally:
-            self._closed = True
+        if holding is not None and not holding.ended and holding.lost is None:
+            with contextlib.suppress(NotLockOwner):
+                self.unlock()
 
     def __enter__(self) -> Lock:
         self.lock()
@@ -353,7 +386,7 @@ class Lock:
         elif effect is flows.ARM:
             self._armed = _wakeups.current(store, key)
         elif kind is flows.Pause:
-            self._pause(effect.seconds)  # type: ignore[attr-defined]
+            return self._pause(effect.seconds)  # type: ignore[attr-defined]
         elif kind is flows.Hold:
             self._hold(effect)  # type: ignore[arg-type]
         elif kind is flows.Lose:
@@ -377,29 +410,69 @@ class Lock:
             raise TypeError(f"unknown effect {effect!r}")
         return None
 
-    def _pause(self, seconds: float) -> None:
-        """Wait between attempts without holding ``_io``, woken early by a local release."""
+    def _pause(self, seconds: float) -> bool:
+        """Wait between attempts without holding ``_io``, woken early by a local release.
+        True when the wait is to end: cancelled, or this object closed."""
         wake, self._armed = self._armed, None
+        cancel = self._cancel
+        if self._closed or (cancel is not None and cancel.is_set()):
+            return True
         self._io.release()  # acquire() runs at the top level: this lets go of it
         try:
-            if wake is None:
-                self._clock.sleep(seconds)
+            if cancel is None:
+                if wake is None:
+                    self._clock.sleep(seconds)
+                else:
+                    self._clock.wait(wake, seconds)  # close() sets it too
             else:
-                self._clock.wait(wake, seconds)
+                # Two things can end this wait: a release (wake) and the caller's event. A
+                # thread waits on one event, so watch the caller's in short slices.
+                end = self._clock.monotonic() + seconds
+                while not cancel.is_set() and not self._closed:
+                    left = end - self._clock.monotonic()
+                    if left <= 0 or (wake is not None and wake.is_set()):
+                        break
+                    step = min(left, _CANCEL_SLICE)
+                    if wake is None:
+                        self._clock.sleep(step)
+                    else:
+                        self._clock.wait(wake, step)
             self._armed = _wakeups.current(self._store, self._key)
         finally:
             self._io.acquire()
+        return self._closed or (cancel is not None and cancel.is_set())
 
     # -- acquiring ---------------------------------------------------------------------------------
 
-    def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
-        with self._io:
-            try:
-                got = self._run(
-                    flows.acquire(self._st, new_lock_id(), blocking=blocking, deadline=deadline)
+    def _acquire(
+        self, *, blocking: bool, deadline: float | None, cancel: threading.Event | None
+    ) -> bool:
+        with self._acquiring_lock:
+            if self._acquiring:
+                # One lock object is one client: two threads acquiring with it would share its
+                # state. Every store behaves the same here.
+                raise LockHeld(
+                    f"{self._key!r}: another thread is acquiring with this lock object "
+                    "(use one lock object per thread)"
                 )
-            finally:
-                self._armed = None
+            self._acquiring = True
+        try:
+            with self._io:
+                self._cancel = cancel
+                try:
+                    got = self._run(
+                        flows.acquire(self._st, new_lock_id(), blocking=blocking, deadline=deadline)
+                    )
+                finally:
+                    self._armed = None
+                    self._cancel = None
+            if got and (self._closed or (cancel is not None and cancel.is_set())):
+                # Closed (or cancelled) while the last write was on its way: never hold on.
+                with contextlib.suppress(NotLockOwner):
+                    self.unlock()
+                raise LockCancelled(f"{self._key!r}: the wait for the lock was cancelled")
+        finally:
+            self._acquiring = False
         if got:
             self._announce_acquired()
         return got
@@ -523,6 +596,29 @@ class Lock:
     def _check_open(self) -> None:
         if self._closed:
             raise ConfigError(f"{self._key!r}: this lock object is closed")
+
+
+#: How often a wait with a ``cancel`` event looks at it (a release in this process still wakes
+#: the wait at once).
+_CANCEL_SLICE = 0.05
+
+
+class _Acquired:
+    """What :meth:`Lock.acquire` returns: leaving its ``with`` block releases the lock."""
+
+    def __init__(self, lock: Lock) -> None:
+        self._lock = lock
+
+    def __enter__(self) -> Lock:
+        return self._lock
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._lock.__exit__(exc_type, exc, tb)
 
 
 def check_timeout(timeout: object) -> None:
