@@ -23,7 +23,8 @@ this script (the figures of record name the versions used):
 For each candidate: latency of one pair at a time (median, p99), and ``--concurrent`` tasks each
 making pairs on its own key at once: pairs per second and this process's CPU per pair (moto, on
 the same cores, is the ceiling on throughput; the CPU is the client's own cost). Every PUT must
-succeed and every GET must return the bytes just written, or the script fails.
+succeed and every GET must return the bytes and ETag just written, and a PUT at a stale ETag or a
+create over an existing object must be refused, or the script fails.
 """
 
 from __future__ import annotations
@@ -205,10 +206,21 @@ async def _pairs(client: Client, name: str, n: int, payload: bytes) -> list[floa
     return out
 
 
+async def _check_conditional(client: Client, name: str, payload: bytes) -> None:
+    """A PUT at a stale ETag, and a create over an existing object, must both be refused."""
+    for version in ('"0123456789abcdef0123456789abcdef"', None):
+        try:
+            await client.put(name, payload, version)
+        except Exception:  # each SDK has its own "precondition failed"
+            continue
+        raise RuntimeError(f"{client.name}: a conditional PUT at a wrong version succeeded")
+
+
 async def measure(client: Client, pairs: int, concurrent: int) -> dict[str, Any]:
     prefix = f"aio-io-{uuid.uuid4().hex[:8]}"
     payload = b'{"schema": 1, "owner": "bench", "fence": 1, "padding": "' + b"x" * 200 + b'"}'
     await _pairs(client, f"{prefix}/warm", 20, payload)
+    await _check_conditional(client, f"{prefix}/warm", payload)
     serial = await _pairs(client, f"{prefix}/serial", pairs, payload)
     each = max(1, pairs // concurrent * 2)
     cpu0, wall0 = time.process_time(), time.perf_counter()

@@ -23,7 +23,8 @@ the store allows) and before any is released:
   when it was due, and the margin left: the old lease's deadline minus that finish (a lease is
   lost if a renewal does not finish before its deadline; with the defaults the margin should be
   about 20 s).
-- Losses (``lock_lost``; must be 0), and how many leases are still held at the end.
+- Losses (``lock_lost``; must be 0), and how many leases are still held at the end: the script
+  exits with status 1 if a lease was lost or is no longer held.
 - The machine's CPU over the window (``/proc/stat``): busy, idle, and stolen by a hypervisor.
 
 ``--plain`` leaves the per-task timing out (CPU only); ``--profile`` profiles the heartbeat
@@ -112,8 +113,8 @@ class MeasuringHeartbeat(Heartbeat):
     renewal, when it finished and how much of the old lease was left.
 
     A renewal is told apart from a watch read by the holding's deadline moving. That reads the
-    lock's private ``_holding`` (``deadline``, ``next_renew``); if those move in the library, only
-    the start lateness is measured.
+    lock's private ``_st.holding`` (``deadline``, ``next_renew``), so a change there in the
+    library fails here loudly rather than leaving the renewal figures out.
 
     ``mode``: ``measure`` (the above), ``plain`` (run tasks as the library's Heartbeat does, no
     more), or ``profile`` (cProfile on the scheduler thread and around every task run on the
@@ -169,7 +170,7 @@ class MeasuringHeartbeat(Heartbeat):
         started = self.clock.monotonic()
         due = entry.when  # before the run: it re-schedules the entry
         lock = self.locks.get(entry.name)
-        holding = getattr(lock, "_holding", None)
+        holding = None if lock is None else lock._st.holding
         deadline = getattr(holding, "deadline", None)
         renew_due = getattr(holding, "next_renew", None)
         super()._run(entry)
@@ -821,7 +822,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         driver = "asyncio" if args.aio else "threads"
         payload = {"store": args.store, "driver": driver, "machine": facts, "rows": rows}
         write_json(Path(args.json), payload)
-    return 0
+    failed = [r for r in rows if r["lost"] or r["still_held"] != r["leases"]]
+    for r in failed:
+        print(
+            f"FAILED: {r['leases']:,} leases: {r['lost']} lost, {r['still_held']:,} still held",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

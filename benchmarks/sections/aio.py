@@ -5,6 +5,8 @@
   on the same store, and on the local disk against ``filelock.AsyncFileLock`` (its default,
   ``run_in_executor=True``, and inline) and ``filelock.FileLock``; variants interleaved in rounds.
   Async cycles run on one event loop that lives for the whole section, each timed inside it.
+  On the LocalStore also a what-if: the AsyncLock with its store calls made on the loop instead
+  of the I/O pool (the driver's private ``_inline`` switch), to show what the pool costs.
 - Handoff: two tasks of one loop pass the lock back and forth; holder's ``await unlock()`` call
   -> the waiter's ``await lock()`` returns, against two threads with sync ``Lock`` objects.
 
@@ -185,6 +187,23 @@ def _cycle_section(b: Bench, loop: asyncio.AbstractEventLoop) -> tuple[list[list
             )
         )
         pairs.append((f"{key}/async-same", f"{key}/sync-same"))
+        if kind.name == "local":
+            # What if: the same AsyncLock cycle with the LocalStore's calls made on the loop, as
+            # the memory store's are (a private switch of the driver; measures the pool's share).
+            on_loop = loop.run_until_complete(
+                build_async(b.builder(store, b.path("async-inline"), "bench"))
+            )
+            on_loop._inline = True
+            async_locks.append(on_loop)
+            variants.append(
+                CycleVariant(
+                    f"{key}/async-same-inline",
+                    f"{label}, AsyncLock, same object, calls on the loop (what-if)",
+                    target,
+                    _loop_cycles(loop, _async_lock_cycle(on_loop)),
+                )
+            )
+            pairs.append((f"{key}/async-same-inline", f"{key}/sync-same"))
         if kind.emulator is None:
             variants.append(
                 CycleVariant(
