@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import importlib.metadata
 import json
 import math
@@ -303,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with (
         tempfile.TemporaryDirectory(prefix="prioritylock-aio-io-") as work,
         _servers.running(["s3-moto"], Path(work)) as running,
@@ -333,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
+            "date": started,
             "python": sys.version.split()[0],
             "load_at_start": load,
             "moto": moto_version,
