@@ -29,6 +29,9 @@ Sections, in order (``SECTIONS``); each is a module of ``sections/`` with a func
   (10 s; ``--quick`` 2 s): acquisitions per second, how often the lock changed process, and
   fairness (acquisitions per process, waits), on the LocalStore (durable and ``durable=false``)
   against ``filelock.FileLock`` doing the same on the same disk.
+- ``aio``: the asyncio lock's acquire+release cycle (``AsyncLock``, the same object and a fresh
+  one) on every store against the sync ``Lock``'s on the same store, and against
+  ``filelock.AsyncFileLock``; ``aio-handoff``: the handoff between two tasks of one loop.
 - ``profile`` (with ``--profile``): where the cycle spends its time.
 
 What they share is in ``_harness.py`` (timing, interleaved rounds, statistics, machine facts,
@@ -71,6 +74,7 @@ from _harness import (
     write_json,
 )
 from _servers import EmulatorError
+from sections.aio import section_aio, section_aio_handoff
 from sections.cloud import section_cloud
 from sections.contention import child_contention, section_contention
 from sections.handoff import child_handoff, section_handoff
@@ -82,7 +86,7 @@ from sections.requests import section_requests
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff"})
+CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff", "aio", "aio-handoff"})
 
 
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
@@ -93,6 +97,8 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "requests": section_requests,
     "handoff": section_handoff,
     "contention": section_contention,
+    "aio": section_aio,
+    "aio-handoff": section_aio_handoff,
     "profile": section_profile,
 }
 

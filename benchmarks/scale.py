@@ -2,7 +2,7 @@
 
     python benchmarks/scale.py [--store memory|s3-moto|s3-seaweedfs] [--leases 1000,10000]
                                [--seconds 30] [--workers 32] [--plain | --profile | --floor]
-                               [--json PATH]
+                               [--async] [--json PATH]
 
 Every lease uses the default timings (lease 30 s: renewed every 10 s, watched every 5 s, a
 renewal restarting the watch interval). ``--store memory`` (the default; 1,000 and 10,000 leases)
@@ -23,18 +23,25 @@ the store allows) and before any is released:
   when it was due, and the margin left: the old lease's deadline minus that finish (a lease is
   lost if a renewal does not finish before its deadline; with the defaults the margin should be
   about 20 s).
-- Losses (``lock_lost``; must be 0), and how many leases are still held at the end.
+- Losses (``lock_lost``; must be 0), and how many leases are still held at the end: the script
+  exits with status 1 if a lease was lost or is no longer held.
 - The machine's CPU over the window (``/proc/stat``): busy, idle, and stolen by a hypervisor.
 
 ``--plain`` leaves the per-task timing out (CPU only); ``--profile`` profiles the heartbeat
 threads (cProfile) to ``results/profile-scale-STORE-N.txt``; ``--floor`` runs no locks at all,
 only the heartbeat with a no-op task per lease at the same rate, its due times spread as real
 leases' are and then rounded to 50 ms: the scheduler's own cost.
+
+``--async`` holds ``AsyncLock`` leases instead, on one event loop: its ``AsyncScheduler`` renews
+and watches them all (memory-store calls inline on the loop, S3 calls on the library's 32-thread
+I/O pool). The same window and figures, plus the loop's lag: a probe task sleeps 50 ms at a
+time and records by how much it overslept (a stalled loop shows there).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import cProfile
 import io
@@ -46,7 +53,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +73,9 @@ from _servers import EmulatorError
 from _wrappers import StoreTimer
 
 import prioritylock
-from prioritylock import Heartbeat, Lock, LockBuilder, signals
+from prioritylock import AsyncLock, Heartbeat, Lock, LockBuilder, signals
+from prioritylock._alock import IO_WORKERS
+from prioritylock._ascheduler import AsyncScheduler, ScheduledAsyncTask
 from prioritylock._heartbeat import DEFAULT_WORKERS, ScheduledTask
 from prioritylock.stores import MemoryStore, ObjectStore, open_store
 
@@ -104,8 +113,8 @@ class MeasuringHeartbeat(Heartbeat):
     renewal, when it finished and how much of the old lease was left.
 
     A renewal is told apart from a watch read by the holding's deadline moving. That reads the
-    lock's private ``_holding`` (``deadline``, ``next_renew``); if those move in the library, only
-    the start lateness is measured.
+    lock's private ``_st.holding`` (``deadline``, ``next_renew``), so a change there in the
+    library fails here loudly rather than leaving the renewal figures out.
 
     ``mode``: ``measure`` (the above), ``plain`` (run tasks as the library's Heartbeat does, no
     more), or ``profile`` (cProfile on the scheduler thread and around every task run on the
@@ -161,7 +170,7 @@ class MeasuringHeartbeat(Heartbeat):
         started = self.clock.monotonic()
         due = entry.when  # before the run: it re-schedules the entry
         lock = self.locks.get(entry.name)
-        holding = getattr(lock, "_holding", None)
+        holding = None if lock is None else lock._st.holding
         deadline = getattr(holding, "deadline", None)
         renew_due = getattr(holding, "next_renew", None)
         super()._run(entry)
@@ -201,6 +210,99 @@ def _release(lock: Lock) -> None:
         lock.unlock()
 
 
+class Window:
+    """The measuring window: CPU (this process, the emulator's, the machine's), the store's
+    requests, and the request timer's recording, from :meth:`open` to :meth:`close`."""
+
+    def __init__(self, store: ObjectStore, emulator_pid: int | None) -> None:
+        self.store = store
+        self.timed = store if isinstance(store, StoreTimer) else None
+        self.emulator_pid = emulator_pid
+
+    def open(self) -> None:
+        if self.timed is not None:
+            self.timed.recording = True
+        self.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        self.machine_cpu0 = cpu_times()
+        self.before = self.store.stats.snapshot()
+        pid = self.emulator_pid
+        self.emulator_cpu0 = process_cpu_s(pid) if pid else None
+        self.cpu0, self.wall0 = time.process_time(), time.perf_counter()
+
+    def close(self) -> None:
+        self.cpu = time.process_time() - self.cpu0
+        self.wall = time.perf_counter() - self.wall0
+        pid = self.emulator_pid
+        emulator_cpu1 = process_cpu_s(pid) if pid else None
+        self.machine_cpu = cpu_split(self.machine_cpu0, cpu_times())
+        after = self.store.stats.snapshot()
+        if self.timed is not None:
+            self.timed.recording = False
+        self.requests = {k: after[k] - self.before[k] for k in after if after[k] != self.before[k]}
+        self.emulator_cpu = (
+            None
+            if self.emulator_cpu0 is None or emulator_cpu1 is None
+            else round(100 * (emulator_cpu1 - self.emulator_cpu0) / self.wall, 1)
+        )
+
+
+def _row(
+    w: Window,
+    *,
+    leases: int,
+    keys: Sequence[str],
+    config: prioritylock.LockConfig,
+    workers: int,
+    mode: str,
+    tally: Tally,
+    acquire_s: float,
+    release_s: float,
+    held: int,
+    lost: Sequence[str],
+) -> dict[str, Any]:
+    """One result row (the same fields for the threaded heartbeat and the asyncio scheduler)."""
+    requests = w.requests
+    # Tasks in the window, counted by their requests (each task makes one: a renewal or a read).
+    tasks = len(tally.start_late) or requests.get("total", 0)
+    renew_counts = [tally.renewals.get(f"lease {key}", 0) for key in keys]
+    # Per lease and renew interval: 1 renewal, and a watch read every watch interval in between.
+    interval = config.renew_interval
+    expected = leases / interval * (1 + max(0, math.ceil(interval / config.watch_interval) - 1))
+    return {
+        "leases": leases,
+        "workers": workers,
+        "mode": mode,
+        "load_at_window_start": w.load,
+        "machine_cpu_percent": w.machine_cpu,
+        "seconds": round(w.wall, 2),
+        "lease_timeout_s": config.lease_timeout,
+        "renew_interval_s": config.renew_interval,
+        "watch_interval_s": config.watch_interval,
+        "acquire_all_s": round(acquire_s, 3),
+        "release_all_s": round(release_s, 3),
+        "cpu_percent_of_one_core": round(100 * w.cpu / w.wall, 2),
+        "emulator_cpu_percent_of_one_core": w.emulator_cpu,
+        "requests": requests,
+        "requests_per_s": round(requests.get("total", 0) / w.wall, 1),
+        "requests_per_s_expected": round(expected, 1),
+        "request_ms": ms_summary(w.timed.durations_s) if w.timed is not None else None,
+        "tasks_run": tasks,
+        "renews": requests.get("replaces", 0),
+        "watch_reads": requests.get("reads", 0),
+        "late_ms": ms_summary(tally.start_late),
+        "renew_start_late_ms": ms_summary(tally.renew_start_late),
+        "renew_done_late_ms": ms_summary(tally.renew_done_late),
+        "renewals_measured": len(tally.margin),
+        "renewals_per_lease_min": min(renew_counts) if mode == "measure" else None,
+        "renewals_per_lease_max": max(renew_counts) if mode == "measure" else None,
+        "min_margin_s": round(min(tally.margin), 3) if tally.margin else None,
+        "still_held": held,
+        "lost": len(lost),
+        "lost_reasons": sorted(set(lost)),
+        "profile": None,
+    }
+
+
 def measure(
     store: ObjectStore,
     leases: int,
@@ -209,7 +311,6 @@ def measure(
     workers: int = DEFAULT_WORKERS,
     mode: str = "measure",
 ) -> dict[str, Any]:
-    timed = store if isinstance(store, StoreTimer) else None
     heartbeat = MeasuringHeartbeat(workers, mode=mode)
     lost: list[str] = []
 
@@ -224,84 +325,189 @@ def measure(
     ]
     for lock in locks:
         heartbeat.watch(lock)
-    defaults = locks[0].config
+    window = Window(store, emulator_pid)
     try:
         started = time.perf_counter()
         _in_threads(_acquire, locks)
         acquire_s = time.perf_counter() - started
         with heartbeat._mutex:
             heartbeat.tally.clear()
-        if timed is not None:
-            timed.recording = True
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        machine_cpu0 = cpu_times()
-        before = store.stats.snapshot()
-        emulator_cpu0 = process_cpu_s(emulator_pid) if emulator_pid else None
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        window.open()
         time.sleep(seconds)  # the workload: holding; the heartbeat does all the work
-        cpu = time.process_time() - cpu0
-        wall = time.perf_counter() - wall0
-        emulator_cpu1 = process_cpu_s(emulator_pid) if emulator_pid else None
-        machine_cpu = cpu_split(machine_cpu0, cpu_times())
-        after = store.stats.snapshot()
+        window.close()
         with heartbeat._mutex:
             tally = heartbeat.tally
             heartbeat.tally = Tally()
-        if timed is not None:
-            timed.recording = False
         held = sum(lock.is_current_owner() for lock in locks)
-        lost_in_window = len(lost)
+        lost_in_window = list(lost)
         started = time.perf_counter()
         _in_threads(_release, locks)
         release_s = time.perf_counter() - started
     finally:
         heartbeat.close_and_wait()
         signals.lock_lost.disconnect(on_lost)
-    requests = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-    # Tasks in the window, counted by their requests (each task makes one: a renewal or a read).
-    tasks = len(tally.start_late) or requests.get("total", 0)
-    renew_counts = [tally.renewals.get(f"lease {lock.key}", 0) for lock in locks]
-    # Per lease and renew interval: 1 renewal, and a watch read every watch interval in between.
-    interval = defaults.renew_interval
-    expected = leases / interval * (1 + max(0, math.ceil(interval / defaults.watch_interval) - 1))
-    emulator_cpu = (
-        None
-        if emulator_cpu0 is None or emulator_cpu1 is None
-        else round(100 * (emulator_cpu1 - emulator_cpu0) / wall, 1)
+    row = _row(
+        window,
+        leases=leases,
+        keys=[lock.key for lock in locks],
+        config=locks[0].config,
+        workers=workers,
+        mode=mode,
+        tally=tally,
+        acquire_s=acquire_s,
+        release_s=release_s,
+        held=held,
+        lost=lost_in_window,
     )
-    return {
-        "leases": leases,
-        "workers": workers,
-        "mode": mode,
-        "load_at_window_start": load,
-        "machine_cpu_percent": machine_cpu,
-        "seconds": round(wall, 2),
-        "lease_timeout_s": defaults.lease_timeout,
-        "renew_interval_s": defaults.renew_interval,
-        "watch_interval_s": defaults.watch_interval,
-        "acquire_all_s": round(acquire_s, 3),
-        "release_all_s": round(release_s, 3),
-        "cpu_percent_of_one_core": round(100 * cpu / wall, 2),
-        "emulator_cpu_percent_of_one_core": emulator_cpu,
-        "requests": requests,
-        "requests_per_s": round(requests.get("total", 0) / wall, 1),
-        "requests_per_s_expected": round(expected, 1),
-        "request_ms": ms_summary(timed.durations_s) if timed is not None else None,
-        "tasks_run": tasks,
-        "renews": requests.get("replaces", 0),
-        "watch_reads": requests.get("reads", 0),
-        "late_ms": ms_summary(tally.start_late),
-        "renew_start_late_ms": ms_summary(tally.renew_start_late),
-        "renew_done_late_ms": ms_summary(tally.renew_done_late),
-        "renewals_measured": len(tally.margin),
-        "renewals_per_lease_min": min(renew_counts) if mode == "measure" else None,
-        "renewals_per_lease_max": max(renew_counts) if mode == "measure" else None,
-        "min_margin_s": round(min(tally.margin), 3) if tally.margin else None,
-        "still_held": held,
-        "lost": lost_in_window,
-        "lost_reasons": sorted(set(lost)),
-        "profile": _profile_summary(heartbeat.profiles) if heartbeat.profiles else None,
-    }
+    row["driver"] = "threads"
+    if heartbeat.profiles:
+        row["profile"] = _profile_summary(heartbeat.profiles)
+    return row
+
+
+# -- asyncio: the same window over AsyncLock leases and the loop's AsyncScheduler --------------
+
+
+class MeasuringScheduler(AsyncScheduler):
+    """An AsyncScheduler that records what :class:`MeasuringHeartbeat` records, task by task.
+
+    A renewal is told apart from a watch read by the holding's deadline moving (the lock's
+    private ``_st.holding``: ``deadline``, ``next_renew``). For a task run as its own asyncio
+    task (a store on the I/O pool), the start lateness includes its wait for the loop.
+    """
+
+    def __init__(self, mode: str = "measure") -> None:
+        super().__init__()
+        self.mode = mode
+        self.tally = Tally()
+        self.locks: dict[str, AsyncLock] = {}
+
+    def watch(self, lock: AsyncLock) -> None:
+        self.locks[f"lease {lock.key}"] = lock
+
+    async def _run(self, entry: ScheduledAsyncTask) -> None:
+        if self.mode == "plain":
+            await super()._run(entry)
+            return
+        started = self.clock.monotonic()
+        due = entry.when  # before the run: it re-schedules the entry
+        lock = self.locks.get(entry.name)
+        holding = None if lock is None else lock._st.holding
+        deadline = getattr(holding, "deadline", None)
+        renew_due = getattr(holding, "next_renew", None)
+        await super()._run(entry)
+        done = self.clock.monotonic()
+        self.tally.start_late.append(started - due)
+        renewed = deadline is not None and getattr(holding, "deadline", None) != deadline
+        if renewed and renew_due is not None and deadline is not None:
+            self.tally.renew_start_late.append(started - renew_due)
+            self.tally.renew_done_late.append(done - renew_due)
+            self.tally.margin.append(deadline - done)
+            self.tally.renewals[entry.name] = self.tally.renewals.get(entry.name, 0) + 1
+
+
+#: The loop-lag probe's period: it sleeps this long and records by how much it overslept.
+LAG_PROBE_S = 0.05
+
+
+async def _lag_probe(lags: list[float], stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        asked = loop.time()
+        await asyncio.sleep(LAG_PROBE_S)
+        lags.append(loop.time() - asked - LAG_PROBE_S)
+
+
+async def _each_limited(
+    fn: Callable[[AsyncLock], Awaitable[object]], locks: Sequence[AsyncLock]
+) -> None:
+    """``fn`` on every lock, at most SETUP_THREADS at a time (as the threaded setup)."""
+    gate = asyncio.Semaphore(SETUP_THREADS)
+
+    async def one(lock: AsyncLock) -> None:
+        async with gate:
+            await fn(lock)
+
+    await asyncio.gather(*(one(lock) for lock in locks))
+
+
+async def _aacquire(lock: AsyncLock) -> None:
+    if not await lock.try_lock():
+        raise RuntimeError(f"could not acquire the free lock {lock.key}")
+
+
+async def _arelease(lock: AsyncLock) -> None:
+    with contextlib.suppress(prioritylock.PriorityLockError):
+        await lock.unlock()
+
+
+async def _measure_async(
+    store: ObjectStore, leases: int, seconds: float, emulator_pid: int | None, mode: str
+) -> dict[str, Any]:
+    scheduler = MeasuringScheduler(mode)
+    lost: list[str] = []
+
+    def on_lost(sender: object, **kwargs: Any) -> None:
+        lost.append(str(kwargs.get("reason")))
+
+    signals.lock_lost.connect(on_lost, weak=False)
+    prefix = uuid.uuid4().hex[:8]
+    locks = [
+        LockBuilder().store(store).path("scale", f"{prefix}-{i}").build_async(scheduler=scheduler)
+        for i in range(leases)
+    ]
+    for lock in locks:
+        scheduler.watch(lock)
+    window = Window(store, emulator_pid)
+    lags: list[float] = []
+    try:
+        started = time.perf_counter()
+        await _each_limited(_aacquire, locks)
+        acquire_s = time.perf_counter() - started
+        scheduler.tally.clear()
+        stop = asyncio.Event()
+        probe = asyncio.create_task(_lag_probe(lags, stop))
+        window.open()
+        await asyncio.sleep(seconds)  # the workload: holding; the scheduler does all the work
+        window.close()
+        stop.set()
+        await probe
+        tally, scheduler.tally = scheduler.tally, Tally()
+        held = sum(lock.is_current_owner() for lock in locks)
+        lost_in_window = list(lost)
+        started = time.perf_counter()
+        await _each_limited(_arelease, locks)
+        release_s = time.perf_counter() - started
+    finally:
+        await scheduler.aclose()
+        signals.lock_lost.disconnect(on_lost)
+    row = _row(
+        window,
+        leases=leases,
+        keys=[lock.key for lock in locks],
+        config=locks[0].config,
+        workers=0 if isinstance(store, MemoryStore) else IO_WORKERS,
+        mode=mode,
+        tally=tally,
+        acquire_s=acquire_s,
+        release_s=release_s,
+        held=held,
+        lost=lost_in_window,
+    )
+    row["driver"] = "asyncio"
+    row["loop_lag_ms"] = ms_summary(lags)
+    return row
+
+
+def measure_async(
+    store: ObjectStore,
+    leases: int,
+    seconds: float,
+    emulator_pid: int | None = None,
+    mode: str = "measure",
+) -> dict[str, Any]:
+    """:func:`measure` for ``leases`` AsyncLock objects held by one event loop (a new one)."""
+    return asyncio.run(_measure_async(store, leases, seconds, emulator_pid, mode))
 
 
 #: Where the scheduler thread sleeps between due times (idle, not work): left out of the sums.
@@ -404,6 +610,9 @@ def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: An
         "held",
         "lost",
     ]
+    aio = bool(rows) and rows[0].get("driver") == "asyncio"
+    if aio:
+        headers.append("loop lag p50/p99/max ms")
     table: list[list[str]] = []
     for r in rows:
         late, done = r["late_ms"], r["renew_done_late_ms"]
@@ -427,6 +636,9 @@ def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: An
             f"{r['still_held']:,}",
             str(r["lost"]),
         ]
+        if aio:
+            lag = r["loop_lag_ms"]
+            line.append(f"{_fmt(lag['p50'])} / {_fmt(lag['p99'])} / {_fmt(lag['max'])}")
         table.append(line)
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(headers)]
     workers = rows[0]["workers"] if rows else DEFAULT_WORKERS
@@ -436,9 +648,15 @@ def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: An
         "plain": ", tasks not timed (--plain)",
         "profile": ", UNDER THE PROFILER (--profile)",
     }[mode]
+    driver = (
+        "AsyncLock leases, one event loop's scheduler, store calls "
+        + ("inline on the loop" if workers == 0 else f"on the {workers}-thread I/O pool")
+        if aio
+        else f"{workers} heartbeat workers"
+    )
     out = [
         f"scale on {store} ({os.cpu_count()} cores, {seconds:g} s held, default timings, "
-        f"{workers} heartbeat workers{how}; "
+        f"{driver}{how}; "
         f"load average {facts['loadavg_start'][0]:.2f} at the start)",
         "  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)),
         "  ".join("-" * w for w in widths),
@@ -447,7 +665,8 @@ def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: An
     for r in rows:
         out.append(
             f"  {r['leases']:,} leases: acquired in {r['acquire_all_s']:.1f} s, released in "
-            f"{r['release_all_s']:.1f} s ({SETUP_THREADS} threads); {r['tasks_run']:,} heartbeat "
+            f"{r['release_all_s']:.1f} s ({SETUP_THREADS} "
+            f"{'tasks at a time' if aio else 'threads'}); {r['tasks_run']:,} heartbeat "
             f"tasks in the window"
             + (f", {r['renewals_measured']:,} of them renewals" if r["mode"] == "measure" else "")
             + (
@@ -550,8 +769,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="no locks: the heartbeat alone running no-op tasks at the rate N leases need, each "
         "at its own due time and with due times rounded to 50 ms (the scheduler's own cost)",
     )
+    parser.add_argument(
+        "--async",
+        dest="aio",
+        action="store_true",
+        help="hold AsyncLock leases on one event loop (its AsyncScheduler) instead of Lock "
+        "leases on the threaded heartbeat; adds the loop's lag (a probe sleeping 50 ms)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.aio and (args.profile or args.floor):
+        parser.error("--async measures, or --plain; not --profile or --floor")
     counts = [int(n) for n in (args.leases or DEFAULT_LEASES[args.store]).split(",")]
     facts: dict[str, Any] = machine_info()
     if args.floor:
@@ -576,7 +804,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             with open_scale_store(args.store) as (store, pid, store_facts):
                 facts.update(store_facts)
                 mode = "plain" if args.plain else "profile" if args.profile else "measure"
-                rows.append(measure(store, n, args.seconds, pid, args.workers, mode))
+                if args.aio:
+                    rows.append(measure_async(store, n, args.seconds, pid, mode))
+                else:
+                    rows.append(measure(store, n, args.seconds, pid, args.workers, mode))
     except EmulatorError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -588,9 +819,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             path.write_text(r["profile"].pop("text"), encoding="utf-8")
             print(f"profile written to {path.relative_to(RESULTS.parents[1])}")
     if args.json:
-        payload = {"store": args.store, "machine": facts, "rows": rows}
+        driver = "asyncio" if args.aio else "threads"
+        payload = {"store": args.store, "driver": driver, "machine": facts, "rows": rows}
         write_json(Path(args.json), payload)
-    return 0
+    failed = [r for r in rows if r["lost"] or r["still_held"] != r["leases"]]
+    for r in failed:
+        print(
+            f"FAILED: {r['leases']:,} leases: {r['lost']} lost, {r['still_held']:,} still held",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
