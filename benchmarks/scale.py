@@ -74,7 +74,7 @@ from _wrappers import StoreTimer
 
 import prioritylock
 from prioritylock import AsyncLock, Heartbeat, Lock, LockBuilder, signals
-from prioritylock._alock import IO_WORKERS
+from prioritylock._alock import DISK_WORKERS, NETWORK_WORKERS
 from prioritylock._ascheduler import AsyncScheduler, ScheduledAsyncTask
 from prioritylock._heartbeat import DEFAULT_WORKERS, ScheduledTask
 from prioritylock.stores import MemoryStore, ObjectStore, open_store
@@ -486,7 +486,13 @@ async def _measure_async(
         leases=leases,
         keys=[lock.key for lock in locks],
         config=locks[0].config,
-        workers=0 if isinstance(store, MemoryStore) else IO_WORKERS,
+        workers=(
+            0
+            if isinstance(store, MemoryStore)
+            else NETWORK_WORKERS
+            if store.capabilities.shared_across_hosts
+            else DISK_WORKERS
+        ),
         mode=mode,
         tally=tally,
         acquire_s=acquire_s,
