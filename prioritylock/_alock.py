@@ -653,7 +653,7 @@ class AsyncLock:
             self._sched().cancel(holding.entry)
         listener = self._cfg.listener
         info = LockInfo.from_lease(holding.lease)
-        log.warning("prioritylock: lost %r (%s)", self._key, reason)
+        flows.log_lost(self._st, holding, reason)
         self._tell(
             signals.lock_lost,
             {"reason": reason, "info": info},

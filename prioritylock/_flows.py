@@ -366,6 +366,13 @@ class LockState:
 # -- plain decisions about a holding (no effects) ------------------------------------------------
 
 
+def log_lost(st: LockState, holding: Holding, reason: str) -> None:
+    """Tell the operator (the ``prioritylock`` logger) that a holding was lost."""
+    log.warning(
+        "prioritylock: %r lost by %s, fence %d (%s)", st.key, st.owner, holding.fence, reason
+    )
+
+
 def mark_lost(holding: Holding, reason: str, *, force: bool = False) -> bool:
     """Mark a holding lost, once; True when this call marked it (so the holder is told now).
     A holding that ended (released) is not lost, unless ``force`` (a handover after cleanup)."""
@@ -713,6 +720,15 @@ def become_holder(
     )
     st.holding = holding
     st.seen = Seen(lease, version)
+    how = lease.event.kind if lease.event is not None else "acquired"
+    log.log(
+        logging.WARNING if how in ("override", "forceful_takeover") else logging.INFO,
+        "prioritylock: %r acquired by %s, fence %d (%s)",
+        st.key,
+        st.owner,
+        lease.fence,
+        how,
+    )
     tolerance = heartbeat_tolerance(st.watch_interval, st.renew_interval)
     yield Hold(holding, min(holding.next_renew, holding.next_watch), tolerance)
     return holding
@@ -834,6 +850,16 @@ def examine(st: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
         holding.notified = request.requestor_id
         holding.cleaning = True
         deadline = cleanup_deadline(holding, lease, st.drift)
+        log.info(
+            "prioritylock: %r: %s (priority %d) asks %s for the lock, fence %d; cleanup window "
+            "%.1f s",
+            st.key,
+            request.owner,
+            request.priority,
+            st.owner,
+            lease.fence,
+            max(0.0, deadline - mono),
+        )
         yield Cleanup(holding, request, deadline, wall + (deadline - mono))
     return holding.active  # an inline cleanup (manual heartbeat) may have handed over
 
@@ -889,6 +915,17 @@ def release(st: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[Rele
         # answer lost or a retry of it refused with a 412): the release is done, not a loss.
         handed = nxt.holder is not None
         holding.ended = True
+        if handed:
+            assert nxt.holder is not None
+            log.info(
+                "prioritylock: %r handed over by %s to %s, fence %d",
+                st.key,
+                st.owner,
+                nxt.holder.owner,
+                nxt.fence,
+            )
+        else:
+            log.info("prioritylock: %r released by %s, fence %d", st.key, st.owner, nxt.fence)
         yield End(holding)
         if handed and cleanup_done:
             yield Lose(holding, "preempted", force=True)
@@ -955,7 +992,15 @@ def force_unlock(
             st, freed, seen.version, create=False, deadline=mono + st.store_timeout
         )
         if isinstance(result, Written):
-            log.warning("prioritylock: %r force-unlocked by %s: %s", st.key, by, message)
+            log.warning(
+                "prioritylock: %r force-unlocked by %s (was %s, fence %d; now fence %d): %s",
+                st.key,
+                by,
+                holder_name(before),
+                before.fence,
+                result.lease.fence,
+                message,
+            )
             return before
         seen = result
 

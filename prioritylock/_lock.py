@@ -584,7 +584,7 @@ class Lock:
             self._hb.cancel(holding.entry)
         listener = self._cfg.listener
         info = LockInfo.from_lease(holding.lease)
-        log.warning("prioritylock: lost %r (%s)", self._key, reason)
+        flows.log_lost(self._st, holding, reason)
 
         def tell() -> None:
             _send(signals.lock_lost, self, reason=reason, info=info)
