@@ -42,8 +42,6 @@ from prioritylock._errors import (
 )
 from prioritylock._info import LockInfo
 from prioritylock._lease import Lease, new_lock_id
-from prioritylock._listener import CleanupNotice
-from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
 
 __all__ = ["AsyncLock"]
 
@@ -138,8 +136,7 @@ class AsyncLock:
         self._st = _lock.new_state(config)
         self._inline = self._st.inline
         self._pool = _io_pool(config.store.capabilities.shared_across_hosts)
-        self._reader = config.store if isinstance(config.store, ConditionalReader) else None
-        self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
+        self._seam = _lock.Seam.of(config)
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
         self._acquiring = False
@@ -393,18 +390,9 @@ class AsyncLock:
         if effect is flows.NOW:
             return self._clock.monotonic(), self._clock.time()
         kind = type(effect)
-        if kind is flows.Put:
-            put: flows.Put = effect  # type: ignore[assignment]
-            if put.create:
-                return await self._call(store.create, key, put.data)
-            if put.unsynced and self._unsynced is not None:
-                return await self._call(self._unsynced.replace_unsynced, key, put.data, put.version)
-            return await self._call(store.replace, key, put.data, put.version)
-        if kind is flows.Read:
-            known = effect.known  # type: ignore[attr-defined]
-            if known is not None and self._reader is not None:
-                return await self._call(self._reader.read_if_changed, key, known)
-            return await self._call(store.read, key)
+        if kind is flows.Put or kind is flows.Read:
+            call, args = _lock.store_call(self._seam, effect)
+            return await self._call(call, *args)
         if kind is flows.Sleep:
             await self._sleep(effect.seconds)  # type: ignore[attr-defined]
         elif effect is flows.ARM:
@@ -584,17 +572,8 @@ class AsyncLock:
         return flows.require_holding(self._key, holding)
 
     async def _cleanup(self, cleanup: flows.Cleanup) -> None:
-        r = cleanup.requestor
         holding = cleanup.holding
-        notice = CleanupNotice(
-            lock=self._sender,
-            requestor_owner=r.owner,
-            requestor_priority=r.priority,
-            requestor_message=r.message,
-            forceful=r.forceful,
-            deadline=cleanup.deadline,
-            deadline_wall=cleanup.deadline_wall,
-        )
+        notice = _lock.cleanup_notice(self._sender, cleanup)
         _lock._send(signals.cleanup_requested, self._sender, notice=notice)
         listener = self._cfg.listener
         if listener is not None:

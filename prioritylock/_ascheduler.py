@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 import logging
 import math
 import weakref
 from collections.abc import Awaitable, Callable
 
 from prioritylock._clock import SYSTEM_CLOCK, Clock
+from prioritylock._due import DueHeap
 
 __all__ = ["AsyncScheduler", "ScheduledAsyncTask", "loop_scheduler"]
 
@@ -60,9 +59,7 @@ class AsyncScheduler:
     def __init__(self, clock: Clock = SYSTEM_CLOCK, *, manual: bool = False) -> None:
         self.clock = clock
         self.manual = manual
-        self._heap: list[tuple[float, int, ScheduledAsyncTask]] = []
-        self._cancelled = 0
-        self._seq = itertools.count()
+        self._heap: DueHeap[ScheduledAsyncTask] = DueHeap()
         self._wake: asyncio.Event | None = None
         self._sleeping_until: float | None = None
         self._runner: asyncio.Task[None] | None = None
@@ -90,53 +87,23 @@ class AsyncScheduler:
 
     def cancel(self, entry: ScheduledAsyncTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
-        if entry.cancelled:
-            return
-        entry.cancelled = True
-        self._cancelled += 1
-        if self._cancelled > 1024 and 2 * self._cancelled > len(self._heap):
-            self._heap = [
-                item
-                for item in self._heap
-                if not item[2].cancelled and not item[2].running and item[0] == item[2].when
-            ]
-            heapq.heapify(self._heap)
-            self._cancelled = 0
+        self._heap.cancel(entry)
 
     @property
     def pending(self) -> int:
         """How many tasks are scheduled."""
-        return len({id(e) for _, _, e in self._heap if not e.cancelled})
+        return self._heap.pending()
 
     def _push(self, entry: ScheduledAsyncTask, when: float) -> None:
-        if entry.tolerance > 0:
-            when = math.ceil(when / entry.tolerance) * entry.tolerance
-        entry.when = when
-        heapq.heappush(self._heap, (when, next(self._seq), entry))
+        when = self._heap.push(entry, when)
         if self._wake is not None and (self._sleeping_until is None or when < self._sleeping_until):
             self._wake.set()
 
     def _pop_due(self, now: float) -> ScheduledAsyncTask | None:
-        while self._heap:
-            when, _, entry = self._heap[0]
-            if entry.cancelled or entry.running or when != entry.when:
-                heapq.heappop(self._heap)
-                continue
-            if when > now:
-                return None
-            heapq.heappop(self._heap)
-            entry.running = True
-            return entry
-        return None
+        return self._heap.pop_due(now)
 
     def _next_due(self) -> float | None:
-        while self._heap:
-            when, _, entry = self._heap[0]
-            if entry.cancelled or entry.running or when != entry.when:
-                heapq.heappop(self._heap)
-                continue
-            return when
-        return None
+        return self._heap.next_due()
 
     async def _run(self, entry: ScheduledAsyncTask) -> None:
         try:

@@ -12,8 +12,6 @@ inline, deterministically.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import math
 import os
@@ -23,6 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from prioritylock._clock import SYSTEM_CLOCK, Clock
+from prioritylock._due import DueHeap
 
 __all__ = ["Heartbeat", "ScheduledTask", "default_heartbeat"]
 
@@ -68,10 +67,7 @@ class Heartbeat:
         self.threaded = threaded
         self._name = name
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, ScheduledTask]] = []
-        # Cancellations since the heap was last compacted (an upper bound of the dead entries).
-        self._cancelled = 0
-        self._seq = itertools.count()
+        self._heap: DueHeap[ScheduledTask] = DueHeap()
         self._closed = False
         # While the loop sleeps: the due time it sleeps until (inf: no task); None: awake.
         self._sleeping_until: float | None = None
@@ -117,54 +113,20 @@ class Heartbeat:
     def cancel(self, entry: ScheduledTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
         with self._cond:
-            if entry.cancelled:
-                return
-            entry.cancelled = True  # skipped lazily when it reaches the top of the heap
-            self._cancelled += 1
-            # Every release cancels a renewal due a renew interval later: a process that takes
-            # thousands of short locks a second would pile up that many dead entries. Drop
-            # them once they are most of the heap (each compaction is paid for by as many
-            # cancellations as it scans, so the cost per cancel stays constant).
-            if self._cancelled > _COMPACT_MIN and 2 * self._cancelled > len(self._heap):
-                self._heap = [
-                    item
-                    for item in self._heap
-                    if not item[2].cancelled and not item[2].running and item[0] == item[2].when
-                ]
-                heapq.heapify(self._heap)
-                self._cancelled = 0
+            self._heap.cancel(entry)
 
     def _push(self, entry: ScheduledTask, when: float) -> None:
-        if entry.tolerance > 0:
-            when = math.ceil(when / entry.tolerance) * entry.tolerance
-        entry.when = when
-        heapq.heappush(self._heap, (when, next(self._seq), entry))
+        when = self._heap.push(entry, when)
         # Wake the loop only if it sleeps past this entry's time: waking it costs the caller
         # the GIL, on every acquire.
         if self._sleeping_until is None or when < self._sleeping_until:
             self._cond.notify_all()
 
     def _pop_due_locked(self, now: float) -> ScheduledTask | None:
-        while self._heap:
-            when, _, entry = self._heap[0]
-            if entry.cancelled or entry.running or when != entry.when:
-                heapq.heappop(self._heap)  # cancelled, or superseded by a sooner push
-                continue
-            if when > now:
-                return None
-            heapq.heappop(self._heap)
-            entry.running = True
-            return entry
-        return None
+        return self._heap.pop_due(now)
 
     def _next_due_locked(self) -> float | None:
-        while self._heap:
-            when, _, entry = self._heap[0]
-            if entry.cancelled or entry.running or when != entry.when:
-                heapq.heappop(self._heap)
-                continue
-            return when
-        return None
+        return self._heap.next_due()
 
     def _run(self, entry: ScheduledTask) -> None:
         try:
@@ -192,7 +154,7 @@ class Heartbeat:
     def pending(self) -> int:
         """How many tasks are scheduled."""
         with self._cond:
-            return len({id(e) for _, _, e in self._heap if not e.cancelled})
+            return self._heap.pending()
 
     # -- threads -------------------------------------------------------------------------------
 
@@ -271,9 +233,6 @@ def _safely(callback: Callable[[], None]) -> None:
     except Exception:
         log.exception("prioritylock: a listener or signal receiver raised; ignored")
 
-
-#: Cancellations below which the heap is never compacted.
-_COMPACT_MIN = 1024
 
 _default: Heartbeat | None = None
 _default_lock = threading.Lock()

@@ -35,7 +35,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, new_lock_id
 from prioritylock._listener import CleanupNotice
 from prioritylock._reserve import boot_id
-from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
+from prioritylock.stores._base import ConditionalReader, ObjectStore, UnsyncedWriter
 
 __all__ = ["Lock"]
 
@@ -93,6 +93,60 @@ def fire_wakeups(store: object, key: str) -> None:
         fire(store, key)
 
 
+class Seam:
+    """The store calls a flow's ``Read`` and ``Put`` turn into (shared by both drivers)."""
+
+    __slots__ = ("key", "reader", "store", "unsynced")
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        key: str,
+        reader: ConditionalReader | None,
+        unsynced: UnsyncedWriter | None,
+    ) -> None:
+        self.store, self.key, self.reader, self.unsynced = store, key, reader, unsynced
+
+    @classmethod
+    def of(cls, config: LockConfig) -> Seam:
+        store = config.store
+        return cls(
+            store,
+            config.key,
+            store if isinstance(store, ConditionalReader) else None,
+            store if isinstance(store, UnsyncedWriter) else None,
+        )
+
+
+def store_call(seam: Seam, effect: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The store method and arguments that perform a ``Read`` or ``Put`` effect."""
+    key = seam.key
+    if type(effect) is flows.Read:
+        if effect.known is not None and seam.reader is not None:
+            return seam.reader.read_if_changed, (key, effect.known)
+        return seam.store.read, (key,)
+    put: flows.Put = effect
+    if put.create:
+        return seam.store.create, (key, put.data)
+    if put.unsynced and seam.unsynced is not None:
+        return seam.unsynced.replace_unsynced, (key, put.data, put.version)
+    return seam.store.replace, (key, put.data, put.version)
+
+
+def cleanup_notice(sender: Any, cleanup: flows.Cleanup) -> CleanupNotice:
+    """What a holder's listener is given when a higher priority asks for the lock."""
+    r = cleanup.requestor
+    return CleanupNotice(
+        lock=sender,
+        requestor_owner=r.owner,
+        requestor_priority=r.priority,
+        requestor_message=r.message,
+        forceful=r.forceful,
+        deadline=cleanup.deadline,
+        deadline_wall=cleanup.deadline_wall,
+    )
+
+
 def new_state(config: LockConfig) -> flows.LockState:
     """The flows' state for a lock object on ``config`` (shared by both drivers)."""
     store = config.store
@@ -125,8 +179,7 @@ class Lock:
         self._hb: Heartbeat = config.heartbeat or default_heartbeat()
         self._io = threading.RLock()
         self._st = new_state(config)
-        self._reader = config.store if isinstance(config.store, ConditionalReader) else None
-        self._unsynced = config.store if isinstance(config.store, UnsyncedWriter) else None
+        self._seam = Seam.of(config)
         self._armed: threading.Event | None = None
         self._cancel: threading.Event | None = None  # the running acquire's cancel event
         self._acquiring = False
@@ -369,18 +422,9 @@ class Lock:
         if effect is flows.NOW:
             return self._clock.monotonic(), self._clock.time()
         kind = type(effect)
-        if kind is flows.Put:
-            put: flows.Put = effect  # type: ignore[assignment]
-            if put.create:
-                return store.create(key, put.data)
-            if put.unsynced and self._unsynced is not None:
-                return self._unsynced.replace_unsynced(key, put.data, put.version)  # type: ignore[arg-type]
-            return store.replace(key, put.data, put.version)  # type: ignore[arg-type]
-        if kind is flows.Read:
-            known = effect.known  # type: ignore[attr-defined]
-            if known is not None and self._reader is not None:
-                return self._reader.read_if_changed(key, known)
-            return store.read(key)
+        if kind is flows.Put or kind is flows.Read:
+            call, args = store_call(self._seam, effect)
+            return call(*args)
         if kind is flows.Sleep:
             self._clock.sleep(effect.seconds)  # type: ignore[attr-defined]
         elif effect is flows.ARM:
@@ -523,17 +567,8 @@ class Lock:
             return self._run(flows.beat(self._st, holding))
 
     def _start_cleanup(self, cleanup: flows.Cleanup) -> None:
-        r = cleanup.requestor
         holding = cleanup.holding
-        notice = CleanupNotice(
-            lock=self,
-            requestor_owner=r.owner,
-            requestor_priority=r.priority,
-            requestor_message=r.message,
-            forceful=r.forceful,
-            deadline=cleanup.deadline,
-            deadline_wall=cleanup.deadline_wall,
-        )
+        notice = cleanup_notice(self, cleanup)
         listener = self._cfg.listener
 
         def cleanup_then_hand_over() -> None:

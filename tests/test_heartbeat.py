@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from prioritylock import FakeClock, Heartbeat
-from prioritylock._heartbeat import _COMPACT_MIN
+from prioritylock._due import COMPACT_MIN as _COMPACT_MIN
 from prioritylock.stores import MemoryStore
 from tests.lock.helpers import make
 
