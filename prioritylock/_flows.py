@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Generator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -77,8 +77,11 @@ T = TypeVar("T")
 #: A flow: yields effects, is sent their results, returns its outcome.
 Flow = Generator[Any, Any, T]
 
+#: Why a holding was lost (a heartbeat that can no longer prove ownership says why in words).
+LossReason = Literal["expired", "preempted", "overridden", "forced", "superseded"]
+
 #: Reasons a holder loses its lock, by the event that took it.
-LOSS_REASONS = {
+LOSS_REASONS: dict[str, LossReason] = {
     "expired_takeover": "expired",
     "preempted": "preempted",
     "forceful_takeover": "preempted",

@@ -17,27 +17,50 @@ class LockInfo:
     shown: only the holding lock object knows its own (``lock.lock_id``).
     """
 
+    #: The lock's key in the store (its scope's key), e.g. ``v1/path/jobs/nightly``.
     name: str
+    #: The fencing token of the current (or, when free, the last) holder.
     fence: int
+    #: Whether a holder's lease is recorded (it may have expired: see ``expires_at``).
     held: bool
+    #: The holder's owner name (None when free).
     owner: str | None = None
+    #: Why the holder holds the lock, as it said.
     message: str | None = None
+    #: The holder's priority (2147483647: an emergency override).
     priority: int | None = None
+    #: Seconds the holder's lease lives without a renewal.
     lease_timeout: float | None = None
+    #: Seconds the holder may take to clean up when a higher priority asks.
     cleanup_timeout: float | None = None
+    #: Whether the holder took (or would take) the lock forcefully.
     forceful: bool | None = None
+    #: When the holder took the lock (its wall clock, for display).
     acquired_at: float | None = None
+    #: When the holder last renewed (its wall clock, for display).
     renewed_at: float | None = None
+    #: ``renewed_at + lease_timeout``: for display; expiry is judged on each client's own clock.
     expires_at: float | None = None
+    #: The pending higher-priority requestor's owner name, if any.
     requestor_owner: str | None = None
+    #: Its priority.
     requestor_priority: int | None = None
+    #: How long it waits for the holder's cleanup.
     requestor_waiting_timeout: float | None = None
+    #: When it asked (its wall clock).
     requestor_requested_at: float | None = None
+    #: Whether it takes the lock when its wait runs out.
     requestor_forceful: bool | None = None
+    #: Why it asks.
     requestor_message: str | None = None
+    #: How the lock last changed holder: ``acquired``, ``released``, ``expired_takeover``,
+    #: ``handover``, ``preempted``, ``forceful_takeover``, ``override`` or ``force_unlock``.
     last_event: str | None = None
+    #: Who made that change (an owner name; the operator for a force unlock).
     last_event_by: str | None = None
+    #: Its message (an override's or force unlock's reason).
     last_event_message: str | None = None
+    #: When it happened (the writer's wall clock).
     last_event_at: float | None = None
 
     @classmethod

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import secrets
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -61,9 +61,21 @@ MAX_READ_FENCE = MAX_FENCE - 2**16
 #: Documents larger than this are not parsed even to salvage their fence.
 _SALVAGE_MAX_BYTES = 16 * MAX_DOCUMENT_BYTES
 
+#: How the current holder got the lock (or how it was freed).
+EventKind = Literal[
+    "acquired",
+    "expired_takeover",
+    "handover",
+    "preempted",
+    "forceful_takeover",
+    "override",
+    "released",
+    "force_unlock",
+]
+
 #: Kinds of ``Event``: how the current holder got the lock (or how it was freed). Requests have
 #: their own fields and leave the event alone, so a break-glass takeover stays on record.
-EVENT_KINDS = frozenset(
+EVENT_KINDS: frozenset[str] = frozenset(
     {
         "acquired",  # a free or absent lock was taken
         "expired_takeover",  # the holder's lease ran out and another client took over
@@ -151,7 +163,7 @@ class Requestor:
 class Event:
     """The last change of holder or request: kept so break-glass paths stay on record."""
 
-    kind: str
+    kind: EventKind
     at: float
     by: str
     message: str = ""

@@ -16,11 +16,14 @@ heartbeat, so they never extend a dead holder's life.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import attrs
 
 from prioritylock._lease import (
     OVERRIDE_PRIORITY,
     Event,
+    EventKind,
     Holder,
     Lease,
     Requestor,
@@ -174,7 +177,7 @@ class Write:
 
     lease: Lease
     create: bool
-    outcome: str
+    outcome: Literal["acquired", "requested", "withdrawn"]
 
 
 @attrs.frozen
@@ -189,7 +192,7 @@ class Wait:
     ``handover`` (our request is pending)."""
 
     until: float | None
-    reason: str
+    reason: Literal["busy", "handover"]
 
 
 @attrs.frozen
@@ -197,7 +200,7 @@ class Refused:
     """Stop: ``denied`` (a higher request displaced ours), or ``changed`` (the lease no longer
     shows what an operator's guard expects)."""
 
-    reason: str
+    reason: Literal["denied", "changed"]
 
 
 Step = Write | Owned | Wait | Refused
@@ -276,7 +279,7 @@ def acquire_step(
     return Write(requested, create=False, outcome="requested")
 
 
-def _take(lease: Lease, me: Claim, wall: float, kind: str) -> Write:
+def _take(lease: Lease, me: Claim, wall: float, kind: EventKind) -> Write:
     taken = lease.rewritten(
         fence=next_fence(lease, me.boot),
         holder=me.as_holder(wall),

@@ -30,7 +30,7 @@ from prioritylock._flows import (
     Sleep,
     Written,
 )
-from prioritylock._lease import Event, Lease, encode
+from prioritylock._lease import Event, EventKind, Lease, encode
 from prioritylock.stores._base import Versioned
 
 from ._fixtures import holder, lease, requestor, state
@@ -327,7 +327,7 @@ LOSSES = [
 @pytest.mark.parametrize(
     ("kind", "reason"), LOSSES, ids=[f"taken by {k}: lost, {r}" for k, r in LOSSES]
 )
-def test_examine_loses_with_the_reason_of_the_event(kind: str, reason: str) -> None:
+def test_examine_loses_with_the_reason_of_the_event(kind: EventKind, reason: str) -> None:
     st = state()
     held = holding_of(MINE, st)
     taken = lease(fence=8, holder=holder("x"), event=Event(kind, 1.0, "x"))

@@ -16,7 +16,7 @@ import pytest
 
 from prioritylock import _protocol as proto
 from prioritylock import _reserve
-from prioritylock._lease import OVERRIDE_PRIORITY, Event, Lease, Reserve
+from prioritylock._lease import OVERRIDE_PRIORITY, Event, EventKind, Lease, Reserve
 from prioritylock._protocol import MyRequest, Owned, Refused, Sighting, Wait
 from prioritylock._reserve import RESERVE_BLOCK, next_fence, plan_write
 
@@ -506,7 +506,7 @@ MINE_NOW = Reserve(135, THIS_BOOT)
 BASE = lease(holder=holder(), reserve=MINE_NOW)
 
 
-def _raised(base: Lease, fence: int, kind: str = "acquired") -> Lease:
+def _raised(base: Lease, fence: int, kind: EventKind = "acquired") -> Lease:
     return base.rewritten(fence=fence, event=Event(kind, WALL, "me"))
 
 

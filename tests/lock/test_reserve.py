@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from prioritylock import CorruptLease, FakeClock, Heartbeat, Lock, LockLost, _reserve
-from prioritylock._lease import Event, Holder, Lease, Reserve, decode, encode, new_nonce
+from prioritylock._lease import Event, EventKind, Holder, Lease, Reserve, decode, encode, new_nonce
 from prioritylock.stores import LocalStore, MemoryStore, UnsyncedWriter
 from tests.lock.helpers import make
 
@@ -36,7 +36,7 @@ def boot(monkeypatch: pytest.MonkeyPatch) -> str:
     return value
 
 
-def lease(fence: int, reserve: Reserve | None, event: str = "acquired") -> Lease:
+def lease(fence: int, reserve: Reserve | None, event: EventKind = "acquired") -> Lease:
     holder = Holder("id", "o", "", 0, 30.0, 0.0, False, 1.0, 1.0)
     return Lease(KEY, fence, new_nonce(), holder, None, Event(event, 1.0, "o"), reserve=reserve)
 
@@ -105,7 +105,7 @@ def test_a_synced_write_keeping_an_old_boots_fence_keeps_its_reservation(boot: s
 
 
 @pytest.mark.parametrize("kind", ["force_unlock", "override", "forceful_takeover"])
-def test_break_glass_raises_are_synced(boot: str, kind: str) -> None:
+def test_break_glass_raises_are_synced(boot: str, kind: EventKind) -> None:
     base = lease(5, Reserve(133, boot))
     raised = base.rewritten(fence=6, event=Event(kind, 2.0, "op"))
     assert _reserve.plan_write(raised, base, _reserve.boot_id()) == (raised, False)
