@@ -29,12 +29,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from prioritylock import Lock, LockBuilder, LockTimeout
+from prioritylock import Lock, LockTimeout
 from prioritylock.stores import ObjectStore
 from tests.conftest import CLOUD_KINDS, StoreFactory, selected_kinds
+from tests.lock.helpers import make
 from tests.test_stress import Occupancy, Section, check_sections
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("driver")]
 
 PATH = "contention/one-lock"
 LEASE_TIMEOUT = 30.0
@@ -57,15 +58,8 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 def _lock(store: ObjectStore, owner: str) -> Lock:
-    return (
-        LockBuilder()
-        .store(store)
-        .path(PATH)
-        .owner(owner)
-        .lease_timeout(LEASE_TIMEOUT)
-        .poll_interval(POLL_INTERVAL)
-        .build()
-    )
+    """A client of the test's driver (``Lock``, or ``AsyncLock`` behind its sync face)."""
+    return make(store, PATH, owner, lease_timeout=LEASE_TIMEOUT, poll_interval=POLL_INTERVAL)
 
 
 @contextlib.contextmanager
