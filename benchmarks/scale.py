@@ -76,7 +76,7 @@ import prioritylock
 from prioritylock import AsyncLock, Heartbeat, Lock, LockBuilder, signals
 from prioritylock._alock import DISK_WORKERS, NETWORK_WORKERS
 from prioritylock._ascheduler import AsyncScheduler, ScheduledAsyncTask
-from prioritylock._heartbeat import DEFAULT_WORKERS, ScheduledTask
+from prioritylock._scheduler import DEFAULT_WORKERS, ScheduledTask
 from prioritylock.stores import MemoryStore, ObjectStore, open_store
 
 STORES = ("memory", "s3-moto", "s3-seaweedfs")

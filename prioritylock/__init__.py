@@ -26,12 +26,12 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock._heartbeat import Heartbeat
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock._lock import Lock
 from prioritylock._public import publish
+from prioritylock._scheduler import Heartbeat, Scheduler
 
 __version__ = "0.1.0"
 
@@ -62,6 +62,7 @@ __all__ = [
     "OVERRIDE_PRIORITY",
     "PreemptionTimeout",
     "PriorityLockError",
+    "Scheduler",
     "StoreAccessError",
     "StoreError",
     "StoreUnavailable",

@@ -1,6 +1,6 @@
 """One scheduler per event loop: renews and watches every ``AsyncLock`` lease held in that loop.
 
-The asyncio counterpart of ``_heartbeat.Heartbeat``: a heap of due times and one runner task per
+The asyncio counterpart of ``_scheduler.Scheduler``: a heap of due times and one runner task per
 loop (not a task, thread or timer per lock). Due tasks of leases on in-process stores (memory)
 run one after another inside the runner; the others run as short-lived tasks, so a slow network
 store doesn't hold up the renewals of other leases. Due times are rounded up to a grid of the

@@ -28,7 +28,7 @@ from prioritylock.stores._url import open_store
 from scopes import LockScope
 
 if TYPE_CHECKING:
-    from prioritylock._heartbeat import Heartbeat
+    from prioritylock._scheduler import Scheduler
 
 __all__ = ["LockBuilder", "LockConfig"]
 
@@ -282,10 +282,16 @@ class LockBuilder:
         self._opts["clock"] = clock
         return self
 
-    def heartbeat(self, heartbeat: Heartbeat) -> LockBuilder:
-        """The scheduler that renews this lock (default: the process-wide one)."""
-        self._opts["heartbeat"] = heartbeat
+    def scheduler(self, scheduler: Scheduler) -> LockBuilder:
+        """The threaded scheduler that renews and watches this ``Lock``'s lease (default: the
+        process-wide one; tests step a manual one). An ``AsyncLock`` takes its scheduler in
+        :meth:`build_async`."""
+        self._opts["heartbeat"] = scheduler
         return self
+
+    def heartbeat(self, heartbeat: Scheduler) -> LockBuilder:
+        """The former name of :meth:`scheduler`."""
+        return self.scheduler(heartbeat)
 
     def config(self) -> LockConfig:
         """The validated, frozen configuration.

@@ -16,7 +16,7 @@ from prioritylock.stores._base import ObjectStore
 from scopes import LockScope
 
 if TYPE_CHECKING:
-    from prioritylock._heartbeat import Heartbeat
+    from prioritylock._scheduler import Scheduler
 
 __all__ = [
     "DEFAULT_CLEANUP_TIMEOUT",
@@ -71,7 +71,7 @@ class LockConfig:
     if_fence: int | None = None
     if_owner: str | None = None
     clock: Clock = SYSTEM_CLOCK
-    heartbeat: Heartbeat | None = None
+    heartbeat: Scheduler | None = None
 
     @property
     def key(self) -> str:

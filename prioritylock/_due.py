@@ -1,4 +1,4 @@
-"""The due-time heap both schedulers keep (threads: ``_heartbeat``; asyncio: ``_ascheduler``).
+"""The due-time heap both schedulers keep (threads: ``_scheduler``; asyncio: ``_ascheduler``).
 
 Entries are pushed with the time they are due, rounded *up* to their tolerance (so thousands of
 leases share wakeups); a cancelled entry, one that is running, or one pushed again sooner is

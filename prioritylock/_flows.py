@@ -271,7 +271,7 @@ class Holding:
         return not self.ended and self.lost is None
 
 
-class Decoded:
+class DecodedCache:
     """The document each lock of this process last read or wrote, decoded, with its version.
 
     A lock object that has not seen its document yet reads it conditionally against this
@@ -298,14 +298,14 @@ class Decoded:
 
 
 #: Shared by every lock object of the process, sync and async.
-DECODED = Decoded()
+DECODED = DecodedCache()
 
 
 class LockState:
     """Everything one lock object knows, mutated only by the flows (under the driver's lock).
 
     :param name: ``(namespace, key)`` naming the document process-wide, or None (see
-        :class:`Decoded`).
+        :class:`DecodedCache`).
     :param conditional: the store can read "only if changed".
     :param unsynced: the store can skip the sync of a write.
     :param cooperates: the holder has a listener, so a request's cleanup ends in a handover.

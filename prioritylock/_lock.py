@@ -30,11 +30,11 @@ from prioritylock._errors import (
     LockTimeout,
     NotLockOwner,
 )
-from prioritylock._heartbeat import Heartbeat, default_heartbeat
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease, new_lock_id
 from prioritylock._listener import CleanupNotice
 from prioritylock._reserve import boot_id
+from prioritylock._scheduler import Scheduler, default_scheduler
 from prioritylock.stores._base import ConditionalReader, ObjectStore, UnsyncedWriter
 
 __all__ = ["Lock"]
@@ -176,7 +176,7 @@ class Lock:
         self._store = config.store
         self._key = config.key
         self._clock = config.clock
-        self._hb: Heartbeat = config.heartbeat or default_heartbeat()
+        self._hb: Scheduler = config.heartbeat or default_scheduler()
         self._io = threading.RLock()
         self._st = new_state(config)
         self._seam = Seam.of(config)

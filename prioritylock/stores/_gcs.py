@@ -71,7 +71,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock._heartbeat import DEFAULT_WORKERS
+from prioritylock._scheduler import DEFAULT_WORKERS
 from prioritylock.stores._base import NOT_MODIFIED, ReadResult, StoreCapabilities, Versioned
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,

@@ -1,5 +1,5 @@
 """A new lock object reads conditionally against what another lock object of the process last
-read or wrote (``_flows.Decoded``): when nothing changed, it takes the decoded lease instead of
+read or wrote (``_flows.DecodedCache``): when nothing changed, it takes the decoded lease instead of
 the body. Still 2 requests for its first acquire, on every store; never a stale decision."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_stores_without_a_namespace_do_not_share(decodes: list[str]) -> None:
 
 
 def test_the_cache_is_bounded() -> None:
-    cache = _flows.Decoded(size=4)
+    cache = _flows.DecodedCache(size=4)
     seen = _flows.Seen(None, None)
     for i in range(10):
         cache.put(("ns", f"k{i}"), seen)

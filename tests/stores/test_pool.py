@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from prioritylock._heartbeat import DEFAULT_WORKERS
+from prioritylock._scheduler import DEFAULT_WORKERS
 from tests.conftest import StoreFactory
 
 

@@ -1,4 +1,6 @@
-"""One scheduler per process that renews and watches every held lease.
+"""The threaded scheduler: one per process renews and watches every lease its ``Lock`` objects hold.
+
+``Scheduler`` was called ``Heartbeat``; the old name stays, as an alias.
 
 The scheduler keeps a heap of due times and runs each due task on a small worker pool, so the
 renewals of different locks on a slow network store don't queue behind each other. A task
@@ -6,7 +8,7 @@ returns when it next wants to run (or None to stop); it never runs twice at once
 
 User callbacks (listeners, signal receivers) run on a separate notifier thread, never on the
 scheduler's own threads, so a slow or raising receiver can't delay a renewal. A test can build a
-``Heartbeat(clock, threaded=False)`` and step it with :meth:`Heartbeat.run_due`; callbacks then run
+``Scheduler(clock, threaded=False)`` and step it with :meth:`Scheduler.run_due`; callbacks then run
 inline, deterministically.
 """
 
@@ -23,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._due import DueHeap
 
-__all__ = ["Heartbeat", "ScheduledTask", "default_heartbeat"]
+__all__ = ["Heartbeat", "ScheduledTask", "Scheduler", "default_scheduler"]
 
 log = logging.getLogger("prioritylock")
 
@@ -36,7 +38,7 @@ Task = Callable[[], "float | None"]
 
 
 class ScheduledTask:
-    """A handle on a scheduled task; cancel it with :meth:`Heartbeat.cancel`."""
+    """A handle on a scheduled task; cancel it with :meth:`Scheduler.cancel`."""
 
     __slots__ = ("cancelled", "inline", "name", "running", "task", "tolerance", "when")
 
@@ -52,7 +54,7 @@ class ScheduledTask:
         self.running = False
 
 
-class Heartbeat:
+class Scheduler:
     """Runs scheduled tasks at their due times on the given clock."""
 
     def __init__(
@@ -234,16 +236,16 @@ def _safely(callback: Callable[[], None]) -> None:
         log.exception("prioritylock: a listener or signal receiver raised; ignored")
 
 
-_default: Heartbeat | None = None
+_default: Scheduler | None = None
 _default_lock = threading.Lock()
 
 
-def default_heartbeat() -> Heartbeat:
+def default_scheduler() -> Scheduler:
     """The process-wide scheduler, started on first use."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = Heartbeat()
+            _default = Scheduler()
         return _default
 
 
@@ -256,3 +258,7 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
+
+
+#: The former name of :class:`Scheduler`.
+Heartbeat = Scheduler
