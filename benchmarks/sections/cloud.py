@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass, field
 import _servers
 from _bench import Bench, StoreKind
 from _harness import Json, Section, T, fmt_counts, fmt_num, summarize
-from _wrappers import StoreTimer, read_if_changed
+from _wrappers import StoreTimer
 
 from prioritylock import LockBuilder
 from prioritylock.stores import ObjectStore, open_store
+from prioritylock.testing._delegate import read_if_changed
 
 #: (key, label, what its median is compared with: the raw SDK calls whose medians are summed)
 _CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
