@@ -167,8 +167,10 @@ def new_state(config: LockConfig) -> flows.LockState:
 class Lock:
     """A distributed lock on one lease document. Build it with :class:`~prioritylock.LockBuilder`.
 
-    Not reentrant. One lock object holds the lock at most once at a time; use one object per
-    client (threads that contend should each build their own).
+    One lock object is one client, on every store: not reentrant (``lock()`` while it holds the
+    lock raises :class:`~prioritylock.LockHeld`), and not shared between threads that contend (a
+    second thread's ``lock()`` while one waits or holds raises ``LockHeld`` too): threads that
+    contend build one object each. Any thread may call the other methods.
     """
 
     def __init__(self, config: LockConfig) -> None:
