@@ -91,7 +91,7 @@ def client(
     elif request.param == "grpc-sdk":
         sdk = SdkClient()
         yield sdk
-        sdk.client.close()
+        sdk.client.close()  # type: ignore[no-untyped-call]
     else:
         aio = AioSdkClient()
         yield aio

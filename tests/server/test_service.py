@@ -30,7 +30,7 @@ def mem() -> Iterator[Service]:
 
 def _stub(service: Service) -> tuple[grpc.Channel, dapr_pb2_grpc.DaprStub]:
     channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
-    return channel, dapr_pb2_grpc.DaprStub(channel)
+    return channel, dapr_pb2_grpc.DaprStub(channel)  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.parametrize(
