@@ -123,3 +123,13 @@ def test_expiry(client: Client, service: Service) -> None:
     assert time.monotonic() - started >= 1.0, "taken over before its expiry"
     # The first holder's lease ran out: its unlock finds the lock taken by another.
     assert client.unlock("locks", resource, "owner1") == 2
+
+
+def test_expired_lease_is_free_at_first_sight(client: Client, service: Service) -> None:
+    """A lease this service wrote is free as soon as it ran out, also for an owner that had
+    never looked at it before."""
+    resource = f"r-{uuid.uuid4().hex[:8]}"
+    assert client.lock("locks", resource, "owner1", 1) is True
+    time.sleep(1.1)  # let the 1 s lease run out: the passing of time is what is tested
+    assert client.lock("locks", resource, "owner3", 1) is True
+    assert client.unlock("locks", resource, "owner1") == 2
