@@ -136,10 +136,10 @@ class Alpha1Locks:
         key = self._key(resource_id)
         async with self._mutex(store_name, key):
             held = self._held.get((store_name, key))
-            if held is not None:
-                if held.lock.is_current_owner():
-                    return False
+            if held is not None and not held.lock.is_current_owner():
                 await self._clear(store_name, key, held, "expired")
+            # Even while this process holds the lock, the store decides: another replica may
+            # have freed it (an unlock by its owner there) since.
             waiter = (store_name, key, owner, expiry)
             lock = self._waiters.pop(waiter, None)
             if lock is None:
@@ -170,7 +170,7 @@ class Alpha1Locks:
                     await self._clear(store_name, key, held, "expired")
                     return LOCK_DOES_NOT_EXIST
                 if held.lock.config.owner != owner:
-                    return LOCK_BELONGS_TO_OTHERS
+                    return await self._unlock_in_store(store, resource_id, owner)
                 try:
                     await held.lock.unlock()
                 except NotLockOwner:  # lost meanwhile (LockLost): judge by the store below

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -224,7 +227,65 @@ def test_two_replicas_and_two_apps_on_one_store(tmp_path: Path) -> None:
         assert a2.lock("locks", "job", "owner2", 60) is False  # the same app's lock
         assert b.lock("locks", "job", "owner2", 60) is True  # another app: another key
         assert a2.unlock("locks", "job", "owner1") == 0  # unlocked by its owner on a replica
-        assert a2.lock("locks", "job", "owner2", 60) is True
+        assert a1.lock("locks", "job", "owner2", 60) is True  # a1 asks the store, not its memory
+        assert a2.lock("locks", "job", "owner1", 60) is False
+        assert a2.unlock("locks", "job", "owner1") == 2
+        assert a2.unlock("locks", "job", "owner2") == 0
     finally:
         for service in (a1, a2, b):
             service.close()
+
+
+def test_concurrent_tries_one_winner(mem: Service) -> None:
+    resource = f"race-{uuid.uuid4().hex[:8]}"
+    with ThreadPoolExecutor(16) as pool:
+        results = list(
+            pool.map(lambda n: mem.lock("locks", resource, f"owner{n % 4}", 30), range(32))
+        )
+    assert results.count(True) == 1, results
+
+
+def test_grpc_message_too_large(mem: Service) -> None:
+    channel, stub = _stub(mem)
+    request = lock_pb2.TryLockRequest(
+        store_name="locks", resource_id="r" * 70_000, lock_owner="o", expiry_in_seconds=5
+    )
+    with channel, pytest.raises(grpc.RpcError) as caught:
+        stub.TryLockAlpha1(request, metadata=[("dapr-api-token", "s3cret-token")])
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert mem.request("GET", "/v1.0/healthz")[0] == 204
+
+
+@pytest.mark.filterwarnings("ignore:The Distributed Lock API is an Alpha")
+def test_sdk_with_token_and_with_block(mem: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dapr.clients import DaprClient
+
+    monkeypatch.setenv("DAPR_RUNTIME_HOST", "127.0.0.1")
+    monkeypatch.setenv("DAPR_HTTP_PORT", str(mem.http_port))
+    monkeypatch.setenv("DAPR_GRPC_PORT", str(mem.grpc_port))
+    monkeypatch.setenv("DAPR_API_TOKEN", "s3cret-token")
+    resource = f"sdk-{uuid.uuid4().hex[:8]}"
+    with DaprClient() as client:
+        with client.try_lock("locks", resource, "owner1", 30) as lock:
+            assert lock.success
+            assert not client.try_lock("locks", resource, "owner2", 30).success
+        # Leaving the with-block unlocked it.
+        assert client.unlock("locks", resource, "owner1").status.value == 1
+    monkeypatch.setenv("DAPR_API_TOKEN", "wrong")
+    with DaprClient() as client, pytest.raises(grpc.RpcError) as caught:
+        client.try_lock("locks", resource, "owner1", 30)
+    assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_missing_extra_is_one_clear_line(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['aiohttp'] = None\n"
+        "from prioritylock.cli import main\n"
+        "sys.exit(main(['serve', '--app-id', 'a', '--store', 'x=memory://x']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 3, done.stderr
+    assert "pip install 'prioritylock[server]'" in done.stderr
+    assert len(done.stderr.splitlines()) == 1
