@@ -191,7 +191,7 @@ def build_parser() -> Parser:
     server = commands.add_parser(
         "serve",
         help="a lock service for other languages, speaking Dapr's lock API",
-        usage=f"{PROG} serve --store NAME=URL [--store ...] --app-id ID [options]",
+        usage=f"{PROG} serve (--store NAME=URL ... | --components DIR) --app-id ID [options]",
         description=(
             "Serve Dapr's alpha1 lock API (HTTP and gRPC) over the given stores until SIGTERM. "
             "Binds 127.0.0.1 unless --host says otherwise. With DAPR_API_TOKEN set, every "
@@ -202,9 +202,14 @@ def build_parser() -> Parser:
     server.add_argument(
         "--store",
         action="append",
-        required=True,
+        default=[],
         metavar="NAME=URL",
         help="a lock store the apps name in their calls (repeatable)",
+    )
+    server.add_argument(
+        "--components",
+        metavar="DIR",
+        help="also the lock stores of the Dapr component files in DIR (type lock.prioritylock)",
     )
     server.add_argument(
         "--app-id", required=True, help="the app's id: the prefix of its keys, as in Dapr"

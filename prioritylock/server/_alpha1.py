@@ -96,15 +96,27 @@ class _Held:
 
 
 class Alpha1Locks:
-    """TryLock and Unlock on named stores, for one app id (keys are ``v1/path/APP/RESOURCE``)."""
+    """TryLock and Unlock on named stores, for one app id.
+
+    A resource's key is ``v1/path/PREFIX/RESOURCE``: the prefix is the app id unless
+    ``key_prefixes`` gives a store another one, or None for no prefix (Dapr's ``keyPrefix``).
+    """
 
     def __init__(
-        self, stores: Mapping[str, ObjectStore], app_id: str, *, clock: Clock = SYSTEM_CLOCK
+        self,
+        stores: Mapping[str, ObjectStore],
+        app_id: str,
+        *,
+        key_prefixes: Mapping[str, str | None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        try:
-            LockScope.path(app_id)
-        except ValueError as exc:
-            raise ConfigError(f"app_id: {exc}", option="app_id") from exc
+        self._prefixes: dict[str, tuple[str, ...]] = {}
+        for name in stores:
+            prefix = (key_prefixes or {}).get(name, app_id)
+            try:
+                self._prefixes[name] = () if prefix is None else LockScope.path(prefix).parts
+            except ValueError as exc:
+                raise ConfigError(f"key prefix of {name}: {exc}", option="app_id") from exc
         self._stores = dict(stores)
         self._app_id = app_id
         self._clock = clock
@@ -127,13 +139,13 @@ class Alpha1Locks:
         :raises BadRequest: an empty or invalid field, or ``expiry`` not in 1..2**31-1.
         :raises StoreError: the store failed (so did CorruptLease: a document it can't trust).
         """
-        store = self._store(store_name)
+        self._store(store_name)
         check_fields(store_name, resource_id, owner)
         if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry <= 0:
             raise BadRequest(f"ExpiryInSeconds is not positive in lock store {store_name}")
         if expiry > MAX_EXPIRY:
             raise BadRequest(f"ExpiryInSeconds is too large in lock store {store_name}")
-        key = self._key(resource_id)
+        key = self._key(store_name, resource_id)
         async with self._mutex(store_name, key):
             held = self._held.get((store_name, key))
             if held is not None and not held.lock.is_current_owner():
@@ -143,7 +155,7 @@ class Alpha1Locks:
             waiter = (store_name, key, owner, expiry)
             lock = self._waiters.pop(waiter, None)
             if lock is None:
-                lock = self._build(store, resource_id, owner, expiry)
+                lock = self._build(store_name, resource_id, owner, expiry)
             if await lock.try_lock():
                 self._held[(store_name, key)] = _Held(lock, lock.fencing_token)
                 return True
@@ -160,9 +172,9 @@ class Alpha1Locks:
         :raises BadRequest: an empty or invalid field.
         :raises StoreError: the store failed.
         """
-        store = self._store(store_name)
+        self._store(store_name)
         check_fields(store_name, resource_id, owner)
-        key = self._key(resource_id)
+        key = self._key(store_name, resource_id)
         async with self._mutex(store_name, key):
             held = self._held.get((store_name, key))
             if held is not None:
@@ -170,7 +182,7 @@ class Alpha1Locks:
                     await self._clear(store_name, key, held, "expired")
                     return LOCK_DOES_NOT_EXIST
                 if held.lock.config.owner != owner:
-                    return await self._unlock_in_store(store, resource_id, owner)
+                    return await self._unlock_in_store(store_name, resource_id, owner)
                 try:
                     await held.lock.unlock()
                 except NotLockOwner:  # lost meanwhile (LockLost): judge by the store below
@@ -179,11 +191,11 @@ class Alpha1Locks:
                     del self._held[(store_name, key)]
                     return SUCCESS
                 self._held.pop((store_name, key), None)
-            return await self._unlock_in_store(store, resource_id, owner)
+            return await self._unlock_in_store(store_name, resource_id, owner)
 
-    async def _unlock_in_store(self, store: ObjectStore, resource_id: str, owner: str) -> int:
+    async def _unlock_in_store(self, store_name: str, resource_id: str, owner: str) -> int:
         """A lease this process does not hold: free it if it names ``owner``."""
-        probe = self._build(store, resource_id, owner, 1)
+        probe = self._build(store_name, resource_id, owner, 1)
         for _ in range(3):
             info = await probe.info()
             if info is None or not info.held:
@@ -220,18 +232,18 @@ class Alpha1Locks:
         except KeyError:
             raise StoreNotFound(f"lock store {store_name} not found") from None
 
-    def _key(self, resource_id: str) -> str:
+    def _key(self, store_name: str, resource_id: str) -> str:
         try:
-            return LockScope.path(self._app_id, resource_id).key
+            return LockScope.path(*self._prefixes[store_name], resource_id).key
         except ValueError as exc:
             raise BadRequest(f"ResourceId is not valid: {exc}") from None
 
-    def _build(self, store: ObjectStore, resource_id: str, owner: str, expiry: int) -> AsyncLock:
+    def _build(self, store_name: str, resource_id: str, owner: str, expiry: int) -> AsyncLock:
         try:
             return (
                 LockBuilder()
-                .store(store)
-                .path(self._app_id, resource_id)
+                .store(self._stores[store_name])
+                .path(*self._prefixes[store_name], resource_id)
                 .owner(owner)
                 .message(f"dapr alpha1 lock of app {self._app_id}")
                 .lease_timeout(expiry)

@@ -49,7 +49,7 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     ready = False
-    locks = Alpha1Locks(stores, config.app_id)
+    locks = Alpha1Locks(stores, config.app_id, key_prefixes=config.key_prefixes)
     app = make_app(locks, ready=lambda: ready, api_token=config.api_token, max_body=config.max_body)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()

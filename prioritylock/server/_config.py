@@ -50,10 +50,12 @@ def public_url(url: str) -> str:
 class ServeConfig:
     """The validated options of ``prioritylock serve``."""
 
-    stores: Mapping[str, str]
+    stores: Mapping[str, str] = attrs.field(repr=False)
     app_id: str
     host: str = "127.0.0.1"
     http_port: int = 3500
     grpc_port: int | None = 50001
     api_token: str | None = attrs.field(default=None, repr=False)
     max_body: int = MAX_BODY_BYTES
+    #: Per store, the key prefix when it is not the app id (None: no prefix).
+    key_prefixes: Mapping[str, str | None] = attrs.field(factory=dict)

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 STARTUP_SECONDS = 30.0
@@ -34,6 +35,7 @@ class Service:
         app_id: str = "app1",
         env: Mapping[str, str] | None = None,
         token: str | None = None,
+        components: Path | None = None,
     ) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
@@ -41,6 +43,8 @@ class Service:
         args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id]
         for name, url in stores.items():
             args += ["--store", f"{name}={url}"]
+        if components is not None:
+            args += ["--components", str(components)]
         args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         full = {**os.environ, **(env or {})}
         full.pop("DAPR_API_TOKEN", None)
