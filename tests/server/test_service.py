@@ -227,6 +227,9 @@ def test_two_replicas_and_two_apps_on_one_store(tmp_path: Path) -> None:
         assert a2.lock("locks", "job", "owner2", 60) is False  # the same app's lock
         assert b.lock("locks", "job", "owner2", 60) is True  # another app: another key
         assert a2.unlock("locks", "job", "owner1") == 0  # unlocked by its owner on a replica
+        assert a2.lock("locks", "job", "owner3", 60) is True
+        assert a1.unlock("locks", "job", "owner1") == 2  # a1 remembers owner1; the store doesn't
+        assert a2.unlock("locks", "job", "owner3") == 0
         assert a1.lock("locks", "job", "owner2", 60) is True  # a1 asks the store, not its memory
         assert a2.lock("locks", "job", "owner1", 60) is False
         assert a2.unlock("locks", "job", "owner1") == 2
