@@ -9,6 +9,7 @@
     prioritylock force-unlock URL PATH --message MSG
     prioritylock watch URL PATH                      print each change of the lease
     prioritylock demo
+    prioritylock serve --store NAME=URL --app-id ID  Dapr's lock API over HTTP and gRPC
 
 Errors are one line on stderr and an exit code from :class:`Exit` (the CLI page of the docs has
 the table); a traceback is shown only with ``PRIORITYLOCK_TRACEBACK=1``. Store URLs may carry
@@ -19,8 +20,8 @@ a process group of its own, which gets the signals.
 
 One module per concern: ``_parse`` (arguments), ``_output`` (human and ``--json`` output),
 ``_target`` (the store and the lock a command acts on), ``_inspect`` (info, list, watch),
-``_supervise`` (run, override: CMD, signals, process groups), ``_admin`` (force-unlock), and
-``_main`` (dispatch and the error boundary).
+``_supervise`` (run, override: CMD, signals, process groups), ``_admin`` (force-unlock),
+``_serve`` (serve), and ``_main`` (dispatch and the error boundary).
 """
 
 from __future__ import annotations

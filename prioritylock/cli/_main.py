@@ -15,6 +15,7 @@ from prioritylock.cli._exits import Exit, Failure, Interrupted, exit_code
 from prioritylock.cli._inspect import cmd_info, cmd_list, cmd_watch
 from prioritylock.cli._output import PROG, Output
 from prioritylock.cli._parse import build_parser, split_command
+from prioritylock.cli._serve import cmd_serve
 from prioritylock.cli._supervise import cmd_override, cmd_run
 
 __all__ = ["main"]
@@ -37,6 +38,7 @@ def _dispatch(args: argparse.Namespace, out: Output, cmd: list[str] | None) -> i
         "force-unlock": cmd_force_unlock,
         "watch": cmd_watch,
         "demo": _cmd_demo,
+        "serve": cmd_serve,
     }
     return handlers[args.command](args, out)
 

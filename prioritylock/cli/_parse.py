@@ -187,7 +187,49 @@ def build_parser() -> Parser:
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N changes")
 
     commands.add_parser("demo", help="contention and preemption on a temporary local store")
+
+    server = commands.add_parser(
+        "serve",
+        help="a lock service for other languages, speaking Dapr's lock API",
+        usage=f"{PROG} serve (--store NAME=URL ... | --components DIR) --app-id ID [options]",
+        description=(
+            "Serve Dapr's alpha1 lock API (HTTP and gRPC) over the given stores until SIGTERM. "
+            "Binds 127.0.0.1 unless --host says otherwise. With DAPR_API_TOKEN set, every "
+            "request but the health checks must carry it (dapr-api-token). Needs "
+            "pip install 'prioritylock[server]'."
+        ),
+    )
+    server.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="a lock store the apps name in their calls (repeatable)",
+    )
+    server.add_argument(
+        "--components",
+        metavar="DIR",
+        help="also the lock stores of the Dapr component files in DIR (type lock.prioritylock)",
+    )
+    server.add_argument(
+        "--app-id", required=True, help="the app's id: the prefix of its keys, as in Dapr"
+    )
+    server.add_argument("--http-port", type=_port, default=3500, help="HTTP port (3500)")
+    server.add_argument(
+        "--grpc-port", type=_port, default=50001, help="gRPC port (50001; 0: no gRPC)"
+    )
+    server.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return value
 
 
 def _add_guards(parser: argparse.ArgumentParser, act: str) -> None:

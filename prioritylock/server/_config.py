@@ -1,0 +1,61 @@
+"""What one ``prioritylock serve`` process serves: stores by name, ports, app id, token."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+import attrs
+
+from prioritylock._errors import ConfigError
+
+__all__ = ["MAX_BODY_BYTES", "ServeConfig", "parse_store", "public_url"]
+
+#: Largest request body accepted; a larger one is answered 413 without being read.
+MAX_BODY_BYTES = 64 * 1024
+
+_STORE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def parse_store(text: str) -> tuple[str, str]:
+    """``NAME=URL`` -> (name, url).
+
+    :raises ConfigError: no ``=``, an empty URL, or a name Dapr would not accept.
+    """
+    name, sep, url = text.partition("=")
+    if not sep or not url:
+        raise ConfigError(f"--store: expected NAME=URL, got {public_url(text)!r}", option="store")
+    if not _STORE_NAME.fullmatch(name):
+        raise ConfigError(
+            f"--store: invalid store name {name!r} (letters, digits, '.', '_', '-')",
+            option="store",
+        )
+    return name, url
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info or query string: what may be logged (they may hold secrets)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+@attrs.frozen
+class ServeConfig:
+    """The validated options of ``prioritylock serve``."""
+
+    stores: Mapping[str, str] = attrs.field(repr=False)
+    app_id: str
+    host: str = "127.0.0.1"
+    http_port: int = 3500
+    grpc_port: int | None = 50001
+    api_token: str | None = attrs.field(default=None, repr=False)
+    max_body: int = MAX_BODY_BYTES
+    #: Per store, the key prefix when it is not the app id (None: no prefix).
+    key_prefixes: Mapping[str, str | None] = attrs.field(factory=dict)

@@ -1,0 +1,140 @@
+"""The HTTP front end (aiohttp): Dapr's alpha1 lock routes and its health checks.
+
+Errors are answered as Dapr answers them: a status and ``{"errorCode", "message"}``. A store
+failure is a 500 with ERR_TRY_LOCK / ERR_UNLOCK whose message names the kind of failure only:
+the store's own words go to the log, and no store URL or credential reaches either.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from prioritylock._errors import PriorityLockError
+from prioritylock.server._alpha1 import MAX_EXPIRY, Alpha1Locks, BadRequest, StoreNotFound
+
+__all__ = ["TOKEN_HEADER", "make_app"]
+
+log = logging.getLogger("prioritylock.server")
+
+TOKEN_HEADER = "dapr-api-token"  # noqa: S105 (a header name, not a secret)
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _error(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"errorCode": code, "message": message}, status=status)
+
+
+def make_app(
+    locks: Alpha1Locks,
+    *,
+    ready: Callable[[], bool],
+    api_token: str | None,
+    max_body: int,
+) -> web.Application:
+    """The aiohttp application serving ``locks``."""
+
+    @web.middleware
+    async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if api_token is not None and not request.path.startswith("/v1.0/healthz"):
+            given = request.headers.get(TOKEN_HEADER, "")
+            if not hmac.compare_digest(given.encode(), api_token.encode()):
+                return _error(401, "ERR_UNAUTHORIZED", "missing or invalid dapr-api-token")
+        length = request.content_length
+        if length is not None and length > max_body:
+            return _error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+        return await handler(request)
+
+    async def healthz(request: web.Request) -> web.Response:
+        if not ready():
+            return _error(500, "ERR_HEALTH_NOT_READY", "stores are not open yet")
+        return web.Response(status=204)
+
+    async def try_lock(request: web.Request) -> web.Response:
+        store = request.match_info["store"]
+        body = await _body(request, max_body)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            expiry = _int(body.get("expiryInSeconds", 0), store)
+            got = await locks.try_lock(
+                store, _text(body, "resourceId"), _text(body, "lockOwner"), expiry
+            )
+        except BadRequest as exc:
+            return _error(400, "ERR_MALFORMED_REQUEST", str(exc))
+        except StoreNotFound as exc:
+            return _error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
+        except PriorityLockError as exc:
+            return _failed("ERR_TRY_LOCK", "failed to try acquiring lock", store, exc)
+        return web.json_response({"success": got})
+
+    async def unlock(request: web.Request) -> web.Response:
+        store = request.match_info["store"]
+        body = await _body(request, max_body)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            status = await locks.unlock(store, _text(body, "resourceId"), _text(body, "lockOwner"))
+        except BadRequest as exc:
+            return _error(400, "ERR_MALFORMED_REQUEST", str(exc))
+        except StoreNotFound as exc:
+            return _error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
+        except PriorityLockError as exc:
+            return _failed("ERR_UNLOCK", "failed to release lock", store, exc)
+        return web.json_response({"status": status})
+
+    app = web.Application(middlewares=[guard], client_max_size=max_body)
+    app.router.add_get("/v1.0/healthz", healthz)
+    app.router.add_get("/v1.0/healthz/outbound", healthz)
+    app.router.add_post("/v1.0-alpha1/lock/{store}", try_lock)
+    app.router.add_post("/v1.0-alpha1/unlock/{store}", unlock)
+    return app
+
+
+def _failed(code: str, what: str, store: str, exc: PriorityLockError) -> web.Response:
+    log.error("prioritylock serve: %s in lock store %s: %s", what, store, exc)
+    return _error(500, code, f"{what}: {type(exc).__name__} in lock store {store}")
+
+
+async def _body(request: web.Request, max_body: int) -> dict[str, Any] | web.Response:
+    """The JSON object of the request, or the error response to send instead."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return _error(400, "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body: not JSON")
+    if not isinstance(body, dict):
+        return _error(400, "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body: not an object")
+    return body
+
+
+def _text(body: dict[str, Any], name: str) -> str:
+    value = body.get(name, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRequest(f"failed deserializing HTTP body: {name} is not a string")
+    return value
+
+
+def _int(value: object, store: str) -> int:
+    """expiryInSeconds as protobuf's JSON reads an int32: a whole number, or its decimal string."""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise BadRequest("failed deserializing HTTP body: expiryInSeconds") from None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_EXPIRY:
+        raise BadRequest("failed deserializing HTTP body: expiryInSeconds is not an int32")
+    return value

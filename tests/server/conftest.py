@@ -1,0 +1,61 @@
+"""Services under test: on the memory store, and on an S3 emulator (moto)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._servers.s3 import S3Server
+from tests.server.helpers import Service
+
+pytest.importorskip("aiohttp")
+pytest.importorskip("dapr")
+
+
+def _s3_url(server: S3Server, bucket: str) -> str:
+    return (
+        f"s3://{bucket}/locks-{uuid.uuid4().hex[:8]}?endpoint={server.endpoint_url}"
+        "&region=us-east-1&addressing=path"
+    )
+
+
+@pytest.fixture(scope="module")
+def s3_bucket_for_server(moto_server: S3Server) -> Iterator[str]:
+    bucket = moto_server.create_bucket()
+    yield bucket
+    moto_server.remove_bucket(bucket)
+
+
+def _s3_env(server: S3Server) -> dict[str, str]:
+    return {
+        "AWS_ACCESS_KEY_ID": server.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
+    }
+
+
+@pytest.fixture(params=["memory", "s3-moto"])
+def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Service]:
+    """A service with one store named ``locks`` (a fresh namespace per test)."""
+    if request.param == "memory":
+        running = Service({"locks": f"memory://{uuid.uuid4().hex}"})
+    else:
+        server: S3Server = request.getfixturevalue("moto_server")
+        bucket: str = request.getfixturevalue("s3_bucket_for_server")
+        running = Service({"locks": _s3_url(server, bucket)}, env=_s3_env(server))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def s3_env(moto_server: S3Server) -> dict[str, str]:
+    return _s3_env(moto_server)
+
+
+@pytest.fixture
+def s3_url(moto_server: S3Server, s3_bucket_for_server: str) -> str:
+    return _s3_url(moto_server, s3_bucket_for_server)
