@@ -40,6 +40,8 @@ from tools import emulators as _servers  # noqa: E402
 from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY, EmulatorError  # noqa: E402
 
 __all__ = [
+    "AZURITE_ACCOUNT",
+    "AZURITE_KEY",
     "Emulator",
     "EmulatorError",
     "RawClient",
