@@ -187,7 +187,6 @@ async def obstore_client(endpoint: str, bucket: str, key: tuple[str, str]) -> As
 async def azure_pool(endpoint: str, bucket: str, key: tuple[str, str]) -> AsyncIterator[Client]:
     import requests
     import requests.adapters
-    from azure.core import MatchConditions
     from azure.core.credentials import AzureNamedKeyCredential
     from azure.core.pipeline.transport import RequestsTransport
     from azure.storage.blob import BlobType, ContainerClient
@@ -234,7 +233,6 @@ async def azure_pool(endpoint: str, bucket: str, key: tuple[str, str]) -> AsyncI
     async def get(name: str) -> tuple[bytes, str]:
         return await loop.run_in_executor(pool, get_sync, name)
 
-    del MatchConditions  # imported to fail early, here, if azure-core lacks it
     try:
         yield Client("azure-storage-blob + pool", put, get)
     finally:
