@@ -175,17 +175,22 @@ def _nonce() -> str:
     return f"N{next(_Det.nonces)}Z"
 
 
-class patched:
+class Patched:
     """Make the flows deterministic for the duration of a run (restored afterwards)."""
 
+    _names = ((proto, "new_nonce"), (flows, "new_nonce"), (flows, "random"))
+
     def __enter__(self) -> None:
-        self._saved = (proto.new_nonce, flows.new_nonce, flows.random)
-        proto.new_nonce = _nonce  # type: ignore[assignment]
-        flows.new_nonce = _nonce  # type: ignore[assignment]
-        flows.random = _Det  # type: ignore[assignment]
+        self._saved = [getattr(m, n) for m, n in self._names]
+        for (module, name), value in zip(self._names, (_nonce, _nonce, _Det), strict=True):
+            setattr(module, name, value)
+        self._logging = flows.log.disabled
+        flows.log.disabled = True  # the flows' warnings about injected faults, by the million
 
     def __exit__(self, *exc: object) -> None:
-        proto.new_nonce, flows.new_nonce, flows.random = self._saved  # type: ignore[assignment]
+        for (module, name), value in zip(self._names, self._saved, strict=True):
+            setattr(module, name, value)
+        flows.log.disabled = self._logging
 
 
 # -- the world ----------------------------------------------------------------------------------
@@ -248,9 +253,9 @@ class World:
             # Reading the clock commutes with every other client's step (only a tick changes
             # what it reads): when a client is about to read it, that is the only step offered
             # besides time passing, which loses no behaviour and spares the interleavings.
-            if p.flow is not None and p.pending is flows.NOW:
-                if p.until is None or p.mono(self.t) >= p.until:
-                    return [("step", i, "ok"), *ticks]
+            awake = p.until is None or p.mono(self.t) >= p.until
+            if p.flow is not None and p.pending is flows.NOW and awake:
+                return [("step", i, "ok"), *ticks]
         faults_left = self.faults < self.b.max_faults
         for i, p in enumerate(self.procs):
             now = p.mono(self.t)
@@ -328,6 +333,7 @@ class World:
         op = p.spec.program[p.pc]
         p.pc += 1
         h = st.holding
+        flow: Any
         if op in ("try_lock", "lock"):
             if flows.believes(h, now):
                 if self.tracing:
@@ -493,19 +499,19 @@ class World:
             self._advance(p, None, ConditionFailed(KEY, "version moved"))
             return
         version = f"V{next(self.versions)}Z"
+        if self.tracing:
+            self._say(p, f"write {_show((eff.data, version))} lands")
         self._wrote(eff.data)
         self.doc = (eff.data, version)
         if outcome == "lost":
             if self.tracing:
-                self._say(p, f"write {_show(self.doc)} landed, answer lost")
+                self._say(p, "  ... its answer is lost (timeout)")
             self._advance(p, None, StoreUnavailable("explore: timeout", outcome_unknown=True))
         elif outcome == "412":
             if self.tracing:
-                self._say(p, f"write {_show(self.doc)} landed, answered 412")
+                self._say(p, "  ... answered 412 (a retry of it)")
             self._advance(p, None, ConditionFailed(KEY, "retried write"))
         else:
-            if self.tracing:
-                self._say(p, f"write {_show(self.doc)}")
             self._advance(p, version, None)
 
     # -- the checks ----------------------------------------------------------------------------
@@ -645,6 +651,50 @@ def _canonical(text: str) -> str:
     return _TOKEN.sub(rename, text)
 
 
+# -- the scenarios ------------------------------------------------------------------------------
+
+_A = Client("A", ("try_lock", "unlock"), priority=1, cooperates=True)
+_HOLDS = ("run", 0)  # start state: A holds the lock (fence 1, renewed at t=0)
+
+SCENARIOS = (
+    # An equal-priority waiter that has seen A's heartbeat; A may stall, renew, release.
+    Scenario(
+        "takeover",
+        (Client("A", ("try_lock", "unlock")), Client("B", ("lock", "unlock"))),
+        prefix=(_HOLDS, ("run_until_blocked", 1)),
+    ),
+    # A releases while B contends: lost answers and 412s on the release and the takeover.
+    Scenario("release", (Client("A", ("unlock",)), Client("B", ("lock", "unlock"))), (_HOLDS,)),
+    # A higher priority asks; A's cleanup returns when the scheduler says, then hands over.
+    Scenario("handover", (_A, Client("B", ("try_lock", "unlock"), priority=5)), (_HOLDS,)),
+    # A forceful request: it takes the lock when its wait runs out (break-glass).
+    Scenario(
+        "forceful",
+        (
+            Client("A", ("try_lock", "unlock"), priority=1),
+            Client("B", ("try_lock", "unlock"), priority=5, forceful=True),
+        ),
+        (_HOLDS,),
+    ),
+    # Three clients: a request pending, and the operators' override.
+    Scenario(
+        "override",
+        (
+            _A,
+            Client("B", ("try_lock", "unlock"), priority=5),
+            Client("C", ("try_lock", "unlock"), override=True),
+        ),
+        (_HOLDS,),
+    ),
+    # Three clients: an operator's force_unlock while a waiter contends.
+    Scenario(
+        "force_unlock",
+        (_A, Client("B", ("lock", "unlock")), Client("C", ("force_unlock",))),
+        (_HOLDS,),
+    ),
+)
+
+
 # -- the search ---------------------------------------------------------------------------------
 
 
@@ -667,7 +717,7 @@ def explore(scenario: Scenario, b: Bounds) -> Result:
     result = Result(scenario.name)
     started = time.monotonic()
     n = len(scenario.clients)
-    with patched():
+    with Patched():
         for rates in itertools.product(b.rates, repeat=n):
 
             def fresh(rates: tuple[float, ...] = rates, tracing: bool = False) -> World:
@@ -687,7 +737,10 @@ def explore(scenario: Scenario, b: Bounds) -> Result:
                         w.apply(c)
                 except Violation as exc:
                     w.trace.append(f"VIOLATION: {exc}")
-                result.trace = [f"clock rates: {dict(zip(_names(scenario), rates))}", *w.trace]
+                result.trace = [
+                    f"clock rates: {dict(zip(_names(scenario), rates, strict=True))}",
+                    *w.trace,
+                ]
                 result.path = path
                 break
     result.seconds = time.monotonic() - started
@@ -756,7 +809,7 @@ def format_result(r: Result, b: Bounds) -> str:
 
 def walk(scenario: Scenario, b: Bounds, path: list[Choice]) -> Iterator[str]:
     """Replay one path (for debugging a trace)."""
-    with patched():
+    with Patched():
         w = World(scenario, b, b.rates[: len(scenario.clients)])
         for c in path:
             w.apply(c)
@@ -766,7 +819,7 @@ def walk(scenario: Scenario, b: Bounds, path: list[Choice]) -> Iterator[str]:
 __all__ = [
     "Bounds",
     "Client",
-    "Lease",
+    "SCENARIOS",
     "Result",
     "Scenario",
     "Violation",

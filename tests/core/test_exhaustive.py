@@ -1,0 +1,71 @@
+"""The exhaustive check of the protocol core (see ``_explore``): every interleaving of 2 and 3
+clients running the real flows, up to a bound, with faults, pauses and skewed clocks.
+
+CI runs a small bound; ``PRIORITYLOCK_EXPLORE_DEPTH=N`` runs every scenario to depth N (and
+``PRIORITYLOCK_EXPLORE_FAULTS=K`` allows K faults per path), e.g.
+``PRIORITYLOCK_EXPLORE_DEPTH=10 pytest tests/core/test_exhaustive.py -s``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from prioritylock import _protocol as proto
+from prioritylock._lease import Lease
+from tests.core._explore import SCENARIOS, Bounds, Scenario, explore, format_result
+
+#: Depth (choices after the start state) per scenario in CI: a few seconds each.
+CI_DEPTH = {
+    "takeover": 7,
+    "release": 7,
+    "handover": 7,
+    "forceful": 7,
+    "override": 5,
+    "force_unlock": 5,
+}
+
+
+def _bounds(scenario: Scenario) -> Bounds:
+    depth = os.environ.get("PRIORITYLOCK_EXPLORE_DEPTH")
+    faults = int(os.environ.get("PRIORITYLOCK_EXPLORE_FAULTS", "1"))
+    return Bounds(depth=int(depth) if depth else CI_DEPTH[scenario.name], max_faults=faults)
+
+
+@pytest.mark.timeout(0 if os.environ.get("PRIORITYLOCK_EXPLORE_DEPTH") else 120)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_no_interleaving_breaks_the_core(scenario: Scenario) -> None:
+    bounds = _bounds(scenario)
+    result = explore(scenario, bounds)
+    report = format_result(result, bounds)
+    print(report)
+    assert result.violation is None, report
+    assert result.states > 500 and result.paths > 300  # it did explore
+
+
+@pytest.mark.timeout(60)
+def test_dropping_the_drift_allowance_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A waiter that counts only the lease timeout takes over while a slow-clocked holder still
+    believes it holds the lock: the checker finds it and prints the trace."""
+
+    def no_drift(lease: Lease, seen: proto.Sighting, drift: float) -> float:
+        assert lease.holder is not None
+        return seen.since + lease.holder.lease_timeout
+
+    monkeypatch.setattr(proto, "expires_at", no_drift)
+    scenario = SCENARIOS[0]
+    result = explore(scenario, Bounds(depth=6))
+    assert result.violation is not None and "both believe" in result.violation
+    trace = "\n".join(result.trace)
+    print(trace)
+    assert "expired_takeover" in trace and trace.startswith("clock rates: {'A': 0.9, 'B': 1.1}")
+
+
+@pytest.mark.timeout(60)
+def test_a_repeated_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A next holder given the same fence is found on the first takeover."""
+    monkeypatch.setattr(proto, "next_fence", lambda lease: lease.fence)
+    result = explore(SCENARIOS[0], Bounds(depth=8, max_faults=0))
+    assert result.violation is not None and "not above" in result.violation, result.violation
+    print("\n".join(result.trace))
