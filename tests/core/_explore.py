@@ -48,6 +48,7 @@ import attrs
 
 from prioritylock import LockBuilder
 from prioritylock import _flows as flows
+from prioritylock import _lease as lease_module
 from prioritylock import _protocol as proto
 from prioritylock._errors import ConditionFailed, PriorityLockError, StoreUnavailable
 from prioritylock._lease import Lease, decode
@@ -178,18 +179,21 @@ def _nonce() -> str:
 class Patched:
     """Make the flows deterministic for the duration of a run (restored afterwards)."""
 
-    _names = ((proto, "new_nonce"), (flows, "new_nonce"), (flows, "random"))
+    _names = ((lease_module, "new_nonce"), (proto, "new_nonce"), (flows, "new_nonce"))
 
     def __enter__(self) -> None:
         self._saved = [getattr(m, n) for m, n in self._names]
-        for (module, name), value in zip(self._names, (_nonce, _nonce, _Det), strict=True):
-            setattr(module, name, value)
+        for module, name in self._names:
+            setattr(module, name, _nonce)
+        self._random = getattr(flows, "random")  # noqa: B009 (not exported: mypy)
+        setattr(flows, "random", _Det)  # noqa: B010
         self._logging = flows.log.disabled
         flows.log.disabled = True  # the flows' warnings about injected faults, by the million
 
     def __exit__(self, *exc: object) -> None:
         for (module, name), value in zip(self._names, self._saved, strict=True):
             setattr(module, name, value)
+        setattr(flows, "random", self._random)  # noqa: B010
         flows.log.disabled = self._logging
 
 
@@ -238,6 +242,7 @@ class World:
         self.told: dict[int, int] = {}
         self.holdings: list[flows.Holding] = []
         self.tracing = False
+        self.kinds: set[str] = set()  # events written (what the search reached)
         self.trace: list[str] = []
         self.lease: Lease | None = None
         self.procs: list[Proc] = []
@@ -292,6 +297,12 @@ class World:
             i = choice[1]
             p = self.procs[i]
             self._start(i, "op")
+            while p.flow is not None and (choice[0] == "run" or p.until is None):
+                self._step(i, "ok")
+        elif choice[0] == "run_beat":  # a start state: the client's heartbeat runs once
+            i = choice[1]
+            p = self.procs[i]
+            self._start(i, "beat")
             while p.flow is not None and (choice[0] == "run" or p.until is None):
                 self._step(i, "ok")
         elif choice[0] == "tick":
@@ -521,8 +532,10 @@ class World:
         old, self.lease = self.lease, new
         if old is not None and new.fence < old.fence:
             raise Violation(f"fence went down: {old.fence} -> {new.fence}")
-        if new.event is not None and new.event.kind in BREAK_GLASS:
-            self.break_glass.add(new.fence)
+        if new.event is not None:
+            self.kinds.add(new.event.kind)
+            if new.event.kind in BREAK_GLASS:
+                self.break_glass.add(new.fence)
         new_holder = new.holder is not None and (
             old is None or old.holder is None or old.holder.lock_id != new.holder.lock_id
         )
@@ -655,6 +668,8 @@ def _canonical(text: str) -> str:
 
 _A = Client("A", ("try_lock", "unlock"), priority=1, cooperates=True)
 _HOLDS = ("run", 0)  # start state: A holds the lock (fence 1, renewed at t=0)
+_ASKED = (_HOLDS, ("run_until_blocked", 1))  # ... and B has read it (and asked, if it outranks)
+_NOTIFIED = (*_ASKED, ("tick", 1.2), ("run_beat", 0))  # ... and A's watch has seen the request
 
 SCENARIOS = (
     # An equal-priority waiter that has seen A's heartbeat; A may stall, renew, release.
@@ -664,9 +679,14 @@ SCENARIOS = (
         prefix=(_HOLDS, ("run_until_blocked", 1)),
     ),
     # A releases while B contends: lost answers and 412s on the release and the takeover.
-    Scenario("release", (Client("A", ("unlock",)), Client("B", ("lock", "unlock"))), (_HOLDS,)),
-    # A higher priority asks; A's cleanup returns when the scheduler says, then hands over.
-    Scenario("handover", (_A, Client("B", ("try_lock", "unlock"), priority=5)), (_HOLDS,)),
+    Scenario(
+        "release",
+        (Client("A", ("unlock",)), Client("B", ("lock", "unlock"))),
+        (_HOLDS, ("run_until_blocked", 1)),
+    ),
+    # B's higher-priority request is recorded; A's cleanup returns when the scheduler says,
+    # then A hands over.
+    Scenario("handover", (_A, Client("B", ("try_lock", "unlock"), priority=5)), _NOTIFIED),
     # A forceful request: it takes the lock when its wait runs out (break-glass).
     Scenario(
         "forceful",
@@ -674,7 +694,7 @@ SCENARIOS = (
             Client("A", ("try_lock", "unlock"), priority=1),
             Client("B", ("try_lock", "unlock"), priority=5, forceful=True),
         ),
-        (_HOLDS,),
+        _NOTIFIED,
     ),
     # Three clients: a request pending, and the operators' override.
     Scenario(
@@ -684,13 +704,13 @@ SCENARIOS = (
             Client("B", ("try_lock", "unlock"), priority=5),
             Client("C", ("try_lock", "unlock"), override=True),
         ),
-        (_HOLDS,),
+        _ASKED,
     ),
     # Three clients: an operator's force_unlock while a waiter contends.
     Scenario(
         "force_unlock",
         (_A, Client("B", ("lock", "unlock")), Client("C", ("force_unlock",))),
-        (_HOLDS,),
+        _ASKED,
     ),
 )
 
@@ -709,6 +729,7 @@ class Result:
     violation: str | None = None
     trace: list[str] = field(default_factory=list)
     path: list[Choice] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)  # events written on some explored path
 
 
 def explore(scenario: Scenario, b: Bounds) -> Result:
@@ -767,6 +788,7 @@ def _dfs(
     result: Result,
     failing: list[Choice],
 ) -> bool:
+    result.kinds |= world.kinds
     fp = world.fingerprint()
     if memo.get(fp, -1) >= left:
         result.pruned += 1
@@ -800,7 +822,7 @@ def format_result(r: Result, b: Bounds) -> str:
     head = (
         f"{r.scenario}: depth {b.depth}, faults <= {b.max_faults}, rates {b.rates}: "
         f"{r.states} states, {r.paths} paths, {r.pruned} pruned, {r.steps} steps, "
-        f"{r.seconds:.1f} s"
+        f"{r.seconds:.1f} s; events reached: {', '.join(sorted(r.kinds))}"
     )
     if r.violation is None:
         return head + ", no violation"

@@ -19,11 +19,11 @@ from tests.core._explore import SCENARIOS, Bounds, Scenario, explore, format_res
 #: Depth (choices after the start state) per scenario in CI: a few seconds each.
 CI_DEPTH = {
     "takeover": 7,
-    "release": 7,
-    "handover": 7,
-    "forceful": 7,
+    "release": 8,
+    "handover": 6,
+    "forceful": 6,
     "override": 5,
-    "force_unlock": 5,
+    "force_unlock": 6,
 }
 
 
