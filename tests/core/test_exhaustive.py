@@ -19,10 +19,10 @@ from tests.core._explore import SCENARIOS, Bounds, Scenario, explore, format_res
 #: Depth (choices after the start state) per scenario in CI: a few seconds each.
 CI_DEPTH = {
     "takeover": 7,
-    "release": 8,
+    "release": 9,
     "handover": 6,
     "forceful": 6,
-    "override": 5,
+    "override": 6,
     "force_unlock": 6,
 }
 
