@@ -31,7 +31,8 @@ Checked at every state:
 - fences: a document's fence never goes down, and every new holder's fence is above every
   earlier holder's;
 - losses: a holding marked lost was told (a ``Lose`` effect whose ``mark_lost`` marked it), at
-  most once, and a holding whose ``unlock`` returned is never told it lost;
+  most once; a holding whose ``unlock`` returned is never told it lost; an ``unlock`` whose
+  release (or handover) landed in the document does not raise ``LockLost``;
 - no flow raises anything but the library's typed errors.
 """
 
@@ -50,7 +51,7 @@ from prioritylock import LockBuilder
 from prioritylock import _flows as flows
 from prioritylock import _lease as lease_module
 from prioritylock import _protocol as proto
-from prioritylock._errors import ConditionFailed, PriorityLockError, StoreUnavailable
+from prioritylock._errors import ConditionFailed, LockLost, PriorityLockError, StoreUnavailable
 from prioritylock._lease import Lease, decode
 from prioritylock._listener import LockListener
 from prioritylock._lock import new_state
@@ -221,6 +222,7 @@ class Proc:
     bg: tuple[flows.Holding, float] | None = None
     ids: int = 0
     released: list[flows.Holding] = field(default_factory=list)
+    landed: bool = False  # the running unlock's release is in the document
 
     def mono(self, t: float) -> float:
         return self.rate * t
@@ -365,6 +367,11 @@ class World:
             try:
                 held = flows.require_holding(st.key, h)
             except PriorityLockError as exc:
+                if p.kind == "unlock" and isinstance(exc, LockLost) and p.landed:
+                    raise Violation(
+                        f"{p.spec.name}'s unlock raised LockLost ({exc.reason}) after its "
+                        "release landed"
+                    ) from exc
                 if self.tracing:
                     self._say(p, f"unlock: {type(exc).__name__}")
                 return
@@ -385,7 +392,7 @@ class World:
     def _run(self, p: Proc, kind: str, flow: Any) -> None:
         if self.tracing:
             self._say(p, f"start {kind}")
-        p.flow, p.kind = flow, kind
+        p.flow, p.kind, p.landed = flow, kind, False
         self._advance(p, None, None)
 
     def _advance(self, p: Proc, value: Any, error: BaseException | None) -> None:
@@ -398,6 +405,11 @@ class World:
                 self._finished(p, stop.value)
                 return
             except PriorityLockError as exc:
+                if p.kind == "unlock" and isinstance(exc, LockLost) and p.landed:
+                    raise Violation(
+                        f"{p.spec.name}'s unlock raised LockLost ({exc.reason}) after its "
+                        "release landed"
+                    ) from exc
                 if self.tracing:
                     self._say(p, f"{p.kind} raised {type(exc).__name__}: {exc}")
                 self._finished(p, None, returned=False)
@@ -514,6 +526,12 @@ class World:
             self._say(p, f"write {_show((eff.data, version))} lands")
         self._wrote(eff.data)
         self.doc = (eff.data, version)
+        if p.kind == "unlock":
+            held = p.st.holding
+            now = self.lease
+            assert held is not None and now is not None
+            if now.holder is None or now.holder.lock_id != held.lock_id:
+                p.landed = True  # our release (or handover) is in the document
         if outcome == "lost":
             if self.tracing:
                 self._say(p, "  ... its answer is lost (timeout)")
@@ -669,20 +687,22 @@ def _canonical(text: str) -> str:
 _A = Client("A", ("try_lock", "unlock"), priority=1, cooperates=True)
 _HOLDS = ("run", 0)  # start state: A holds the lock (fence 1, renewed at t=0)
 _ASKED = (_HOLDS, ("run_until_blocked", 1))  # ... and B has read it (and asked, if it outranks)
+_LOST_RELEASE = (("start", 0, "op"), ("step", 0, "ok"), ("step", 0, "ok"), ("step", 0, "lost"))
 _NOTIFIED = (*_ASKED, ("tick", 1.2), ("run_beat", 0))  # ... and A's watch has seen the request
 
 SCENARIOS = (
-    # An equal-priority waiter that has seen A's heartbeat; A may stall, renew, release.
+    # An equal-priority waiter that has seen A's heartbeat; A may stall, renew, release (with
+    # faults), B may take over on expiry or after the release.
     Scenario(
         "takeover",
         (Client("A", ("try_lock", "unlock")), Client("B", ("lock", "unlock"))),
         prefix=(_HOLDS, ("run_until_blocked", 1)),
     ),
-    # A releases while B contends: lost answers and 412s on the release and the takeover.
+    # A's release landed but its answer was lost; B is waiting to take the free lock.
     Scenario(
-        "release",
-        (Client("A", ("unlock",)), Client("B", ("lock", "unlock"))),
-        (_HOLDS, ("run_until_blocked", 1)),
+        "lost_release",
+        (Client("A", ("try_lock", "unlock")), Client("B", ("lock", "unlock"))),
+        (_HOLDS, ("run_until_blocked", 1), *_LOST_RELEASE),
     ),
     # B's higher-priority request is recorded; A's cleanup returns when the scheduler says,
     # then A hands over.

@@ -19,7 +19,7 @@ from tests.core._explore import SCENARIOS, Bounds, Scenario, explore, format_res
 #: Depth (choices after the start state) per scenario in CI: a few seconds each.
 CI_DEPTH = {
     "takeover": 7,
-    "release": 9,
+    "lost_release": 8,
     "handover": 6,
     "forceful": 6,
     "override": 6,
@@ -68,4 +68,15 @@ def test_a_repeated_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(proto, "next_fence", lambda lease: lease.fence)
     result = explore(SCENARIOS[0], Bounds(depth=8, max_faults=0))
     assert result.violation is not None and "not above" in result.violation, result.violation
+    print("\n".join(result.trace))
+
+
+@pytest.mark.timeout(60)
+def test_a_release_proven_landed_is_not_a_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``release_landed``, a release whose answer was lost, the lock then taken by the
+    waiter, makes ``unlock()`` raise ``LockLost``: the checker finds it."""
+    monkeypatch.setattr(proto, "release_landed", lambda current, ours: False)
+    lost = next(s for s in SCENARIOS if s.name == "lost_release")
+    result = explore(lost, Bounds(depth=10))
+    assert result.violation is not None and "after its release landed" in result.violation
     print("\n".join(result.trace))
