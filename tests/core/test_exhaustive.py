@@ -41,7 +41,9 @@ def test_no_interleaving_breaks_the_core(scenario: Scenario) -> None:
     report = format_result(result, bounds)
     print(report)
     assert result.violation is None, report
-    assert result.states > 500 and result.paths > 300  # it did explore
+    # It did explore: thousands of states at the CI bound, and past the start state's events.
+    assert result.states > (1000 if bounds.depth >= CI_DEPTH[scenario.name] else 0)
+    assert len(result.kinds) >= 2
 
 
 @pytest.mark.timeout(60)
