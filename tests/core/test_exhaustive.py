@@ -82,3 +82,13 @@ def test_a_release_proven_landed_is_not_a_loss(monkeypatch: pytest.MonkeyPatch) 
     result = explore(lost, Bounds(depth=10))
     assert result.violation is not None and "after its release landed" in result.violation
     print("\n".join(result.trace))
+
+
+@pytest.mark.timeout(60)
+def test_clock_rates_beyond_the_bound_break_exclusion() -> None:
+    """The time model is sharp: with lease 4 s and drift 1 s, exclusion holds for clock rates
+    1 +- d only while (4 + 1) / (1 + d) >= 4 / (1 - d), i.e. d <= 1/9. At +-0.15 a fast waiter
+    takes over from a slow holder that still believes; at +-0.1 (the other tests) it can't."""
+    result = explore(SCENARIOS[0], Bounds(depth=7, rates=(0.85, 1.15)))
+    assert result.violation is not None and "both believe" in result.violation
+    assert result.trace[0] == "clock rates: {'A': 0.85, 'B': 1.15}"
