@@ -67,7 +67,7 @@ def test_dropping_the_drift_allowance_is_caught(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.timeout(60)
 def test_a_repeated_fence_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """A next holder given the same fence is found on the first takeover."""
-    monkeypatch.setattr(proto, "next_fence", lambda lease: lease.fence)
+    monkeypatch.setattr(proto, "next_fence", lambda lease, boot: lease.fence)
     result = explore(SCENARIOS[0], Bounds(depth=8, max_faults=0))
     assert result.violation is not None and "not above" in result.violation, result.violation
     print("\n".join(result.trace))
