@@ -18,7 +18,9 @@ import logging
 import math
 import weakref
 from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
+from prioritylock import _due
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._due import DueHeap
 
@@ -36,21 +38,8 @@ _INLINE_SLICE = 0.005
 MAX_RUNNING = 64
 
 
-class ScheduledAsyncTask:
-    """A handle on a scheduled task; cancel it with :meth:`AsyncScheduler.cancel`."""
-
-    __slots__ = ("cancelled", "inline", "name", "running", "task", "tolerance", "when")
-
-    def __init__(
-        self, task: AsyncTask, when: float, name: str, inline: bool, tolerance: float
-    ) -> None:
-        self.task = task
-        self.when = when
-        self.name = name
-        self.inline = inline
-        self.tolerance = tolerance
-        self.cancelled = False
-        self.running = False
+#: A handle on a task of an event loop's scheduler; cancel it with :meth:`AsyncScheduler.cancel`.
+ScheduledAsyncTask: TypeAlias = _due.ScheduledTask[AsyncTask]
 
 
 class AsyncScheduler:

@@ -1,4 +1,5 @@
-"""The due-time heap both schedulers keep (threads: ``_scheduler``; asyncio: ``_ascheduler``).
+"""The scheduled task and the due-time heap that both schedulers keep (threads: ``_scheduler``;
+asyncio: ``_ascheduler``).
 
 Entries are pushed with the time they are due, rounded *up* to their tolerance (so thousands of
 leases share wakeups); a cancelled entry, one that is running, or one pushed again sooner is
@@ -13,7 +14,7 @@ import itertools
 import math
 from typing import Generic, Protocol, TypeVar
 
-__all__ = ["COMPACT_MIN", "DueHeap", "Entry"]
+__all__ = ["COMPACT_MIN", "DueHeap", "Entry", "ScheduledTask"]
 
 #: Cancellations below which the heap is never compacted.
 COMPACT_MIN = 1024
@@ -29,6 +30,25 @@ class Entry(Protocol):
 
 
 E = TypeVar("E", bound=Entry)
+F = TypeVar("F")
+
+
+class ScheduledTask(Generic[F]):
+    """A handle on a scheduled task (``task`` is what the scheduler calls: a function, or one
+    returning an awaitable); cancel it with its scheduler's ``cancel``."""
+
+    __slots__ = ("cancelled", "inline", "name", "running", "task", "tolerance", "when")
+
+    def __init__(
+        self, task: F, when: float, name: str, inline: bool = False, tolerance: float = 0.0
+    ) -> None:
+        self.task = task
+        self.when = when
+        self.name = name
+        self.inline = inline
+        self.tolerance = tolerance
+        self.cancelled = False
+        self.running = False
 
 
 class DueHeap(Generic[E]):

@@ -21,7 +21,9 @@ import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeAlias
 
+from prioritylock import _due
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._due import DueHeap
 
@@ -37,21 +39,8 @@ DEFAULT_WORKERS = 32
 Task = Callable[[], "float | None"]
 
 
-class ScheduledTask:
-    """A handle on a scheduled task; cancel it with :meth:`Scheduler.cancel`."""
-
-    __slots__ = ("cancelled", "inline", "name", "running", "task", "tolerance", "when")
-
-    def __init__(
-        self, task: Task, when: float, name: str, inline: bool = False, tolerance: float = 0.0
-    ) -> None:
-        self.task = task
-        self.when = when
-        self.name = name
-        self.inline = inline
-        self.tolerance = tolerance
-        self.cancelled = False
-        self.running = False
+#: A handle on a task of this scheduler; cancel it with :meth:`Scheduler.cancel`.
+ScheduledTask: TypeAlias = _due.ScheduledTask[Task]
 
 
 class Scheduler:
