@@ -193,10 +193,12 @@ def build_parser() -> Parser:
         help="a lock service for other languages, speaking Dapr's lock API",
         usage=f"{PROG} serve (--store NAME=URL ... | --components DIR) --app-id ID [options]",
         description=(
-            "Serve Dapr's alpha1 lock API (HTTP and gRPC) over the given stores until SIGTERM. "
-            "Binds 127.0.0.1 unless --host says otherwise. With DAPR_API_TOKEN set, every "
-            "request but the health checks must carry it (dapr-api-token). Needs "
-            "pip install 'prioritylock[server]'."
+            "Serve Dapr's alpha1 lock API (HTTP and gRPC) and the full lock API "
+            "(/v1.0-alpha2: blocking locks, NDJSON streams, priorities) over the given stores "
+            "until SIGTERM. Binds 127.0.0.1 unless --host says otherwise. With DAPR_API_TOKEN "
+            "set, every request but the health checks must carry it (dapr-api-token); force "
+            "unlocks and the emergency override need PRIORITYLOCK_OPERATOR_TOKEN "
+            "(prioritylock-operator-token). Needs pip install 'prioritylock[server]'."
         ),
     )
     server.add_argument(
@@ -219,6 +221,13 @@ def build_parser() -> Parser:
         "--grpc-port", type=_port, default=50001, help="gRPC port (50001; 0: no gRPC)"
     )
     server.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    server.add_argument(
+        "--ping-interval",
+        type=_seconds,
+        default=5.0,
+        metavar="S",
+        help="seconds between pings on an idle lock stream (5)",
+    )
     return parser
 
 

@@ -49,6 +49,8 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         http_port=args.http_port,
         grpc_port=args.grpc_port or None,
         api_token=os.environ.get("DAPR_API_TOKEN") or None,
+        operator_token=os.environ.get("PRIORITYLOCK_OPERATOR_TOKEN") or None,
+        ping_interval=args.ping_interval,
         key_prefixes=prefixes,
     )
     return run(config)

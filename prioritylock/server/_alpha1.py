@@ -33,8 +33,8 @@ from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTa
 from prioritylock._builder import LockBuilder
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._errors import ConditionFailed, ConfigError, NotLockOwner
+from prioritylock.server._names import BadRequest, Names, StoreNotFound
 from prioritylock.stores._base import ObjectStore
-from scopes import LockScope
 
 __all__ = [
     "LOCK_BELONGS_TO_OTHERS",
@@ -59,14 +59,6 @@ MAX_WAITERS = 4096
 
 #: Dapr's expiryInSeconds is an int32.
 MAX_EXPIRY = 2**31 - 1
-
-
-class BadRequest(ValueError):
-    """The request is malformed (Dapr's ERR_MALFORMED_REQUEST); the message says why."""
-
-
-class StoreNotFound(LookupError):
-    """No store of that name is served (Dapr's ERR_LOCK_STORE_NOT_FOUND)."""
 
 
 class _NoRenewals(AsyncScheduler):
@@ -110,14 +102,7 @@ class Alpha1Locks:
         key_prefixes: Mapping[str, str | None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._prefixes: dict[str, tuple[str, ...]] = {}
-        for name in stores:
-            prefix = (key_prefixes or {}).get(name, app_id)
-            try:
-                self._prefixes[name] = () if prefix is None else LockScope.path(prefix).parts
-            except ValueError as exc:
-                raise ConfigError(f"key prefix of {name}: {exc}", option="app_id") from exc
-        self._stores = dict(stores)
+        self.names = Names(stores, app_id, key_prefixes=key_prefixes)
         self._app_id = app_id
         self._clock = clock
         self._scheduler = _NoRenewals(clock, manual=True)
@@ -129,7 +114,7 @@ class Alpha1Locks:
 
     @property
     def store_names(self) -> list[str]:
-        return sorted(self._stores)
+        return self.names.store_names
 
     async def try_lock(self, store_name: str, resource_id: str, owner: str, expiry: int) -> bool:
         """Take the lock for ``expiry`` seconds if it is free; False if anyone holds it, even
@@ -227,23 +212,17 @@ class Alpha1Locks:
             )
 
     def _store(self, store_name: str) -> ObjectStore:
-        try:
-            return self._stores[store_name]
-        except KeyError:
-            raise StoreNotFound(f"lock store {store_name} not found") from None
+        return self.names.store(store_name)
 
     def _key(self, store_name: str, resource_id: str) -> str:
-        try:
-            return LockScope.path(*self._prefixes[store_name], resource_id).key
-        except ValueError as exc:
-            raise BadRequest(f"ResourceId is not valid: {exc}") from None
+        return self.names.key(store_name, resource_id)
 
     def _build(self, store_name: str, resource_id: str, owner: str, expiry: int) -> AsyncLock:
         try:
             return (
                 LockBuilder()
-                .store(self._stores[store_name])
-                .path(*self._prefixes[store_name], resource_id)
+                .store(self.names.store(store_name))
+                .path(*self.names.path(store_name, resource_id))
                 .owner(owner)
                 .message(f"dapr alpha1 lock of app {self._app_id}")
                 .lease_timeout(expiry)

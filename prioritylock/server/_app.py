@@ -1,8 +1,10 @@
 """One process, one event loop: open the stores, serve HTTP and gRPC, stop on SIGTERM/SIGINT.
 
-On shutdown the listeners close and requests in flight finish; alpha1 leases are left in the
-store to run out their time, as in Dapr's own stores: their apps have no channel to hear that the
-lock is gone.
+On shutdown every NDJSON stream is told (``lost``, reason ``service-stopping``) and its lock
+released; then the listeners close and requests in flight finish (those still waiting for a lock
+are cancelled, which withdraws them). Alpha1 leases and plain alpha2 locks are left in the store to
+run out their time, as in Dapr's own stores: their apps have no channel to hear that the lock is
+gone.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import TextIO
 from aiohttp import web
 
 from prioritylock.server._alpha1 import Alpha1Locks
+from prioritylock.server._alpha2 import Alpha2Locks
 from prioritylock.server._config import ServeConfig, public_url
 from prioritylock.server._grpc import make_server
 from prioritylock.server._http import make_app
+from prioritylock.server._http2 import add_alpha2_routes
 from prioritylock.stores import ObjectStore, open_store
 
 __all__ = ["run", "serve"]
@@ -50,8 +54,20 @@ async def serve(
         loop.add_signal_handler(signum, stop.set)
     ready = False
     locks = Alpha1Locks(stores, config.app_id, key_prefixes=config.key_prefixes)
+    streams = Alpha2Locks(locks.names)
     app = make_app(locks, ready=lambda: ready, api_token=config.api_token, max_body=config.max_body)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    add_alpha2_routes(
+        app,
+        streams,
+        operator_token=config.operator_token,
+        ping_interval=config.ping_interval,
+        max_body=config.max_body,
+    )
+    # A request whose client has gone is cancelled: a waiting lock request then withdraws
+    # (leaving nothing claimed) instead of taking a lock nobody will hear of.
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, handler_cancellation=True, shutdown_timeout=5
+    )
     await runner.setup()
     grpc_server = None
     try:
@@ -78,9 +94,13 @@ async def serve(
             flush=True,
         )
         await stop.wait()
-        log.info("prioritylock serve: stopping; alpha1 leases run out their time in the stores")
+        log.info(
+            "prioritylock serve: stopping; stream locks are released, other leases run out "
+            "their time in the stores"
+        )
     finally:
         ready = False
+        await streams.shutdown()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         if grpc_server is not None:

@@ -56,6 +56,10 @@ class ServeConfig:
     http_port: int = 3500
     grpc_port: int | None = 50001
     api_token: str | None = attrs.field(default=None, repr=False)
+    #: The operators' token: force unlocks and the emergency override need it (None: refused).
+    operator_token: str | None = attrs.field(default=None, repr=False)
+    #: Seconds between pings on an idle NDJSON stream.
+    ping_interval: float = 5.0
     max_body: int = MAX_BODY_BYTES
     #: Per store, the key prefix when it is not the app id (None: no prefix).
     key_prefixes: Mapping[str, str | None] = attrs.field(factory=dict)

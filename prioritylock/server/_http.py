@@ -18,7 +18,7 @@ from aiohttp import web
 from prioritylock._errors import PriorityLockError
 from prioritylock.server._alpha1 import MAX_EXPIRY, Alpha1Locks, BadRequest, StoreNotFound
 
-__all__ = ["TOKEN_HEADER", "make_app"]
+__all__ = ["TOKEN_HEADER", "error", "failed", "make_app"]
 
 log = logging.getLogger("prioritylock.server")
 
@@ -27,7 +27,7 @@ TOKEN_HEADER = "dapr-api-token"  # noqa: S105 (a header name, not a secret)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _error(status: int, code: str, message: str) -> web.Response:
+def error(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"errorCode": code, "message": message}, status=status)
 
 
@@ -45,15 +45,15 @@ def make_app(
         if api_token is not None and not request.path.startswith("/v1.0/healthz"):
             given = request.headers.get(TOKEN_HEADER, "")
             if not hmac.compare_digest(given.encode(), api_token.encode()):
-                return _error(401, "ERR_UNAUTHORIZED", "missing or invalid dapr-api-token")
+                return error(401, "ERR_UNAUTHORIZED", "missing or invalid dapr-api-token")
         length = request.content_length
         if length is not None and length > max_body:
-            return _error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+            return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
         return await handler(request)
 
     async def healthz(request: web.Request) -> web.Response:
         if not ready():
-            return _error(500, "ERR_HEALTH_NOT_READY", "stores are not open yet")
+            return error(500, "ERR_HEALTH_NOT_READY", "stores are not open yet")
         return web.Response(status=204)
 
     async def try_lock(request: web.Request) -> web.Response:
@@ -67,11 +67,11 @@ def make_app(
                 store, _text(body, "resourceId"), _text(body, "lockOwner"), expiry
             )
         except BadRequest as exc:
-            return _error(400, "ERR_MALFORMED_REQUEST", str(exc))
+            return error(400, "ERR_MALFORMED_REQUEST", str(exc))
         except StoreNotFound as exc:
-            return _error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
+            return error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
         except PriorityLockError as exc:
-            return _failed("ERR_TRY_LOCK", "failed to try acquiring lock", store, exc)
+            return failed("ERR_TRY_LOCK", "failed to try acquiring lock", store, exc)
         return web.json_response({"success": got})
 
     async def unlock(request: web.Request) -> web.Response:
@@ -82,11 +82,11 @@ def make_app(
         try:
             status = await locks.unlock(store, _text(body, "resourceId"), _text(body, "lockOwner"))
         except BadRequest as exc:
-            return _error(400, "ERR_MALFORMED_REQUEST", str(exc))
+            return error(400, "ERR_MALFORMED_REQUEST", str(exc))
         except StoreNotFound as exc:
-            return _error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
+            return error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
         except PriorityLockError as exc:
-            return _failed("ERR_UNLOCK", "failed to release lock", store, exc)
+            return failed("ERR_UNLOCK", "failed to release lock", store, exc)
         return web.json_response({"status": status})
 
     app = web.Application(middlewares=[guard], client_max_size=max_body)
@@ -97,9 +97,9 @@ def make_app(
     return app
 
 
-def _failed(code: str, what: str, store: str, exc: PriorityLockError) -> web.Response:
+def failed(code: str, what: str, store: str, exc: PriorityLockError) -> web.Response:
     log.error("prioritylock serve: %s in lock store %s: %s", what, store, exc)
-    return _error(500, code, f"{what}: {type(exc).__name__} in lock store {store}")
+    return error(500, code, f"{what}: {type(exc).__name__} in lock store {store}")
 
 
 async def _body(request: web.Request, max_body: int) -> dict[str, Any] | web.Response:
@@ -107,13 +107,13 @@ async def _body(request: web.Request, max_body: int) -> dict[str, Any] | web.Res
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return _error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+        return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        return _error(400, "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body: not JSON")
+        return error(400, "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body: not JSON")
     if not isinstance(body, dict):
-        return _error(400, "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body: not an object")
+        return error(400, "ERR_MALFORMED_REQUEST", "failed deserializing HTTP body: not an object")
     return body
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -37,14 +36,21 @@ def _s3_env(server: S3Server) -> dict[str, str]:
 
 
 @pytest.fixture(params=["memory", "s3-moto"])
-def service(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Service]:
-    """A service with one store named ``locks`` (a fresh namespace per test)."""
+def served(request: pytest.FixtureRequest) -> tuple[dict[str, str], dict[str, str]]:
+    """(stores, environment) of a service with one store named ``locks``, a fresh namespace
+    per test: on the memory store, and on S3 (moto)."""
     if request.param == "memory":
-        running = Service({"locks": f"memory://{uuid.uuid4().hex}"})
-    else:
-        server: S3Server = request.getfixturevalue("moto_server")
-        bucket: str = request.getfixturevalue("s3_bucket_for_server")
-        running = Service({"locks": _s3_url(server, bucket)}, env=_s3_env(server))
+        return {"locks": f"memory://{uuid.uuid4().hex}"}, {}
+    server: S3Server = request.getfixturevalue("moto_server")
+    bucket: str = request.getfixturevalue("s3_bucket_for_server")
+    return {"locks": _s3_url(server, bucket)}, _s3_env(server)
+
+
+@pytest.fixture
+def service(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
+    """A service with one store named ``locks`` (memory or moto)."""
+    stores, env = served
+    running = Service(stores, env=env)
     try:
         yield running
     finally:

@@ -3,6 +3,8 @@ health check answers, stopped with SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
 import signal
@@ -12,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +38,23 @@ class Service:
         env: Mapping[str, str] | None = None,
         token: str | None = None,
         components: Path | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.token = token
-        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id]
+        command = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id, *args]
         for name, url in stores.items():
-            args += ["--store", f"{name}={url}"]
+            command += ["--store", f"{name}={url}"]
         if components is not None:
-            args += ["--components", str(components)]
-        args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+            command += ["--components", str(components)]
+        command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         full = {**os.environ, **(env or {})}
         full.pop("DAPR_API_TOKEN", None)
         if token is not None:
             full["DAPR_API_TOKEN"] = token
         self.proc = subprocess.Popen(
-            args, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         self._wait_ready()
 
@@ -81,16 +84,20 @@ class Service:
         body: bytes | dict[str, Any] | None = None,
         *,
         token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
     ) -> tuple[int, Any]:
         """(status, decoded JSON body or None)."""
         data = json.dumps(body).encode() if isinstance(body, dict) else body
         request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         token = self.token if token is None else token
         if token:
             request.add_header("dapr-api-token", token)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 raw = response.read()
                 status = response.status
         except urllib.error.HTTPError as exc:
@@ -125,3 +132,49 @@ class Service:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
+
+
+class LockStream:
+    """A client's NDJSON lock stream (``POST /v1.0-alpha2/lock/...`` with Accept ndjson)."""
+
+    def __init__(
+        self,
+        service: Service,
+        store: str,
+        resource: str,
+        body: dict[str, Any] | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 20.0,
+    ) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", service.http_port, timeout=timeout)
+        sent = {"Accept": "application/x-ndjson", "Content-Type": "application/json"}
+        if service.token:
+            sent["dapr-api-token"] = service.token
+        sent.update(headers or {})
+        self.conn.request(
+            "POST",
+            f"/v1.0-alpha2/lock/{store}/{resource}",
+            body=json.dumps(body or {}),
+            headers=sent,
+        )
+        self.response = self.conn.getresponse()
+        self.status = self.response.status
+
+    def event(self, *, pings: bool = False) -> dict[str, Any] | None:
+        """The next event (pings skipped unless asked for); None when the stream has ended."""
+        while True:
+            line = self.response.readline()
+            if not line:
+                return None
+            event: dict[str, Any] = json.loads(line)
+            if pings or event.get("type") != "ping":
+                return event
+
+    def close(self) -> None:
+        """Hang up, as a client that is done (or dies) does."""
+        sock = self.conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.conn.close()

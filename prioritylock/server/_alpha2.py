@@ -1,0 +1,511 @@
+"""The full lock API (Dapr's v2 proposal, plus priorities) over ``AsyncLock``.
+
+A lock taken here is renewed by the service until it is unlocked, its stream ends, or it is
+lost. The caller gets a ``lockID``: a random capability made here and known only to this process
+and the caller (the lease's own lock id is readable by anyone who can read the store, so it
+can't be the proof of ownership). A restarted service forgets its lock ids; the leases it held
+are then no longer renewed and run out their TTL.
+
+Two kinds of holder:
+
+- A **plain** holder (a POST answered with JSON) has no channel to be told anything, so it does
+  not cooperate with preemption: it keeps the lock until it unlocks or a forceful requestor takes
+  it (it then learns of the loss from its next renew or unlock: 404 with the reason).
+- A **stream** holder (an NDJSON stream) cooperates: a higher priority's request is sent as
+  ``cleanup-requested``, and closing the stream (or unlocking) hands the lock over. A stream kept
+  open past the cleanup window keeps the lock (nothing half-cleaned is handed over); a forceful
+  requestor then takes it and the stream is told ``lost``.
+
+Requests at priority 2147483647 (the emergency override) and force unlocks are the operators':
+the front end checks the operator token and passes ``operator=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from prioritylock._alock import AsyncLock
+from prioritylock._ascheduler import AsyncScheduler
+from prioritylock._builder import LockBuilder
+from prioritylock._errors import (
+    ConfigError,
+    CorruptLease,
+    LockTimeout,
+    NotLockOwner,
+    PreemptionTimeout,
+)
+from prioritylock._info import LockInfo
+from prioritylock._lease import OVERRIDE_PRIORITY
+from prioritylock._listener import CleanupNotice, LockListener
+from prioritylock.cli._inspect import record
+from prioritylock.server._names import BadRequest, Names
+from scopes import LockScope
+
+__all__ = [
+    "MAX_LIST",
+    "MAX_TTL",
+    "MIN_TTL",
+    "Alpha2Locks",
+    "Forbidden",
+    "Held",
+    "LockNotFound",
+    "Options",
+    "ResourceLocked",
+    "Stream",
+    "parse_duration",
+]
+
+log = logging.getLogger("prioritylock.server")
+
+#: Bounds of a lease's ttl through the service: shorter leases would make it renew too often to
+#: be cheap, longer ones would leave a crashed service's locks held too long.
+MIN_TTL = 1.0
+MAX_TTL = 24 * 3600.0
+DEFAULT_TTL = 30.0
+#: Most locks one list answers.
+MAX_LIST = 1000
+
+_FIELDS = frozenset(
+    {
+        "immediate",
+        "ttl",
+        "owner",
+        "message",
+        "priority",
+        "cleanupTimeout",
+        "waitingTimeout",
+        "forceful",
+        "timeout",
+    }
+)
+
+
+class ResourceLocked(Exception):
+    """Not acquired: someone else holds the lock (ERR_RESOURCE_LOCKED, 409)."""
+
+
+class LockNotFound(LookupError):
+    """No lock of this service has that lockID on that resource, or it was lost (404)."""
+
+
+class Forbidden(PermissionError):
+    """An operator's request without the operator token (403)."""
+
+
+# -- durations ---------------------------------------------------------------------------------
+
+_UNIT = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,  # Go accepts both micro signs
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_PIECE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(value: object, field: str) -> float:
+    """Seconds from a Go duration string (``"30s"``, ``"1m30s"``, ``"250ms"``) or a number of
+    seconds (``30``, ``0.5``, ``"30"``).
+
+    :raises BadRequest: anything else, or a negative or non-finite duration.
+    """
+    seconds: float
+    if isinstance(value, bool):
+        raise BadRequest(f'{field}: expected a duration such as "30s", got {value!r}')
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = _go_duration(text, field)
+    else:
+        raise BadRequest(f"{field}: expected a duration such as '30s', got {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise BadRequest(f"{field}: must be a finite duration of 0 or more, got {value!r}")
+    return seconds
+
+
+def _go_duration(text: str, field: str) -> float:
+    if text == "0":
+        return 0.0
+    pos, total = 0, 0.0
+    while pos < len(text):
+        match = _PIECE.match(text, pos)
+        if match is None:
+            raise BadRequest(
+                f'{field}: {text[:40]!r} is not a duration (e.g. "30s", "1m30s", "250ms")'
+            )
+        total += float(match.group(1)) * _UNIT[match.group(2)]
+        pos = match.end()
+    if not text:
+        raise BadRequest(f"{field}: empty duration")
+    return total
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Options:
+    """What a lock request asks for (the JSON body of ``POST .../lock/{store}/{resourceId}``)."""
+
+    immediate: bool = False
+    ttl: float = DEFAULT_TTL
+    owner: str | None = None
+    message: str | None = None
+    priority: int = 0
+    cleanup_timeout: float | None = None
+    waiting_timeout: float | None = None
+    forceful: bool = False
+    #: How long a blocking request waits for the lock (None: until acquired or the client goes).
+    timeout: float | None = None
+
+    @classmethod
+    def parse(cls, body: Mapping[str, Any]) -> Options:
+        """:raises BadRequest: a field of the wrong type or out of range (unknown fields are
+        ignored, as Dapr ignores them)."""
+        ttl = parse_duration(body.get("ttl", DEFAULT_TTL), "ttl")
+        if not MIN_TTL <= ttl <= MAX_TTL:
+            raise BadRequest(f"ttl: must be between {MIN_TTL:g} s and {MAX_TTL:g} s, got {ttl:g} s")
+        priority = body.get("priority", 0)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise BadRequest(f"priority: expected an integer, got {priority!r}")
+        return cls(
+            immediate=_flag(body, "immediate"),
+            ttl=ttl,
+            owner=_text(body, "owner"),
+            message=_text(body, "message"),
+            priority=priority,
+            cleanup_timeout=_duration(body, "cleanupTimeout"),
+            waiting_timeout=_duration(body, "waitingTimeout"),
+            forceful=_flag(body, "forceful"),
+            timeout=_duration(body, "timeout"),
+        )
+
+
+def _flag(body: Mapping[str, Any], name: str) -> bool:
+    value = body.get(name, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+def _text(body: Mapping[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{name}: expected a string")
+    return value
+
+
+def _duration(body: Mapping[str, Any], name: str) -> float | None:
+    value = body.get(name)
+    return None if value is None else parse_duration(value, name)
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+
+class Stream:
+    """The events for one NDJSON stream holder, and the news that the stream has ended."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.closed = asyncio.Event()
+
+    def send(self, event: dict[str, Any]) -> None:
+        if not self.closed.is_set():
+            self.events.put_nowait(event)
+
+
+class _StreamListener(LockListener):
+    """A stream holder's side of cooperative preemption."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    async def on_cleanup_notification(self, notice: CleanupNotice) -> None:
+        self._stream.send(
+            {
+                "type": "cleanup-requested",
+                "deadline": _iso(notice.deadline_wall),
+                "secondsLeft": round(max(0.0, notice.seconds_left()), 3),
+                "requestor": {
+                    "owner": notice.requestor_owner,
+                    "priority": notice.requestor_priority,
+                    "message": notice.requestor_message,
+                    "forceful": notice.forceful,
+                },
+            }
+        )
+        try:
+            await asyncio.wait_for(self._stream.closed.wait(), max(0.0, notice.seconds_left()))
+        except TimeoutError:
+            # The client kept its stream open past the window: it has not said it is done, so
+            # nothing is handed over. Ending the cleanup as cancelled keeps the lock (and lets a
+            # later request be announced); a forceful requestor takes it and we say `lost`.
+            log.warning(
+                "prioritylock serve: %r: the stream holder kept the lock past its cleanup window",
+                notice.lock.key,
+            )
+            raise asyncio.CancelledError from None
+
+    def on_lock_lost(self, lock: Any, reason: str) -> None:
+        self._stream.send({"type": "lost", "reason": reason})
+
+
+def _iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"
+
+
+# -- the locks ---------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class Held:
+    """One lock held through this API."""
+
+    lock_id: str
+    store_name: str
+    resource_id: str
+    lock: AsyncLock
+    stream: Stream | None
+    ending: asyncio.Future[None] | None = None
+
+    @property
+    def fence(self) -> int:
+        return self.lock.fencing_token
+
+
+class Alpha2Locks:
+    """Blocking and immediate locks with priorities, renewed by the service, on named stores."""
+
+    def __init__(self, names: Names, *, scheduler: AsyncScheduler | None = None) -> None:
+        self.names = names
+        self._scheduler = scheduler
+        self._held: dict[str, Held] = {}
+
+    @property
+    def held(self) -> list[Held]:
+        return list(self._held.values())
+
+    async def lock(
+        self,
+        store_name: str,
+        resource_id: str,
+        options: Options,
+        *,
+        stream: Stream | None = None,
+        operator: bool = False,
+    ) -> Held:
+        """Take the lock (now, or waiting as the options say) and keep renewing it.
+
+        :raises StoreNotFound: no such store.
+        :raises BadRequest: an invalid field or resource id.
+        :raises Forbidden: priority 2147483647 without ``operator``.
+        :raises ResourceLocked: not acquired (immediate, timeout, or the holder kept it).
+        :raises ConditionFailed: never (no guards are offered here).
+        :raises StoreError: the store failed (CorruptLease: a document it can't trust).
+        """
+        lock = self._build(store_name, resource_id, options, stream, operator)
+        try:
+            if options.immediate:
+                got = await lock.try_lock()
+            else:
+                await lock.lock(options.timeout)
+                got = True
+        except PreemptionTimeout as exc:
+            raise ResourceLocked(f"the holder did not hand over in time: {exc}") from None
+        except LockTimeout as exc:
+            raise ResourceLocked(f"not acquired within the timeout: {exc}") from None
+        except BaseException:
+            await lock.aclose()
+            raise
+        if not got:
+            await lock.aclose()
+            raise ResourceLocked(f"lock {resource_id} in store {store_name} is held")
+        held = Held(secrets.token_urlsafe(24), store_name, resource_id, lock, stream)
+        self._held[held.lock_id] = held
+        return held
+
+    async def unlock(self, store_name: str, resource_id: str, lock_id: str) -> None:
+        """Release (or, with a request pending, hand over) the lock ``lock_id`` names.
+
+        :raises LockNotFound: no such lock here, or it was lost (the message says why).
+        :raises StoreError: the store failed.
+        """
+        held = self._find(store_name, resource_id, lock_id)
+        await self.end(held)
+
+    async def renew(self, store_name: str, resource_id: str, lock_id: str) -> Held:
+        """Renew now: proof that the lock is still held.
+
+        :raises LockNotFound: no such lock here, or it was lost.
+        :raises StoreError: the store failed.
+        """
+        held = self._find(store_name, resource_id, lock_id)
+        try:
+            await held.lock.renew()
+        except NotLockOwner as exc:
+            self._forget(held)
+            raise LockNotFound(f"the lock was lost: {exc}") from None
+        return held
+
+    async def force_unlock(
+        self, store_name: str, resource_id: str, message: str, *, by: str
+    ) -> LockInfo | None:
+        """The operators' force unlock, recorded in the lease; returns the lease before.
+
+        :raises StoreError: the store failed (CorruptLease included: it is not overwritten).
+        """
+        probe = self._probe(store_name, resource_id)
+        try:
+            return await probe.force_unlock(message, by=by)
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from None
+
+    async def info(self, store_name: str, resource_id: str) -> dict[str, Any]:
+        """The lease as the CLI's ``info --json`` shows it.
+
+        :raises CorruptLease: the document can't be trusted.
+        :raises StoreError: the store failed.
+        """
+        probe = self._probe(store_name, resource_id)
+        info = await probe.info()
+        scope = LockScope.path(*self.names.path(store_name, resource_id))
+        return {"resourceId": resource_id, **record(scope, info, time.time())}
+
+    async def list(self, store_name: str, prefix: str, limit: int) -> list[dict[str, Any]]:
+        """The locks of this app under ``prefix`` (a resource id prefix), at most ``limit``."""
+        store = self.names.store(store_name)
+        parts = self.names.prefix(store_name)
+        base = LockScope.path(*parts).key + "/" if parts else "v1/path/"
+        keys = await asyncio.to_thread(lambda: sorted(store.list(base + prefix))[:limit])
+        rows: list[dict[str, Any]] = []
+        for key in keys:
+            try:
+                scope = LockScope.from_key(key)
+            except ValueError:
+                continue
+            resource = self.names.resource_id(store_name, scope)
+            if resource is None:
+                continue
+            try:
+                rows.append(await self.info(store_name, resource))
+            except CorruptLease as exc:
+                rows.append(
+                    {"resourceId": resource, "key": key, "state": "corrupt", "problem": exc.problem}
+                )
+            except BadRequest:
+                continue
+        return rows
+
+    async def end(self, held: Held) -> None:
+        """Release ``held`` once, however many ask (the client, the stream's end, a shutdown).
+
+        :raises LockNotFound: it was lost before the release.
+        """
+        if held.ending is None:
+            held.ending = asyncio.ensure_future(self._release(held))
+        await asyncio.shield(held.ending)
+
+    async def _release(self, held: Held) -> None:
+        try:
+            await held.lock.unlock()
+        except NotLockOwner as exc:
+            raise LockNotFound(f"the lock was lost: {exc}") from None
+        finally:
+            self._forget(held)
+            if held.stream is not None:
+                held.stream.closed.set()
+
+    async def shutdown(self) -> None:
+        """Tell every stream holder and release its lock; plain holders keep their leases,
+        which run out their TTL once no longer renewed."""
+        streams = [held for held in self._held.values() if held.stream is not None]
+        for held in streams:
+            assert held.stream is not None
+            held.stream.send({"type": "lost", "reason": "service-stopping"})
+        ends = (self.end(held) for held in streams)
+        results = await asyncio.gather(*ends, return_exceptions=True)
+        for held, result in zip(streams, results, strict=True):
+            if isinstance(result, BaseException) and not isinstance(result, LockNotFound):
+                log.error(
+                    "prioritylock serve: release of %s/%s at shutdown failed: %s",
+                    held.store_name,
+                    held.resource_id,
+                    result,
+                )
+
+    def _find(self, store_name: str, resource_id: str, lock_id: str) -> Held:
+        self.names.path(store_name, resource_id)  # StoreNotFound / BadRequest first
+        held = self._held.get(lock_id) if isinstance(lock_id, str) else None
+        if held is None or (held.store_name, held.resource_id) != (store_name, resource_id):
+            raise LockNotFound(f"no lock {resource_id} with that lockID in store {store_name}")
+        if held.ending is None and not held.lock.is_current_owner():
+            self._forget(held)
+            raise LockNotFound(f"the lock was lost ({_lost_reason(held.lock)})")
+        return held
+
+    def _forget(self, held: Held) -> None:
+        if self._held.get(held.lock_id) is held:
+            del self._held[held.lock_id]
+
+    def _builder(self, store_name: str, resource_id: str) -> LockBuilder:
+        return (
+            LockBuilder()
+            .store(self.names.store(store_name))
+            .path(*self.names.path(store_name, resource_id))
+        )
+
+    def _probe(self, store_name: str, resource_id: str) -> AsyncLock:
+        return self._builder(store_name, resource_id).build_async(scheduler=self._scheduler)
+
+    def _build(
+        self,
+        store_name: str,
+        resource_id: str,
+        options: Options,
+        stream: Stream | None,
+        operator: bool,
+    ) -> AsyncLock:
+        builder = self._builder(store_name, resource_id)
+        message = options.message or f"locked through prioritylock serve by app {self.names.app_id}"
+        try:
+            builder.owner(options.owner or self.names.app_id).lease_timeout(options.ttl)
+            if options.priority == OVERRIDE_PRIORITY:
+                if not operator:
+                    raise Forbidden(
+                        "priority 2147483647 (the emergency override) needs the operator token"
+                    )
+                builder.emergency_override(message)
+            else:
+                builder.priority(options.priority).forceful(options.forceful).message(message)
+                if options.waiting_timeout is not None:
+                    builder.waiting_timeout(options.waiting_timeout)
+            if options.cleanup_timeout is not None:
+                builder.cleanup_timeout(options.cleanup_timeout)
+            if stream is not None:
+                builder.listener(_StreamListener(stream))
+            return builder.build_async(scheduler=self._scheduler)
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from None
+
+
+def _lost_reason(lock: AsyncLock) -> str:
+    holding = lock._st.holding  # the reason is kept on the holding
+    return (holding.lost if holding is not None else None) or "released"

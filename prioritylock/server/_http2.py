@@ -1,0 +1,282 @@
+"""The HTTP routes of the full lock API, ``/v1.0-alpha2/lock/...`` (see :mod:`._alpha2`).
+
+Errors are answered as Dapr answers them: a status and ``{"errorCode", "message"}``. The routes
+need the API token when one is configured (the middleware of :mod:`._http`); force unlocks and
+the emergency override also need the operator token, in the ``prioritylock-operator-token``
+header.
+
+A stream is ``application/x-ndjson``: one JSON object per line. A blocking stream answers 200 at
+once and pings while it waits, so that the client knows the service is alive and a dead client is
+noticed; the outcome of the wait is then an event (``lock-acquired`` or ``error``). The stream's
+end, however it ends (the client closes it, the connection drops, the lock is lost, the service
+stops), releases the lock or hands it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from prioritylock._errors import PriorityLockError
+from prioritylock.server._alpha2 import (
+    MAX_LIST,
+    Alpha2Locks,
+    Forbidden,
+    Held,
+    LockNotFound,
+    Options,
+    ResourceLocked,
+    Stream,
+)
+from prioritylock.server._http import error, failed
+from prioritylock.server._names import BadRequest, StoreNotFound
+
+__all__ = ["NDJSON", "OPERATOR_HEADER", "add_alpha2_routes"]
+
+log = logging.getLogger("prioritylock.server")
+
+OPERATOR_HEADER = "prioritylock-operator-token"
+NDJSON = "application/x-ndjson"
+
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def add_alpha2_routes(
+    app: web.Application,
+    locks: Alpha2Locks,
+    *,
+    operator_token: str | None,
+    ping_interval: float,
+    max_body: int,
+) -> None:
+    """Route ``/v1.0-alpha2/lock/...`` of ``app`` to ``locks``."""
+
+    def is_operator(request: web.Request) -> bool:
+        given = request.headers.get(OPERATOR_HEADER)
+        if operator_token is None or given is None:
+            return False
+        return hmac.compare_digest(given.encode(), operator_token.encode())
+
+    def answers(what: str, code: str) -> Callable[[_Handler], _Handler]:
+        """The error mapping shared by every route; store failures name only their kind."""
+
+        def wrap(handler: _Handler) -> _Handler:
+            async def run(request: web.Request) -> web.StreamResponse:
+                store = request.match_info["store"]
+                try:
+                    return await handler(request)
+                except BadRequest as exc:
+                    return error(400, "ERR_MALFORMED_REQUEST", str(exc))
+                except StoreNotFound as exc:
+                    return error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
+                except Forbidden as exc:
+                    return error(403, "ERR_FORBIDDEN", str(exc))
+                except LockNotFound as exc:
+                    return error(404, "ERR_LOCK_NOT_FOUND", str(exc))
+                except ResourceLocked as exc:
+                    return error(409, "ERR_RESOURCE_LOCKED", str(exc))
+                except PriorityLockError as exc:
+                    return failed(code, what, store, exc)
+
+            return run
+
+        return wrap
+
+    @answers("failed to acquire lock", "ERR_LOCK")
+    async def lock(request: web.Request) -> web.StreamResponse:
+        store, resource = request.match_info["store"], request.match_info["resource"]
+        body = await _object(request, max_body)
+        options = Options.parse(body)
+        operator = is_operator(request)
+        if _wants_stream(request):
+            return await _stream(
+                request, locks, options, operator=operator, ping_interval=ping_interval
+            )
+        held = await locks.lock(store, resource, options, operator=operator)
+        return web.json_response({"lockID": held.lock_id, "fence": held.fence})
+
+    @answers("failed to release lock", "ERR_UNLOCK")
+    async def unlock(request: web.Request) -> web.StreamResponse:
+        store, resource = request.match_info["store"], request.match_info["resource"]
+        body = await _object(request, max_body)
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise BadRequest(f"force: expected true or false, got {force!r}")
+        if force:
+            if "lockID" in body:
+                raise BadRequest("give either lockID or force, not both")
+            if not is_operator(request):
+                raise Forbidden("a force unlock needs the operator token")
+            message = body.get("message") or "force unlock through prioritylock serve"
+            by = body.get("by") or "operator"
+            if not isinstance(message, str) or not isinstance(by, str):
+                raise BadRequest("message and by must be strings")
+            before = await locks.force_unlock(store, resource, message, by=by)
+            return web.json_response({"forced": before is not None and before.held})
+        lock_id = body.get("lockID")
+        if not isinstance(lock_id, str) or not lock_id:
+            raise BadRequest("lockID: expected the lockID that lock answered")
+        await locks.unlock(store, resource, lock_id)
+        return web.Response(status=204)
+
+    @answers("failed to renew lock", "ERR_RENEW")
+    async def renew(request: web.Request) -> web.StreamResponse:
+        store, resource = request.match_info["store"], request.match_info["resource"]
+        body = await _object(request, max_body)
+        lock_id = body.get("lockID")
+        if not isinstance(lock_id, str) or not lock_id:
+            raise BadRequest("lockID: expected the lockID that lock answered")
+        held = await locks.renew(store, resource, lock_id)
+        if "ttl" in body:
+            ttl = Options.parse({"ttl": body["ttl"]}).ttl
+            if ttl != held.lock.config.lease_timeout:
+                raise BadRequest(
+                    f"ttl: a held lock keeps the ttl it was taken with "
+                    f"({held.lock.config.lease_timeout:g} s); the service renews it"
+                )
+        return web.json_response({"lockID": held.lock_id, "fence": held.fence})
+
+    @answers("failed to read lock", "ERR_LOCK_INFO")
+    async def info(request: web.Request) -> web.StreamResponse:
+        store, resource = request.match_info["store"], request.match_info["resource"]
+        return web.json_response(await locks.info(store, resource))
+
+    @answers("failed to list locks", "ERR_LOCK_LIST")
+    async def listing(request: web.Request) -> web.StreamResponse:
+        store = request.match_info["store"]
+        prefix = request.query.get("prefix", "")
+        try:
+            limit = int(request.query.get("limit", str(MAX_LIST)))
+        except ValueError:
+            raise BadRequest("limit: expected a whole number") from None
+        if not 1 <= limit <= MAX_LIST:
+            raise BadRequest(f"limit: must be in 1..{MAX_LIST}")
+        return web.json_response({"locks": await locks.list(store, prefix, limit)})
+
+    base = "/v1.0-alpha2/lock/{store}"
+    app.router.add_get(base, listing)
+    app.router.add_post(base + "/{resource}", lock)
+    app.router.add_delete(base + "/{resource}", unlock)
+    app.router.add_get(base + "/{resource}", info)
+    app.router.add_post(base + "/{resource}/renew", renew)
+
+
+def _wants_stream(request: web.Request) -> bool:
+    if request.query.get("stream", "").lower() in ("1", "true"):
+        return True
+    accepts = request.headers.getall("Accept", [])
+    return any(kind.split(";")[0].strip() == NDJSON for text in accepts for kind in text.split(","))
+
+
+async def _object(request: web.Request, max_body: int) -> dict[str, Any]:
+    """The request's JSON object ({} for an empty body).
+
+    :raises BadRequest: not a JSON object, or too large.
+    """
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise BadRequest(f"request body over {max_body} bytes") from None
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("failed deserializing HTTP body: not JSON") from None
+    if not isinstance(body, dict):
+        raise BadRequest("failed deserializing HTTP body: not an object")
+    return body
+
+
+async def _stream(
+    request: web.Request,
+    locks: Alpha2Locks,
+    options: Options,
+    *,
+    operator: bool,
+    ping_interval: float,
+) -> web.StreamResponse:
+    """Hold the lock for as long as the stream lasts, telling the client what happens."""
+    store, resource = request.match_info["store"], request.match_info["resource"]
+    stream = Stream()
+    acquiring = asyncio.ensure_future(
+        locks.lock(store, resource, options, stream=stream, operator=operator)
+    )
+    held: Held | None = None
+    try:
+        if options.immediate:
+            held = await acquiring  # a refusal is a plain 409, before any stream
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": NDJSON, "Cache-Control": "no-store"}
+        )
+        await response.prepare(request)
+
+        async def send(event: dict[str, Any]) -> None:
+            await response.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
+
+        while held is None:
+            done, _ = await asyncio.wait({acquiring}, timeout=ping_interval)
+            if not done:
+                await send({"type": "ping"})
+                continue
+            try:
+                held = acquiring.result()
+            except (BadRequest, Forbidden, ResourceLocked) as exc:
+                await send({"type": "error", "error": _code(exc), "message": str(exc)})
+                return response
+            except PriorityLockError as exc:
+                # The store's own words go to the log only (they may name a URL).
+                log.error("prioritylock serve: lock of %s in store %s: %s", resource, store, exc)
+                await send({"type": "error", "error": "ERR_LOCK", "message": type(exc).__name__})
+                return response
+        await send({"type": "lock-acquired", "lockID": held.lock_id, "fence": held.fence})
+        while True:
+            try:
+                event = await asyncio.wait_for(stream.events.get(), ping_interval)
+            except TimeoutError:
+                event = {"type": "ping"}
+            await send(event)
+            if event["type"] == "lost":
+                break
+        with contextlib.suppress(ConnectionError):
+            await response.write_eof()
+        return response
+    except ConnectionError:
+        return web.Response(status=499)  # the client went away; nothing to answer
+    finally:
+        stream.closed.set()
+        if not acquiring.done():
+            acquiring.cancel()  # a cancelled acquire settles: nothing is left claimed
+            with contextlib.suppress(BaseException):
+                await acquiring
+        if held is not None:
+            await _end_quietly(locks, held)
+
+
+async def _end_quietly(locks: Alpha2Locks, held: Held) -> None:
+    try:
+        await locks.end(held)
+    except LockNotFound:
+        pass  # lost before: the stream was told
+    except PriorityLockError as exc:
+        log.error(
+            "prioritylock serve: release of %s in store %s after its stream failed: %s",
+            held.resource_id,
+            held.store_name,
+            exc,
+        )
+
+
+def _code(exc: Exception) -> str:
+    if isinstance(exc, BadRequest):
+        return "ERR_MALFORMED_REQUEST"
+    if isinstance(exc, Forbidden):
+        return "ERR_FORBIDDEN"
+    return "ERR_RESOURCE_LOCKED"
