@@ -36,3 +36,7 @@ def test_curl_walkthrough(store: str, tmp_path: Path) -> None:
         '{"success": true}',
     ]
     assert '"errorCode": "ERR_MALFORMED_REQUEST"' in answers[5]
+    assert '"lockID": ' in answers[6] and '"fence": 1' in answers[6]
+    assert '"errorCode": "ERR_RESOURCE_LOCKED"' in answers[7]
+    assert answers[8:10] == ["worker-a", "204"]
+    assert '"errorCode": "ERR_LOCK_NOT_FOUND"' in answers[10]
