@@ -23,6 +23,7 @@ the front end checks the operator token and passes ``operator=True``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import math
 import re
@@ -33,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from prioritylock import signals
 from prioritylock._alock import AsyncLock
 from prioritylock._ascheduler import AsyncScheduler
 from prioritylock._builder import LockBuilder
@@ -73,6 +75,8 @@ MAX_TTL = 24 * 3600.0
 DEFAULT_TTL = 30.0
 #: Most locks one list answers.
 MAX_LIST = 1000
+#: Lost locks remembered, so that their holders hear why on their next call (oldest go first).
+MAX_LOST = 10_000
 
 _FIELDS = frozenset(
     {
@@ -298,6 +302,26 @@ class Alpha2Locks:
         self.names = names
         self._scheduler = scheduler
         self._held: dict[str, Held] = {}
+        self._by_lock: dict[int, Held] = {}
+        # lock id -> (store, resource, why): a lost lock is let go at once, its reason kept.
+        self._lost: collections.OrderedDict[str, tuple[str, str, str]] = collections.OrderedDict()
+        signals.lock_lost.connect(self._on_lost, weak=False)
+
+    def close(self) -> None:
+        """Stop listening to the library's signals (after :meth:`shutdown`)."""
+        signals.lock_lost.disconnect(self._on_lost)
+
+    def _on_lost(self, sender: object, *, reason: str, **_: object) -> None:
+        held = self._by_lock.get(id(sender))
+        if held is None or held.lock is not sender or held.ending is not None:
+            return  # not ours, or being released (a handover ends a holding as "preempted")
+        self._tombstone(held, reason)
+
+    def _tombstone(self, held: Held, reason: str) -> None:
+        self._forget(held)
+        self._lost[held.lock_id] = (held.store_name, held.resource_id, reason)
+        while len(self._lost) > MAX_LOST:
+            self._lost.popitem(last=False)
 
     @property
     def held(self) -> list[Held]:
@@ -340,6 +364,9 @@ class Alpha2Locks:
             raise ResourceLocked(f"lock {resource_id} in store {store_name} is held")
         held = Held(secrets.token_urlsafe(24), store_name, resource_id, lock, stream)
         self._held[held.lock_id] = held
+        self._by_lock[id(lock)] = held
+        if not lock.is_current_owner():  # lost between the acquire and now
+            self._tombstone(held, _lost_reason(lock))
         return held
 
     async def unlock(self, store_name: str, resource_id: str, lock_id: str) -> None:
@@ -360,9 +387,9 @@ class Alpha2Locks:
         held = self._find(store_name, resource_id, lock_id)
         try:
             await held.lock.renew()
-        except NotLockOwner as exc:
-            self._forget(held)
-            raise LockNotFound(f"the lock was lost: {exc}") from None
+        except NotLockOwner:
+            self._tombstone(held, _lost_reason(held.lock))
+            return self._find(store_name, resource_id, lock_id)  # raises, with the reason
         return held
 
     async def force_unlock(
@@ -426,8 +453,9 @@ class Alpha2Locks:
     async def _release(self, held: Held) -> None:
         try:
             await held.lock.unlock()
-        except NotLockOwner as exc:
-            raise LockNotFound(f"the lock was lost: {exc}") from None
+        except NotLockOwner:
+            reason = _lost_reason(held.lock)
+            raise LockNotFound(f"the lock was lost ({reason})") from None
         finally:
             self._forget(held)
             if held.stream is not None:
@@ -453,17 +481,22 @@ class Alpha2Locks:
 
     def _find(self, store_name: str, resource_id: str, lock_id: str) -> Held:
         self.names.path(store_name, resource_id)  # StoreNotFound / BadRequest first
-        held = self._held.get(lock_id) if isinstance(lock_id, str) else None
+        held = self._held.get(lock_id)
+        if held is not None and held.ending is None and not held.lock.is_current_owner():
+            self._tombstone(held, _lost_reason(held.lock))  # noticed now (an expiry)
+            held = None
+        lost = self._lost.get(lock_id)
+        if lost is not None and lost[:2] == (store_name, resource_id):
+            raise LockNotFound(f"the lock was lost ({lost[2]})")
         if held is None or (held.store_name, held.resource_id) != (store_name, resource_id):
             raise LockNotFound(f"no lock {resource_id} with that lockID in store {store_name}")
-        if held.ending is None and not held.lock.is_current_owner():
-            self._forget(held)
-            raise LockNotFound(f"the lock was lost ({_lost_reason(held.lock)})")
         return held
 
     def _forget(self, held: Held) -> None:
         if self._held.get(held.lock_id) is held:
             del self._held[held.lock_id]
+        if self._by_lock.get(id(held.lock)) is held:
+            del self._by_lock[id(held.lock)]
 
     def _builder(self, store_name: str, resource_id: str) -> LockBuilder:
         return (

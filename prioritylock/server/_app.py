@@ -101,6 +101,7 @@ async def serve(
     finally:
         ready = False
         await streams.shutdown()
+        streams.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         if grpc_server is not None:

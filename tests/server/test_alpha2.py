@@ -296,7 +296,7 @@ def test_plain_holder_learns_of_a_force_unlock(svc: Service) -> None:
     while True:  # the service notices at its next renewal
         status, body = svc.request("POST", f"{BASE}/g/renew", {"lockID": held["lockID"]})
         if status == 404:
-            assert "lost" in body["message"]
+            assert "lost (forced)" in body["message"], body
             break
         assert status == 200 and time.monotonic() < deadline
         time.sleep(0.2)
