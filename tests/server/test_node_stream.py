@@ -42,7 +42,7 @@ def test_node_worker_hands_over_when_asked(service: Service) -> None:
         ["node", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        assert node.stdout is not None
+        assert node.stdout is not None and node.stderr is not None
         first = node.stdout.readline()
         assert first == "acquired report with fence 1\n", first + node.stderr.read()
         status, body = service.request(
