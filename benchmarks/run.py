@@ -82,11 +82,14 @@ from sections.overhead import section_overhead
 from sections.preemption import section_preemption
 from sections.profile import section_profile
 from sections.requests import section_requests
+from sections.serve import section_serve
 
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff", "aio", "aio-handoff"})
+CLOUD_SECTIONS = frozenset(
+    {"cloud", "preemption", "requests", "handoff", "aio", "aio-handoff", "serve"}
+)
 
 
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
@@ -99,6 +102,7 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "contention": section_contention,
     "aio": section_aio,
     "aio-handoff": section_aio_handoff,
+    "serve": section_serve,
     "profile": section_profile,
 }
 
