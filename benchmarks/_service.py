@@ -105,8 +105,10 @@ class Service:
             raise ServiceError("cannot read the service's CPU time (Linux /proc only)")
         return used
 
-    def stderr(self) -> str:
-        return self._err.read_text(errors="replace")[-2000:]
+    def stderr(self, tail: int | None = 2000) -> str:
+        """What the service wrote to stderr (its log): the last ``tail`` characters, or all."""
+        text = self._err.read_text(errors="replace")
+        return text if tail is None else text[-tail:]
 
     def close(self) -> None:
         """SIGTERM, then SIGKILL if it has not exited within 20 s."""
