@@ -247,16 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     url = args.store or f"memory://serve-scale-{uuid.uuid4().hex[:8]}"
     machine = machine_info()
-    with tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs:
-        with Service({STORE: url}, Path(logs)) as service:
-            try:
-                result = asyncio.run(run(args, service))
-            except ServiceError as exc:
-                print(f"FAILED: {exc}", file=sys.stderr)
-                return 1
-            finally:
-                service.close()
-            errors = service.stderr(tail=None)
+    with (
+        tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs,
+        Service({STORE: url}, Path(logs)) as service,
+    ):
+        try:
+            result = asyncio.run(run(args, service))
+        except ServiceError as exc:
+            print(f"FAILED: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            service.close()
+        errors = service.stderr(tail=None)
     _report(result, args.holders)
     payload = {
         "machine": machine,
