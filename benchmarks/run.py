@@ -32,6 +32,9 @@ Sections, in order (``SECTIONS``); each is a module of ``sections/`` with a func
 - ``aio``: the asyncio lock's acquire+release cycle (``AsyncLock``, the same object and a fresh
   one) on every store against the sync ``Lock``'s on the same store, and against
   ``filelock.AsyncFileLock``; ``aio-handoff``: the handoff between two tasks of one loop.
+- ``serve``: a TryLock + Unlock round trip through ``prioritylock serve`` (a subprocess) over
+  HTTP, gRPC and the Dapr Python SDK, on the memory store and each picked cloud store, against
+  the in-process ``AsyncLock`` cycle; with the service's CPU per cycle.
 - ``profile`` (with ``--profile``): where the cycle spends its time.
 
 What they share is in ``_harness.py`` (timing, interleaved rounds, statistics, machine facts,
