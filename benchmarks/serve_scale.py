@@ -1,14 +1,15 @@
 """Scale through the service: N locks held at once through one ``prioritylock serve``, and the
 CPU the service process uses to hold them.
 
-    python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--mode alpha1|streams]
-                                     [--store URL] [--expiry 600] [--concurrent 32] [--json PATH]
+    python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5]
+                                     [--mode alpha1|streams] [--store URL] [--expiry 600]
+                                     [--concurrent 32] [--json PATH]
 
 One service (a subprocess on free ports of 127.0.0.1; ``--store``, default a memory store, so
 the figures are the service's own cost) and one client process (this one, aiohttp, at most
 ``--concurrent`` requests in flight). In order:
 
-1. idle: the service's CPU over a few seconds with nothing held (its floor);
+1. idle: the service's CPU over ``--idle`` seconds (5) with nothing held (its floor);
 2. acquire: N holders take N distinct locks (every answer checked); wall time and the
    service's CPU per acquisition;
 3. hold: the window (``--seconds``), sampled every second: the service's CPU as % of one core
@@ -48,7 +49,6 @@ from _harness import cpu_split, cpu_times, load_average, machine_info, ms_summar
 from _service import Service, ServiceError
 
 STORE = "locks"
-IDLE_S = 5.0
 
 
 class Holders(Protocol):
@@ -171,7 +171,7 @@ async def _window(
         cpu, now = service.cpu_s(), time.monotonic()
         shares.append(100 * (cpu - last_cpu) / (now - last_t))
         last_cpu, last_t = cpu, now
-    elapsed = time.monotonic() - t0
+    elapsed = max(time.monotonic() - t0, 1e-6)
     return {
         "seconds": round(elapsed, 2),
         "service_cpu_percent": round(100 * (service.cpu_s() - cpu0) / elapsed, 2),
@@ -203,8 +203,8 @@ async def run(args: argparse.Namespace, service: Service) -> dict[str, Any]:
         else:
             holders = open_streams(session, service, args.holders, args.expiry, args.concurrent)
         result: dict[str, Any] = {"load_start": load_average()}
-        print(f"idle window, {IDLE_S:g} s ...", flush=True)
-        result["idle"] = await _window(session, service, IDLE_S)
+        print(f"idle window, {args.idle:g} s ...", flush=True)
+        result["idle"] = await _window(session, service, args.idle)
         print(f"acquiring {args.holders} locks ...", flush=True)
         result["acquire"] = await _phase(service, holders.acquire, args.holders)
         print(f"holding them for {args.seconds:g} s ...", flush=True)
@@ -225,7 +225,7 @@ def _report(result: dict[str, Any], n: int) -> None:
     )
     print(
         f"hold {n} for {hold['seconds']:.0f} s: service CPU {hold['service_cpu_percent']:.2f}% "
-        f"of a core (max {hold['service_cpu_percent_max_1s']:.1f}% in a second); health check "
+        f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second); health check "
         f"p50 {hold['health_ms']['p50']} ms, max {hold['health_ms']['max']} ms; "
         f"machine {hold['machine_cpu']}"
     )
@@ -239,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--holders", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=30.0, help="the hold window")
+    parser.add_argument("--idle", type=float, default=5.0, help="the idle window before, s")
     parser.add_argument("--mode", choices=("alpha1", "streams"), default="alpha1")
     parser.add_argument("--store", default=None, help="store URL (default: a memory store)")
     parser.add_argument("--expiry", type=int, default=600, help="each lock's expiry / ttl, s")
