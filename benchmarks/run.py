@@ -32,6 +32,9 @@ Sections, in order (``SECTIONS``); each is a module of ``sections/`` with a func
 - ``aio``: the asyncio lock's acquire+release cycle (``AsyncLock``, the same object and a fresh
   one) on every store against the sync ``Lock``'s on the same store, and against
   ``filelock.AsyncFileLock``; ``aio-handoff``: the handoff between two tasks of one loop.
+- ``serve``: a TryLock + Unlock round trip through ``prioritylock serve`` (a subprocess) over
+  HTTP, gRPC and the Dapr Python SDK, on the memory store and each picked cloud store, against
+  the in-process ``AsyncLock`` cycle; with the service's CPU per cycle.
 - ``profile`` (with ``--profile``): where the cycle spends its time.
 
 What they share is in ``_harness.py`` (timing, interleaved rounds, statistics, machine facts,
@@ -82,11 +85,14 @@ from sections.overhead import section_overhead
 from sections.preemption import section_preemption
 from sections.profile import section_profile
 from sections.requests import section_requests
+from sections.serve import section_serve
 
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff", "aio", "aio-handoff"})
+CLOUD_SECTIONS = frozenset(
+    {"cloud", "preemption", "requests", "handoff", "aio", "aio-handoff", "serve"}
+)
 
 
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
@@ -99,6 +105,7 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "contention": section_contention,
     "aio": section_aio,
     "aio-handoff": section_aio_handoff,
+    "serve": section_serve,
     "profile": section_profile,
 }
 

@@ -1,0 +1,142 @@
+"""``prioritylock serve`` as the benchmarks start it: a subprocess on free ports of 127.0.0.1,
+ready once ``GET /v1.0/healthz/outbound`` answers 204, stopped with SIGTERM (killed if it
+lingers), and its CPU time read from ``/proc``.
+
+Shared by the ``serve`` section (``sections/serve.py``) and ``serve_scale.py``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from _harness import process_cpu_s
+
+STARTUP_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServiceError(RuntimeError):
+    """The service did not start, or answered what it must not."""
+
+
+class Service:
+    """One ``prioritylock serve`` process serving ``stores`` (name -> URL) for ``app_id``.
+
+    Its stdout and stderr go to files in ``log_dir`` (a pipe nobody reads could fill and block
+    it); the environment is this process's, so an emulator's credentials reach it.
+    """
+
+    def __init__(
+        self,
+        stores: Mapping[str, str],
+        log_dir: Path,
+        *,
+        app_id: str = "bench",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id]
+        for name, url in stores.items():
+            args += ["--store", f"{name}={url}"]
+        args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._out = log_dir / f"serve-{self.http_port}.out"
+        self._err = log_dir / f"serve-{self.http_port}.err"
+        full = {**os.environ, **(env or {})}
+        full.pop("DAPR_API_TOKEN", None)
+        with self._out.open("w") as out, self._err.open("w") as err:
+            self.proc = subprocess.Popen(args, env=full, stdout=out, stderr=err)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def grpc_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def connection(self) -> http.client.HTTPConnection:
+        """A new HTTP/1.1 connection to the service (kept alive between requests)."""
+        return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServiceError(f"serve exited {self.proc.returncode}: {self.stderr()}")
+            conn = self.connection()
+            try:
+                conn.request("GET", "/v1.0/healthz/outbound")
+                if conn.getresponse().status == 204:
+                    return
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            time.sleep(0.05)  # polling a process we don't control: no event to wait on
+        raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.stderr()}")
+
+    def cpu_s(self) -> float:
+        """CPU seconds the service has used so far."""
+        used = process_cpu_s(self.pid)
+        if used is None:
+            raise ServiceError("cannot read the service's CPU time (Linux /proc only)")
+        return used
+
+    def stderr(self, tail: int | None = 2000) -> str:
+        """What the service wrote to stderr (its log): the last ``tail`` characters, or all."""
+        text = self._err.read_text(errors="replace")
+        return text if tail is None else text[-tail:]
+
+    def close(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within 20 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def post_json(conn: http.client.HTTPConnection, path: str, body: Mapping[str, Any]) -> Any:
+    """POST ``body`` on ``conn``; the decoded answer of a 200, else :class:`ServiceError`."""
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    raw = response.read()
+    if response.status != 200:
+        raise ServiceError(f"POST {path}: {response.status} {raw[:200]!r}")
+    return json.loads(raw)
