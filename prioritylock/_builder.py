@@ -304,7 +304,8 @@ class LockBuilder:
                 raise ConfigError(
                     f"{required}: not set; call .{required}(...) before build()", option=required
                 )
-        opts.setdefault("owner", default_owner())
+        if "owner" not in opts:  # default_owner() asks the OS: only when needed
+            opts["owner"] = default_owner()
         lease = opts.setdefault("lease_timeout", DEFAULT_LEASE_TIMEOUT)
         cleanup = opts.setdefault("cleanup_timeout", DEFAULT_CLEANUP_TIMEOUT)
         renew = opts.setdefault("renew_interval", lease / 3)
