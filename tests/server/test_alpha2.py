@@ -3,8 +3,10 @@ preemption, operators, shutdown and bad input, on the memory store and on S3 (mo
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import http.client
+import itertools
 import json
 import socket
 import time
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.server.helpers import LockStream, Service
@@ -238,6 +241,68 @@ def test_forceful_takeover_tells_the_stream(streams: Streams, svc: Service) -> N
     assert events[-1] == {"type": "lost", "reason": "preempted"}  # and the stream ends
     assert info(svc, "f")["last_event"] == "forceful_takeover"
     stream.close()
+
+
+# -- many clients ---------------------------------------------------------------------------------
+
+CLIENTS = 24
+ROUNDS = 3
+
+
+async def _stream_turn(session: aiohttp.ClientSession, url: str, owner: str) -> tuple[Any, ...]:
+    async with session.post(
+        url, json={"owner": owner}, headers={"Accept": "application/x-ndjson"}
+    ) as response:
+        assert response.status == 200
+        while True:
+            line = await response.content.readline()
+            event = json.loads(line)
+            if event["type"] == "lock-acquired":
+                break
+            assert event["type"] == "ping", event
+        start = time.monotonic()
+        await asyncio.sleep(0.005)
+        end = time.monotonic()
+    return start, end, event["fence"], owner  # leaving the block closes the stream
+
+
+async def _plain_turn(session: aiohttp.ClientSession, url: str, owner: str) -> tuple[Any, ...]:
+    async with session.post(url, json={"owner": owner}) as response:
+        assert response.status == 200, await response.text()
+        held = await response.json()
+    start = time.monotonic()
+    await asyncio.sleep(0.005)
+    end = time.monotonic()
+    async with session.delete(url, json={"lockID": held["lockID"]}) as response:
+        assert response.status == 204, await response.text()
+    return start, end, held["fence"], owner
+
+
+async def _contend(service: Service) -> list[tuple[Any, ...]]:
+    url = f"{service.base}{BASE}/hot"
+    turns: list[tuple[Any, ...]] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def client(n: int) -> None:
+            turn = _stream_turn if n % 2 else _plain_turn
+            for round_ in range(ROUNDS):
+                turns.append(await turn(session, url, f"c{n}-{round_}"))
+
+        await asyncio.gather(*(client(n) for n in range(CLIENTS)))
+    return turns
+
+
+@pytest.mark.timeout(120)
+def test_many_clients_one_holder_at_a_time(svc: Service) -> None:
+    """Streams and plain locks mixed on one resource: never two holders, every fence once."""
+    turns = sorted(asyncio.run(_contend(svc)), key=lambda turn: turn[2])
+    assert len(turns) == CLIENTS * ROUNDS
+    fences = [turn[2] for turn in turns]
+    assert fences == list(range(fences[0], fences[0] + len(turns))), "each change of holder +1"
+    for before, after in itertools.pairwise(turns):
+        # The next holder heard of its lock only after the previous one let go.
+        assert after[0] >= before[1], (before, after)
 
 
 # -- operators -----------------------------------------------------------------------------------
