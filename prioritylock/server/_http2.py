@@ -100,7 +100,16 @@ def add_alpha2_routes(
                 request, locks, options, operator=operator, ping_interval=ping_interval
             )
         held = await locks.lock(store, resource, options, operator=operator)
-        return web.json_response({"lockID": held.lock_id, "fence": held.fence})
+        response = web.json_response({"lockID": held.lock_id, "fence": held.fence})
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except (ConnectionError, asyncio.CancelledError):
+            # The client went between the acquire and its answer: nobody knows this lockID,
+            # and the service would renew it forever. Let it go.
+            await _end_quietly(locks, held)
+            raise
+        return response
 
     @answers("failed to release lock", "ERR_UNLOCK")
     async def unlock(request: web.Request) -> web.StreamResponse:
