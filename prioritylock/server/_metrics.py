@@ -130,11 +130,6 @@ class Gauge(_Family):
         with self._lock:
             self._values[key] = self._values.get(key, 0.0) + amount
 
-    def value(self, *values: str) -> float:
-        key = self._key(values)
-        with self._lock:
-            return self._values.get(key, 0.0)
-
     def touch(self, *values: str) -> None:
         """Show this combination (at 0) before anything happened to it."""
         key = self._key(values)
@@ -159,12 +154,22 @@ class Counter(Gauge):
         super().__init__(registry, name, help, labels)
 
     def add(self, amount: float, *values: str) -> None:
-        if amount < 0:
+        if not amount >= 0:  # also refuses NaN
             raise ValueError(f"{self.name} only goes up")
         super().add(amount, *values)
 
     def inc(self, *values: str) -> None:
         self.add(1.0, *values)
+
+
+class _Series:
+    """One histogram series: a count per bucket (not cumulative) and the sum observed."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts = [0] * buckets
+        self.sum = 0.0
 
 
 class Histogram(_Family):
@@ -189,14 +194,13 @@ class Histogram(_Family):
         if bounds[-1] != math.inf:
             bounds.append(math.inf)
         self.buckets = tuple(bounds)
-        # Per key: a count per bucket (not cumulative), then the sum.
-        self._values: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+        self._values: dict[tuple[str, ...], _Series] = {}
 
-    def _entry(self, key: tuple[str, ...]) -> tuple[list[int], list[float]]:
-        entry = self._values.get(key)
-        if entry is None:
-            entry = self._values[key] = ([0] * len(self.buckets), [0.0])
-        return entry
+    def _series(self, key: tuple[str, ...]) -> _Series:
+        series = self._values.get(key)
+        if series is None:
+            series = self._values[key] = _Series(len(self.buckets))
+        return series
 
     def observe(self, amount: float, *values: str) -> None:
         key = self._key(values)
@@ -204,31 +208,25 @@ class Histogram(_Family):
         last = len(self.buckets) - 1
         index = last if math.isnan(amount) else min(bisect.bisect_left(self.buckets, amount), last)
         with self._lock:
-            counts, total = self._entry(key)
-            counts[index] += 1
-            total[0] += amount
+            series = self._series(key)
+            series.counts[index] += 1
+            series.sum += amount
 
     def touch(self, *values: str) -> None:
         key = self._key(values)
         with self._lock:
-            self._entry(key)
-
-    def count(self, *values: str) -> int:
-        key = self._key(values)
-        with self._lock:
-            entry = self._values.get(key)
-            return 0 if entry is None else sum(entry[0])
+            self._series(key)
 
     def render(self) -> list[str]:
         lines = super().render()
         for key in sorted(self._values):
-            counts, total = self._values[key]
+            series = self._values[key]
             running = 0
-            for bound, count in zip(self.buckets, counts, strict=True):
+            for bound, count in zip(self.buckets, series.counts, strict=True):
                 running += count
                 le = f'le="{_number(bound)}"'
                 lines.append(f"{self.name}_bucket{_labels(self.labels, key, le)} {running}")
-            lines.append(f"{self.name}_sum{_labels(self.labels, key)} {_number(total[0])}")
+            lines.append(f"{self.name}_sum{_labels(self.labels, key)} {_number(series.sum)}")
             lines.append(f"{self.name}_count{_labels(self.labels, key)} {running}")
         return lines
 

@@ -137,6 +137,7 @@ def test_special_values_and_nan_observation() -> None:
         (lambda r: (r.gauge("demo", "x"), r.gauge("demo", "y")), "exists"),
         (lambda r: r.gauge("demo", "x", ("a",)).add(1), "takes labels"),
         (lambda r: r.counter("demo_total", "x").add(-1), "only goes up"),
+        (lambda r: r.counter("demo_total", "x").add(math.nan), "only goes up"),
     ],
 )
 def test_registry_refuses_what_the_format_cannot_say(
