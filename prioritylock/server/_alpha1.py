@@ -16,6 +16,10 @@ by owner and fence) before the next owner tries. A lease written by another proc
 a restart) is taken over by the protocol's waiter rule: ``expiryInSeconds`` plus the drift
 allowance after this process first saw it, which is why the lock objects that saw a lease are
 kept (:data:`MAX_WAITERS` of them) between requests.
+
+Each call is reported to :class:`~prioritylock.server._metrics.Metrics` (api ``alpha1``). Nothing
+watches an alpha1 lease, so one that runs out is counted off when a request on it, or a scrape
+of the metrics (:meth:`Alpha1Locks.count_expired`), finds its time is up.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from prioritylock._alock import AsyncLock
 from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTask
 from prioritylock._builder import LockBuilder
 from prioritylock._clock import SYSTEM_CLOCK, Clock
-from prioritylock._errors import ConditionFailed, ConfigError, NotLockOwner
+from prioritylock._errors import ConditionFailed, ConfigError, NotLockOwner, PriorityLockError
+from prioritylock.server._metrics import API_ALPHA1, Metrics
 from prioritylock.server._names import BadRequest, Names, StoreNotFound
 from prioritylock.stores._base import ObjectStore
 
@@ -85,6 +90,8 @@ class _NoRenewals(AsyncScheduler):
 class _Held:
     lock: AsyncLock
     fence: int
+    #: Its end was reported to the metrics already.
+    counted_off: bool = False
 
 
 class Alpha1Locks:
@@ -101,6 +108,7 @@ class Alpha1Locks:
         *,
         key_prefixes: Mapping[str, str | None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        metrics: Metrics | None = None,
     ) -> None:
         self.names = Names(stores, app_id, key_prefixes=key_prefixes)
         self._app_id = app_id
@@ -111,6 +119,10 @@ class Alpha1Locks:
             collections.OrderedDict()
         )
         self._mutexes: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+        self.metrics = metrics or Metrics()
+        for name in self.names.store_names:
+            self.metrics.prepare(name, API_ALPHA1)
+        self.metrics.on_scrape(self.count_expired)
 
     @property
     def store_names(self) -> list[str]:
@@ -124,6 +136,20 @@ class Alpha1Locks:
         :raises BadRequest: an empty or invalid field, or ``expiry`` not in 1..2**31-1.
         :raises StoreError: the store failed (so did CorruptLease: a document it can't trust).
         """
+        started = self._clock.monotonic()
+        try:
+            got = await self._try_lock(store_name, resource_id, owner, expiry)
+        except PriorityLockError:
+            self.metrics.failed(store_name, API_ALPHA1, latency=self._clock.monotonic() - started)
+            raise
+        latency = self._clock.monotonic() - started
+        if got:
+            self.metrics.acquired(store_name, API_ALPHA1, latency=latency)
+        else:
+            self.metrics.refused(store_name, API_ALPHA1, latency=latency)
+        return got
+
+    async def _try_lock(self, store_name: str, resource_id: str, owner: str, expiry: int) -> bool:
         self._store(store_name)
         check_fields(store_name, resource_id, owner)
         if isinstance(expiry, bool) or not isinstance(expiry, int) or expiry <= 0:
@@ -142,6 +168,9 @@ class Alpha1Locks:
             if lock is None:
                 lock = self._build(store_name, resource_id, owner, expiry)
             if await lock.try_lock():
+                previous = self._held.get((store_name, key))
+                if previous is not None:  # its lease was freed by an unlock elsewhere
+                    self._count_off(store_name, previous, "forced")
                 self._held[(store_name, key)] = _Held(lock, lock.fencing_token)
                 return True
             self._waiters[waiter] = lock
@@ -170,10 +199,11 @@ class Alpha1Locks:
                     return await self._unlock_in_store(store_name, resource_id, owner)
                 try:
                     await held.lock.unlock()
-                except NotLockOwner:  # lost meanwhile (LockLost): judge by the store below
-                    pass
+                except NotLockOwner as exc:  # lost meanwhile (LockLost): judge by the store below
+                    self._count_off(store_name, held, getattr(exc, "reason", "") or "other")
                 else:
                     del self._held[(store_name, key)]
+                    self._count_off(store_name, held, "released")
                     return SUCCESS
                 self._held.pop((store_name, key), None)
             return await self._unlock_in_store(store_name, resource_id, owner)
@@ -203,6 +233,7 @@ class Alpha1Locks:
         """Free a lease this process wrote and whose time ran out on its clock, unless the
         lease shows another holding by now."""
         del self._held[(store_name, key)]
+        self._count_off(store_name, held, "expired")
         with contextlib.suppress(ConditionFailed):
             await held.lock.force_unlock(
                 f"alpha1 lease {why}",
@@ -210,6 +241,26 @@ class Alpha1Locks:
                 if_owner=held.lock.config.owner,
                 if_fence=held.fence,
             )
+
+    def count_expired(self) -> None:
+        """Count off the metrics the holdings whose time is up on this process's clock (no
+        request: their leases are cleared by the next request on them)."""
+        for (store_name, _), held in list(self._held.items()):
+            if not held.counted_off and not held.lock.is_current_owner():
+                self._count_off(store_name, held, "expired")
+
+    def _count_off(self, store_name: str, held: _Held, how: str) -> None:
+        """Report the end of a holding to the metrics, once: released, expired, or a loss
+        reason."""
+        if held.counted_off:
+            return
+        held.counted_off = True
+        if how == "released":
+            self.metrics.released(store_name, API_ALPHA1)
+        elif how == "expired":
+            self.metrics.expired(store_name, API_ALPHA1)
+        else:
+            self.metrics.lost(store_name, API_ALPHA1, how)
 
     def _store(self, store_name: str) -> ObjectStore:
         return self.names.store(store_name)

@@ -44,11 +44,13 @@ from prioritylock._errors import (
     LockTimeout,
     NotLockOwner,
     PreemptionTimeout,
+    PriorityLockError,
 )
 from prioritylock._info import LockInfo
 from prioritylock._lease import OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock.cli._inspect import record
+from prioritylock.server._metrics import API_ALPHA2, Metrics
 from prioritylock.server._names import BadRequest, Names
 from scopes import LockScope
 
@@ -230,6 +232,9 @@ class Stream:
     def __init__(self) -> None:
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.closed = asyncio.Event()
+        #: The client closed the stream after cleanup-requested, within the window: handing
+        #: over then is its release, not a loss.
+        self.cooperated = False
 
     def send(self, event: dict[str, Any]) -> None:
         if not self.closed.is_set():
@@ -258,6 +263,7 @@ class _StreamListener(LockListener):
         )
         try:
             await asyncio.wait_for(self._stream.closed.wait(), max(0.0, notice.seconds_left()))
+            self._stream.cooperated = True
         except TimeoutError:
             # The client kept its stream open past the window: it has not said it is done, so
             # nothing is handed over. Ending the cleanup as cancelled keeps the lock (and lets a
@@ -298,18 +304,34 @@ class Held:
 class Alpha2Locks:
     """Blocking and immediate locks with priorities, renewed by the service, on named stores."""
 
-    def __init__(self, names: Names, *, scheduler: AsyncScheduler | None = None) -> None:
+    def __init__(
+        self,
+        names: Names,
+        *,
+        scheduler: AsyncScheduler | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.names = names
         self._scheduler = scheduler
+        self.metrics = metrics or Metrics()
+        for name in names.store_names:
+            self.metrics.prepare(name, API_ALPHA2)
         self._held: dict[str, Held] = {}
         self._by_lock: dict[int, Held] = {}
         # lock id -> (store, resource, why): a lost lock is let go at once, its reason kept.
         self._lost: collections.OrderedDict[str, tuple[str, str, str]] = collections.OrderedDict()
         signals.lock_lost.connect(self._on_lost, weak=False)
+        signals.cleanup_requested.connect(self._on_cleanup, weak=False)
 
     def close(self) -> None:
         """Stop listening to the library's signals (after :meth:`shutdown`)."""
         signals.lock_lost.disconnect(self._on_lost)
+        signals.cleanup_requested.disconnect(self._on_cleanup)
+
+    def _on_cleanup(self, sender: object, **_: object) -> None:
+        held = self._by_lock.get(id(sender))
+        if held is not None and held.lock is sender:
+            self.metrics.preempted(held.store_name, API_ALPHA2)
 
     def _on_lost(self, sender: object, *, reason: str, **_: object) -> None:
         held = self._by_lock.get(id(sender))
@@ -318,6 +340,8 @@ class Alpha2Locks:
         self._tombstone(held, reason)
 
     def _tombstone(self, held: Held, reason: str) -> None:
+        if self._held.get(held.lock_id) is held:
+            self.metrics.lost(held.store_name, API_ALPHA2, reason)
         self._forget(held)
         self._lost[held.lock_id] = (held.store_name, held.resource_id, reason)
         while len(self._lost) > MAX_LOST:
@@ -346,6 +370,7 @@ class Alpha2Locks:
         :raises StoreError: the store failed (CorruptLease: a document it can't trust).
         """
         lock = self._build(store_name, resource_id, options, stream, operator)
+        started = time.monotonic()
         try:
             if options.immediate:
                 got = await lock.try_lock()
@@ -353,21 +378,38 @@ class Alpha2Locks:
                 await lock.lock(options.timeout)
                 got = True
         except PreemptionTimeout as exc:
+            self._refused(store_name, started)
             raise ResourceLocked(f"the holder did not hand over in time: {exc}") from None
         except LockTimeout as exc:
+            self._refused(store_name, started)
             raise ResourceLocked(f"not acquired within the timeout: {exc}") from None
+        except PriorityLockError:
+            self.metrics.failed(store_name, API_ALPHA2, latency=time.monotonic() - started)
+            await lock.aclose()
+            raise
         except BaseException:
             await lock.aclose()
             raise
         if not got:
+            self._refused(store_name, started)
             await lock.aclose()
             raise ResourceLocked(f"lock {resource_id} in store {store_name} is held")
         held = Held(secrets.token_urlsafe(24), store_name, resource_id, lock, stream)
         self._held[held.lock_id] = held
         self._by_lock[id(lock)] = held
+        took = time.monotonic() - started
+        self.metrics.acquired(store_name, API_ALPHA2, latency=took, waited=took)
         if not lock.is_current_owner():  # lost between the acquire and now
             self._tombstone(held, _lost_reason(lock))
         return held
+
+    def _released(self, held: Held) -> None:
+        if self._held.get(held.lock_id) is held:
+            self.metrics.released(held.store_name, API_ALPHA2)
+        self._forget(held)
+
+    def _refused(self, store_name: str, started: float) -> None:
+        self.metrics.refused(store_name, API_ALPHA2, latency=time.monotonic() - started)
 
     async def unlock(self, store_name: str, resource_id: str, lock_id: str) -> None:
         """Release (or, with a request pending, hand over) the lock ``lock_id`` names.
@@ -455,7 +497,13 @@ class Alpha2Locks:
             await held.lock.unlock()
         except NotLockOwner:
             reason = _lost_reason(held.lock)
+            if reason == "preempted" and held.stream is not None and held.stream.cooperated:
+                self._released(held)  # the handover after its cleanup beat us to it
+                return
+            self._tombstone(held, reason)
             raise LockNotFound(f"the lock was lost ({reason})") from None
+        else:
+            self._released(held)
         finally:
             self._forget(held)
             if held.stream is not None:

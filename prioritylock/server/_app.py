@@ -23,6 +23,7 @@ from prioritylock.server._config import ServeConfig, public_url
 from prioritylock.server._grpc import make_server
 from prioritylock.server._http import make_app
 from prioritylock.server._http2 import add_alpha2_routes
+from prioritylock.server._metrics import CountingStore, Metrics
 from prioritylock.stores import ObjectStore, open_store
 
 __all__ = ["run", "serve"]
@@ -53,8 +54,10 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     ready = False
-    locks = Alpha1Locks(stores, config.app_id, key_prefixes=config.key_prefixes)
-    streams = Alpha2Locks(locks.names)
+    metrics = Metrics()  # GET /metrics: every request to the stores is counted there
+    stores = {name: CountingStore(store, name, metrics) for name, store in stores.items()}
+    locks = Alpha1Locks(stores, config.app_id, key_prefixes=config.key_prefixes, metrics=metrics)
+    streams = Alpha2Locks(locks.names, metrics=metrics)
     app = make_app(locks, ready=lambda: ready, api_token=config.api_token, max_body=config.max_body)
     add_alpha2_routes(
         app,

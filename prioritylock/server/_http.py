@@ -3,6 +3,9 @@
 Errors are answered as Dapr answers them: a status and ``{"errorCode", "message"}``. A store
 failure is a 500 with ERR_TRY_LOCK / ERR_UNLOCK whose message names the kind of failure only:
 the store's own words go to the log, and no store URL or credential reaches either.
+
+``GET /metrics`` answers Prometheus text; with an API token it also accepts the token as
+``Authorization: Bearer``, the way Prometheus sends it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from aiohttp import web
 
 from prioritylock._errors import PriorityLockError
 from prioritylock.server._alpha1 import MAX_EXPIRY, Alpha1Locks, BadRequest, StoreNotFound
+from prioritylock.server._metrics import CONTENT_TYPE, Metrics
 
 __all__ = ["TOKEN_HEADER", "error", "failed", "make_app"]
 
@@ -37,13 +41,16 @@ def make_app(
     ready: Callable[[], bool],
     api_token: str | None,
     max_body: int,
+    metrics: Metrics | None = None,
 ) -> web.Application:
-    """The aiohttp application serving ``locks``."""
+    """The aiohttp application serving ``locks``, and ``metrics`` (by default the locks')."""
 
     @web.middleware
     async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
         if api_token is not None and not request.path.startswith("/v1.0/healthz"):
             given = request.headers.get(TOKEN_HEADER, "")
+            if not given and request.path == "/metrics":
+                given = _bearer(request)
             if not hmac.compare_digest(given.encode(), api_token.encode()):
                 return error(401, "ERR_UNAUTHORIZED", "missing or invalid dapr-api-token")
         length = request.content_length
@@ -89,12 +96,23 @@ def make_app(
             return failed("ERR_UNLOCK", "failed to release lock", store, exc)
         return web.json_response({"status": status})
 
+    async def scrape(request: web.Request) -> web.Response:
+        text = (metrics or locks.metrics).render()
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
     app = web.Application(middlewares=[guard], client_max_size=max_body)
     app.router.add_get("/v1.0/healthz", healthz)
     app.router.add_get("/v1.0/healthz/outbound", healthz)
     app.router.add_post("/v1.0-alpha1/lock/{store}", try_lock)
     app.router.add_post("/v1.0-alpha1/unlock/{store}", unlock)
+    app.router.add_get("/metrics", scrape)
     return app
+
+
+def _bearer(request: web.Request) -> str:
+    """The token of an ``Authorization: Bearer TOKEN`` header, or ""."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 def failed(code: str, what: str, store: str, exc: PriorityLockError) -> web.Response:

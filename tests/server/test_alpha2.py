@@ -10,6 +10,7 @@ import itertools
 import json
 import socket
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import aiohttp
 import pytest
 
 from tests.server.helpers import LockStream, Service
+from tests.server.test_metrics import parse, value
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -365,6 +367,47 @@ def test_plain_holder_learns_of_a_force_unlock(svc: Service) -> None:
             break
         assert status == 200 and time.monotonic() < deadline
         time.sleep(0.2)
+
+
+# -- metrics -------------------------------------------------------------------------------------
+
+
+def _alpha2(svc: Service, name: str, **labels: str) -> float:
+    request = urllib.request.Request(svc.base + "/metrics")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        samples = parse(response.read().decode())
+    return value(samples, name, store="locks", api="alpha2", **labels)
+
+
+def test_metrics_of_the_full_api(
+    streams: Streams, svc: Service, pool: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    _, plain = lock(svc, "m1")
+    assert lock(svc, "m1", immediate=True)[0] == 409
+    assert _alpha2(svc, "prioritylock_locks_held") == 1
+    assert unlock(svc, "m1", plain["lockID"])[0] == 204
+    # a stream that cooperates: asked, closes, hands over (a release, not a loss)
+    stream = streams.open(svc, "locks", "m2", {"cleanupTimeout": "20s", "ttl": "3s"})
+    assert (stream.event() or {}).get("type") == "lock-acquired"
+    high = pool.submit(lock, svc, "m2", owner="high", priority=3, waitingTimeout="25s")
+    assert (stream.event() or {}).get("type") == "cleanup-requested"
+    stream.close()
+    _, taker = high.result(timeout=10)
+    # a stream that does not: taken forcefully, a loss
+    stubborn = streams.open(svc, "locks", "m3", {"cleanupTimeout": "1s"})
+    assert (stubborn.event() or {}).get("type") == "lock-acquired"
+    status, _ = lock(svc, "m3", priority=9, forceful=True, waitingTimeout="1s")
+    assert status == 200
+    while (event := stubborn.event()) is not None and event["type"] != "lost":
+        pass
+    assert _alpha2(svc, "prioritylock_acquires_total", outcome="acquired") == 5
+    assert _alpha2(svc, "prioritylock_acquires_total", outcome="refused") == 1
+    assert _alpha2(svc, "prioritylock_preemptions_total") == 2
+    assert _alpha2(svc, "prioritylock_losses_total", reason="preempted") == 1
+    assert _alpha2(svc, "prioritylock_releases_total") == 2  # m1, and m2 handed over
+    assert _alpha2(svc, "prioritylock_locks_held") == 2  # m2 by high, m3 by the forceful one
+    assert unlock(svc, "m2", taker["lockID"])[0] == 204
+    assert _alpha2(svc, "prioritylock_locks_held") == 1
 
 
 # -- shutdown ------------------------------------------------------------------------------------

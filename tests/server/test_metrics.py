@@ -1,0 +1,497 @@
+"""``GET /metrics``: the registry and its text format, the alpha1 calls and store requests it
+counts (in process on a fake clock, and through a running service on memory and on S3), the
+token, and no store URL or credential in what it shows."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from prioritylock import ConditionFailed, StoreAccessError, StoreUnavailable
+from prioritylock._clock import FakeClock
+from prioritylock.server._alpha1 import LOCK_BELONGS_TO_OTHERS, SUCCESS, Alpha1Locks
+from prioritylock.server._metrics import (
+    API_ALPHA1,
+    CONTENT_TYPE,
+    CountingStore,
+    Metrics,
+    Registry,
+)
+from prioritylock.stores import UnsyncedWriter
+from prioritylock.stores._local import LocalStore
+from prioritylock.stores._memory import MemoryStore
+from prioritylock.testing import DelegatingStore
+from prioritylock.testing.faults import FaultyStore
+from tests._servers.s3 import S3Server
+from tests.server.helpers import Service
+
+pytestmark = pytest.mark.timeout(90)
+
+_T = TypeVar("_T")
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    """Every sample of the exposition, by name and labels (prometheus_client's own parser)."""
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"sample twice: {key}"
+            samples[key] = sample.value
+    return samples
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def alpha1(samples: Samples, name: str, store: str = "locks", **labels: str) -> float:
+    return value(samples, name, store=store, api=API_ALPHA1, **labels)
+
+
+def requests(samples: Samples, store: str = "locks") -> float:
+    """All requests made to ``store``, whatever their kind and outcome."""
+    return sum(
+        count
+        for (name, labels), count in samples.items()
+        if name == "prioritylock_store_requests_total" and ("store", store) in labels
+    )
+
+
+# -- the registry and the text format --------------------------------------------------------
+
+
+def test_text_format_of_each_type() -> None:
+    registry = Registry()
+    counter = registry.counter("demo_things_total", "Things.\nSecond line \\ here.", ("store",))
+    gauge = registry.gauge("demo_level", "A level.")
+    histogram = registry.histogram("demo_seconds", "Durations.", ("kind",), (0.1, 1.0))
+    counter.inc('we"ird\\name\n')
+    counter.add(2.5, "plain")
+    gauge.add(3)
+    gauge.add(-1.5)
+    for seconds in (0.05, 0.1, 0.5, 7.0):
+        histogram.observe(seconds, "read")
+    text = registry.render()
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    assert lines[:2] == [
+        "# HELP demo_things_total Things.\\nSecond line \\\\ here.",
+        "# TYPE demo_things_total counter",
+    ]
+    assert 'demo_things_total{store="we\\"ird\\\\name\\n"} 1.0' in lines
+    assert "# TYPE demo_seconds histogram" in lines
+    assert 'demo_seconds_bucket{kind="read",le="0.1"} 2' in lines  # le is inclusive
+    assert 'demo_seconds_bucket{kind="read",le="1.0"} 3' in lines
+    assert 'demo_seconds_bucket{kind="read",le="+Inf"} 4' in lines
+    assert 'demo_seconds_count{kind="read"} 4' in lines
+
+    samples = parse(text)
+    assert value(samples, "demo_things_total", store='we"ird\\name\n') == 1.0
+    assert value(samples, "demo_things_total", store="plain") == 2.5
+    assert value(samples, "demo_level") == 1.5
+    assert value(samples, "demo_seconds_sum", kind="read") == pytest.approx(7.65)
+    assert value(samples, "demo_seconds_bucket", kind="read", le="+Inf") == 4
+    families = {family.name: family.type for family in text_string_to_metric_families(text)}
+    assert families == {
+        "demo_things": "counter",
+        "demo_level": "gauge",
+        "demo_seconds": "histogram",
+    }
+
+
+def test_special_values_and_nan_observation() -> None:
+    registry = Registry()
+    gauge = registry.gauge("demo_level", "A level.")
+    histogram = registry.histogram("demo_seconds", "Durations.", (), (1.0,))
+    gauge.add(math.inf)
+    histogram.observe(math.nan)
+    lines = registry.render().splitlines()
+    assert "demo_level +Inf" in lines
+    assert 'demo_seconds_bucket{le="1.0"} 0' in lines  # NaN is over every finite bound
+    assert 'demo_seconds_bucket{le="+Inf"} 1' in lines
+    assert "demo_seconds_sum NaN" in lines
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda r: r.counter("no_suffix", "x"), "_total"),
+        (lambda r: r.gauge("bad-name", "x"), "invalid metric name"),
+        (lambda r: r.gauge("demo", "x", ("__reserved",)), "invalid label name"),
+        (lambda r: r.gauge("demo", "x", ("a", "a")), "repeated"),
+        (lambda r: r.histogram("demo", "x", ("le",), (1.0,)), "le"),
+        (lambda r: r.histogram("demo", "x", (), (2.0, 1.0)), "increasing"),
+        (lambda r: r.histogram("demo", "x", (), ()), "increasing"),
+        (lambda r: (r.gauge("demo", "x"), r.gauge("demo", "y")), "exists"),
+        (lambda r: r.gauge("demo", "x", ("a",)).add(1), "takes labels"),
+        (lambda r: r.counter("demo_total", "x").add(-1), "only goes up"),
+        (lambda r: r.counter("demo_total", "x").add(math.nan), "only goes up"),
+    ],
+)
+def test_registry_refuses_what_the_format_cannot_say(
+    make: Callable[[Registry], object], match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        make(Registry())
+
+
+def test_held_is_what_acquisitions_leave_and_unknown_reasons_stay_bounded() -> None:
+    metrics = Metrics()
+    metrics.prepare("locks", "alpha2")
+    for _ in range(5):
+        metrics.acquired("locks", "alpha2", latency=0.2, waited=1.5)
+    metrics.released("locks", "alpha2")
+    metrics.expired("locks", "alpha2")
+    metrics.lost("locks", "alpha2", "preempted")
+    metrics.lost("locks", "alpha2", "some resource name")
+    metrics.preempted("locks", "alpha2")
+    metrics.refused("locks", "alpha2", latency=0.01)
+    metrics.failed("locks", "alpha2", latency=0.03)
+    samples = parse(metrics.render())
+    at = {"store": "locks", "api": "alpha2"}
+    assert value(samples, "prioritylock_locks_held", **at) == 1
+    assert value(samples, "prioritylock_acquires_total", **at, outcome="acquired") == 5
+    assert value(samples, "prioritylock_acquires_total", **at, outcome="refused") == 1
+    assert value(samples, "prioritylock_acquires_total", **at, outcome="error") == 1
+    assert value(samples, "prioritylock_acquire_wait_seconds_sum", **at) == pytest.approx(7.5)
+    assert value(samples, "prioritylock_losses_total", **at, reason="preempted") == 1
+    assert value(samples, "prioritylock_losses_total", **at, reason="other") == 1
+    assert value(samples, "prioritylock_preemptions_total", **at) == 1
+    assert not any("some resource name" in str(labels) for _, labels in samples)
+
+
+# -- counting store requests -------------------------------------------------------------------
+
+
+def test_counting_store_counts_each_kind_and_outcome() -> None:
+    metrics = Metrics()
+    clock = FakeClock()
+    faulty = FaultyStore(MemoryStore())
+    store = CountingStore(faulty, "locks", metrics, clock=clock)
+    assert store.read("k") is None
+    version = store.create("k", b"1")
+    assert store.read("k") is not None
+    with pytest.raises(ConditionFailed):
+        store.create("k", b"2")
+    version = store.replace("k", b"3", version)
+    faulty.inject("replace", "unavailable")
+    with pytest.raises(StoreUnavailable):
+        store.replace("k", b"4", version)
+    assert store.read_if_changed("k", version) is not None  # a read, unchanged
+    assert store.list("") == ["k"]
+    store.delete("k", version)
+    samples = parse(metrics.render())
+
+    def count(kind: str, outcome: str) -> float:
+        return value(
+            samples, "prioritylock_store_requests_total", store="locks", kind=kind, outcome=outcome
+        )
+
+    assert count("read", "not-found") == 1
+    assert count("read", "ok") == 2
+    assert count("create", "ok") == 1
+    assert count("create", "condition-failed") == 1
+    assert count("replace", "ok") == 1
+    assert count("replace", "unavailable") == 1
+    assert count("list", "ok") == 1
+    assert count("delete", "ok") == 1
+    assert requests(samples) == 9
+
+
+class Failing(DelegatingStore):
+    """Every request fails with ``exc``."""
+
+    def __init__(self, inner: Any, exc: Exception) -> None:
+        super().__init__(inner)
+        self.exc = exc
+
+    def _forward(self, op: str, key: str, call: Callable[[], _T]) -> _T:
+        raise self.exc
+
+
+def test_counting_store_names_other_failures() -> None:
+    metrics = Metrics()
+    for name, exc in [("denied", StoreAccessError("no")), ("broken", RuntimeError("bug"))]:
+        store = CountingStore(Failing(MemoryStore(), exc), name, metrics)
+        with pytest.raises(type(exc)):
+            store.read("k")
+    samples = parse(metrics.render())
+    requests_total = "prioritylock_store_requests_total"
+    assert value(samples, requests_total, store="denied", kind="read", outcome="access-denied") == 1
+    assert value(samples, requests_total, store="broken", kind="read", outcome="error") == 1
+
+
+def test_counting_store_keeps_what_the_inner_store_can_do(tmp_path: Any) -> None:
+    local = LocalStore(tmp_path)
+    counted = CountingStore(local, "disk", Metrics())
+    assert isinstance(local, UnsyncedWriter)
+    assert isinstance(counted, UnsyncedWriter)  # so a lock syncs what it would sync
+    assert not isinstance(CountingStore(MemoryStore(), "mem", Metrics()), UnsyncedWriter)
+    assert counted.capabilities == local.capabilities
+
+
+# -- alpha1 in process, on a fake clock --------------------------------------------------------
+
+
+class SlowStore(DelegatingStore):
+    """Each request takes 10 ms of the fake clock."""
+
+    def __init__(self, inner: Any, clock: FakeClock) -> None:
+        super().__init__(inner)
+        self.clock = clock
+
+    def _forward(self, op: str, key: str, call: Callable[[], _T]) -> _T:
+        self.clock.advance(0.01)
+        return call()
+
+
+def _replica(store: MemoryStore, clock: FakeClock) -> tuple[Alpha1Locks, Metrics]:
+    metrics = Metrics()
+    counted = CountingStore(SlowStore(store, clock), "locks", metrics, clock=clock)
+    return Alpha1Locks({"locks": counted}, "app1", clock=clock, metrics=metrics), metrics
+
+
+def test_alpha1_sequence_in_process() -> None:
+    clock = FakeClock()
+    locks, metrics = _replica(MemoryStore(), clock)
+
+    async def scenario() -> list[Samples]:
+        seen = [parse(metrics.render())]
+        assert await locks.try_lock("locks", "r1", "owner1", 30) is True
+        seen.append(parse(metrics.render()))
+        assert await locks.try_lock("locks", "r1", "owner2", 30) is False
+        seen.append(parse(metrics.render()))
+        assert await locks.unlock("locks", "r1", "owner1") == SUCCESS
+        seen.append(parse(metrics.render()))
+        assert await locks.try_lock("locks", "r2", "owner1", 5) is True
+        clock.advance(5.5)  # its lease runs out, and nobody asks
+        seen.append(parse(metrics.render()))
+        assert await locks.try_lock("locks", "r2", "owner3", 5) is True  # clears it first
+        seen.append(parse(metrics.render()))
+        return seen
+
+    start, locked, refused, unlocked, expired, relocked = asyncio.run(scenario())
+    assert alpha1(start, "prioritylock_locks_held") == 0
+    assert requests(start) == 0
+
+    assert alpha1(locked, "prioritylock_locks_held") == 1
+    assert alpha1(locked, "prioritylock_acquires_total", outcome="acquired") == 1
+    cost = requests(locked)
+    assert 1 <= cost <= 2  # the budget of an uncontended acquire
+    # Its latency is the time of its requests on the fake clock, 10 ms each.
+    latency = alpha1(locked, "prioritylock_acquire_latency_seconds_sum", outcome="acquired")
+    assert latency == pytest.approx(0.01 * cost)
+    assert alpha1(locked, "prioritylock_acquire_wait_seconds_count") == 1
+    assert alpha1(locked, "prioritylock_acquire_wait_seconds_sum") == 0
+
+    assert alpha1(refused, "prioritylock_acquires_total", outcome="refused") == 1
+    assert alpha1(refused, "prioritylock_locks_held") == 1
+    assert requests(refused) - requests(locked) == 1  # a refusal is one read
+
+    assert alpha1(unlocked, "prioritylock_releases_total") == 1
+    assert alpha1(unlocked, "prioritylock_locks_held") == 0
+    assert requests(unlocked) - requests(refused) == 1  # a release is one request
+
+    # The scrape counted the run-out lease off, without a request.
+    assert alpha1(expired, "prioritylock_expirations_total") == 1
+    assert alpha1(expired, "prioritylock_locks_held") == 0
+    assert requests(expired) - requests(unlocked) <= 2  # only the second acquire
+
+    # Clearing the run-out lease counts it off no second time.
+    assert alpha1(relocked, "prioritylock_expirations_total") == 1
+    assert alpha1(relocked, "prioritylock_locks_held") == 1
+    assert alpha1(relocked, "prioritylock_acquires_total", outcome="acquired") == 3
+
+
+def test_alpha1_expiry_seen_by_a_request() -> None:
+    clock = FakeClock()
+    locks, metrics = _replica(MemoryStore(), clock)
+
+    async def scenario() -> None:
+        assert await locks.try_lock("locks", "r", "owner1", 5) is True
+        clock.advance(6)
+        assert await locks.try_lock("locks", "r", "owner2", 5) is True
+
+    asyncio.run(scenario())
+    samples = parse(metrics.render())
+    assert alpha1(samples, "prioritylock_expirations_total") == 1
+    assert alpha1(samples, "prioritylock_locks_held") == 1
+
+
+def test_alpha1_losses_when_another_replica_frees_the_lease() -> None:
+    clock = FakeClock()
+    store = MemoryStore()
+    first, metrics = _replica(store, clock)
+    second, _ = _replica(store, clock)
+
+    async def scenario() -> None:
+        # Freed on the other replica, then unlocked here: lost (forced), not released.
+        assert await first.try_lock("locks", "a", "owner1", 30) is True
+        assert await second.unlock("locks", "a", "owner1") == SUCCESS
+        assert await first.unlock("locks", "a", "owner1") != SUCCESS
+        # Freed on the other replica, then taken again here: the old holding is lost.
+        assert await first.try_lock("locks", "b", "owner1", 30) is True
+        assert await second.unlock("locks", "b", "owner1") == SUCCESS
+        assert await first.try_lock("locks", "b", "owner2", 30) is True
+        assert await first.unlock("locks", "b", "owner1") == LOCK_BELONGS_TO_OTHERS
+
+    asyncio.run(scenario())
+    samples = parse(metrics.render())
+    assert alpha1(samples, "prioritylock_losses_total", reason="forced") == 2
+    assert alpha1(samples, "prioritylock_releases_total") == 0
+    assert alpha1(samples, "prioritylock_locks_held") == 1
+
+
+def test_alpha1_store_failure_counts_as_error() -> None:
+    metrics = Metrics()
+    failing = Failing(MemoryStore(), StoreAccessError("access denied"))
+    locks = Alpha1Locks(
+        {"locks": CountingStore(failing, "locks", metrics)}, "app1", metrics=metrics
+    )
+
+    async def scenario() -> None:
+        with pytest.raises(StoreAccessError):
+            await locks.try_lock("locks", "r", "owner1", 30)
+        with pytest.raises(LookupError):  # an unknown store name is no label
+            await locks.try_lock("nope", "r", "owner1", 30)
+
+    asyncio.run(scenario())
+    samples = parse(metrics.render())
+    assert alpha1(samples, "prioritylock_acquires_total", outcome="error") == 1
+    assert alpha1(samples, "prioritylock_locks_held") == 0
+    assert not any(("store", "nope") in labels for _, labels in samples)
+
+
+# -- through a running service -----------------------------------------------------------------
+
+
+def scrape(service: Service, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """(status, Content-Type, body) of ``GET /metrics``."""
+    request = urllib.request.Request(service.base + "/metrics", headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def test_service_counts_an_alpha1_sequence(service: Service) -> None:
+    resource = f"r-{uuid.uuid4().hex[:8]}"
+    status, content_type, text = scrape(service)
+    assert (status, content_type) == (200, CONTENT_TYPE)
+    before = parse(text)
+    assert alpha1(before, "prioritylock_locks_held") == 0
+
+    assert service.lock("locks", resource, "owner1", 30) is True
+    locked = parse(scrape(service)[2])
+    assert alpha1(locked, "prioritylock_locks_held") == 1
+    assert 1 <= requests(locked) - requests(before) <= 2  # the acquire budget
+
+    assert service.lock("locks", resource, "owner2", 30) is False
+    refused = parse(scrape(service)[2])
+    assert alpha1(refused, "prioritylock_acquires_total", outcome="refused") == 1
+    assert requests(refused) - requests(locked) == 1  # a refusal is one read
+
+    assert service.unlock("locks", resource, "owner1") == 0
+    unlocked = parse(scrape(service)[2])
+    assert alpha1(unlocked, "prioritylock_releases_total") == 1
+    assert alpha1(unlocked, "prioritylock_locks_held") == 0
+    assert requests(unlocked) - requests(refused) == 1  # a release is one request
+
+    assert service.lock("locks", resource, "owner3", 1) is True
+    time.sleep(1.1)  # let the 1 s lease run out: the passing of time is what is tested
+    expired = parse(scrape(service)[2])
+    assert alpha1(expired, "prioritylock_expirations_total") == 1
+    assert alpha1(expired, "prioritylock_locks_held") == 0
+    assert alpha1(expired, "prioritylock_acquires_total", outcome="acquired") == 2
+    count = alpha1(expired, "prioritylock_acquire_latency_seconds_count", outcome="acquired")
+    assert count == 2
+    assert (
+        value(
+            expired,
+            "prioritylock_store_requests_total",
+            store="locks",
+            kind="replace",
+            outcome="ok",
+        )
+        >= 1
+    )
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[Service]:
+    running = Service({"locks": f"memory://{uuid.uuid4().hex}"}, token="s3cret-token")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"dapr-api-token": "wrong"}, 401),
+        ({"Authorization": "Bearer wrong"}, 401),
+        ({"Authorization": "Basic s3cret-token"}, 401),
+        ({"dapr-api-token": "s3cret-token"}, 200),
+        ({"Authorization": "Bearer s3cret-token"}, 200),
+        ({"Authorization": "bearer s3cret-token"}, 200),
+    ],
+)
+def test_metrics_token(guarded: Service, headers: dict[str, str], status: int) -> None:
+    got, _, text = scrape(guarded, headers)
+    assert got == status, text
+    assert "s3cret-token" not in text
+    if status == 200:
+        assert "prioritylock_locks_held" in text
+
+
+def test_bearer_token_is_for_metrics_only(guarded: Service) -> None:
+    request = urllib.request.Request(
+        guarded.base + "/v1.0-alpha1/lock/locks",
+        data=b'{"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}',
+        headers={"Authorization": "Bearer s3cret-token"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=10)
+    caught.value.close()
+    assert caught.value.code == 401
+    assert guarded.request("GET", "/v1.0/healthz", token="")[0] == 204  # still open
+
+
+def test_no_store_url_or_credential_in_metrics(
+    moto_server: S3Server, s3_url: str, s3_env: dict[str, str]
+) -> None:
+    assert "?endpoint=" in s3_url
+    service = Service({"locks": s3_url}, env=s3_env)
+    try:
+        assert service.lock("locks", "r", "owner1", 30) is True
+        status, _, text = scrape(service)
+    finally:
+        service.close()
+    assert status == 200
+    assert alpha1(parse(text), "prioritylock_locks_held") == 1
+    endpoint = moto_server.endpoint_url.split("//", 1)[1]
+    for secret in (
+        "s3://",
+        endpoint,
+        "endpoint",
+        s3_env["AWS_SECRET_ACCESS_KEY"],
+        s3_env["AWS_ACCESS_KEY_ID"],
+    ):
+        assert secret not in text
