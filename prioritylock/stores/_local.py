@@ -46,6 +46,12 @@ completed: then the newest synced document is damaged, and the store raises
 fence) back. Only synced writes move the record, so damage to a newest slot written unsynced (or
 by a store with ``durable=False``) reads as the slot before it. Checksums are CRC-32: a torn slot
 passes with a chance of 2**-32 per read that meets one.
+
+**Without waiting** (``LocalStore._try_nowait``, for the asyncio lock's event loop): the same
+operations, except that the key's lock is only tried (the stripe lock and ``flock`` with
+``LOCK_NB``), and a call that would wait for it, or that must sync (a create or synced replace or
+delete of a durable store, a document outgrowing its file, a record to repair), is refused before
+it writes anything; the caller then makes it on a thread.
 """
 
 from __future__ import annotations
