@@ -1,12 +1,13 @@
 """The asyncio lock: the same flows as ``Lock`` (``_flows``), awaited on an event loop.
 
-Store I/O never blocks the loop: an in-process store (memory) is called inline; every other
-store is called on a bounded thread pool shared by the process (32 threads for network stores, 4
-for a store on this machine's disk), through the sync stores: contract-tested on every server,
-with the same request budget. One ``AsyncScheduler`` per loop renews and watches
-every lease held in it. Listeners may be plain or ``async def``: coroutines are awaited on the
-loop, and a plain ``on_cleanup_notification`` runs on a worker thread so that a long cleanup
-never stalls the loop.
+Store I/O never blocks the loop: an in-process store (memory) is called inline; a store that
+can tell beforehand that a call won't wait (LocalStore: no lock held by another, no sync) makes
+that call on the loop; every other call goes to a bounded thread pool shared by the process (32
+threads for network stores, 4 for a store on this machine's disk), through the sync stores:
+contract-tested on every server, with the same request budget. One ``AsyncScheduler`` per loop
+renews and watches every lease held in it. Listeners may be plain or ``async def``: coroutines
+are awaited on the loop, and a plain ``on_cleanup_notification`` runs on a worker thread so that
+a long cleanup never stalls the loop.
 
 Cancellation: a task cancelled inside ``lock()``/``try_lock()`` first lets the store call in
 flight finish, then settles what it may have written (``_flows.settle_abandoned``: a lease or a
@@ -42,6 +43,7 @@ from prioritylock._errors import (
 )
 from prioritylock._info import LockInfo
 from prioritylock._lease import Lease, new_lock_id
+from prioritylock.stores._base import WOULD_BLOCK
 
 __all__ = ["AsyncLock"]
 
@@ -68,6 +70,15 @@ def _io_pool(network: bool) -> ThreadPoolExecutor:
                 workers, thread_name_prefix="prioritylock-aio-" + ("net" if network else "disk")
             )
         return pool
+
+
+def _nowait_entry(store: object) -> Callable[..., object] | None:
+    """The store's way to make a call on the loop without waiting, if it has one: a method
+    ``_try_nowait(op, *args)`` (``stores._base.NonBlocking``, offered by LocalStore) that makes
+    the call named ``op`` at once or returns ``WOULD_BLOCK`` having done nothing. Only the
+    store's own: one that a wrapper passes on (``__getattr__``) would bypass the wrapper."""
+    entry = getattr(store, "_try_nowait", None)
+    return entry if callable(entry) and getattr(entry, "__self__", None) is store else None
 
 
 _LoopEvent = tuple[asyncio.AbstractEventLoop, asyncio.Event]
@@ -136,6 +147,7 @@ class AsyncLock:
         self._st = _lock.new_state(config)
         self._inline = self._st.inline
         self._pool = _io_pool(config.store.capabilities.shared_across_hosts)
+        self._nowait = _nowait_entry(config.store)
         self._seam = _lock.Seam.of(config)
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
@@ -372,10 +384,16 @@ class AsyncLock:
             flow.close()
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """A store call: inline for an in-process store, else on the I/O pool. If the task is
-        cancelled meanwhile, the call still finishes (``_inflight``) before anything is settled."""
+        """A store call: inline for an in-process store; on the loop for a store that can tell
+        beforehand that it won't wait (``_nowait_entry``) and says so; else on the I/O pool. If
+        the task is cancelled meanwhile, the call still finishes (``_inflight``) before anything
+        is settled."""
         if self._inline:
             return fn(*args)
+        if self._nowait is not None:
+            done = self._nowait(fn.__name__, *args)
+            if done is not WOULD_BLOCK:
+                return done  # type: ignore[return-value]  # what fn returns
         future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
         self._inflight = future
         try:

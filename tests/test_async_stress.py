@@ -9,6 +9,7 @@ region, with fences strictly increasing by one. Run with ``-s`` to see the figur
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import subprocess
 import sys
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from prioritylock import AsyncLock, LockBuilder, LockTimeout
+from prioritylock import AsyncLock, AsyncScheduler, LockBuilder, LockTimeout, SystemClock
 from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
+from tests.conftest import StoreFactory, selected_kinds
 from tests.test_stress import HELPERS, Section, _read_results, check_sections, describe
 
 LEASE_TIMEOUT = 30.0
@@ -175,6 +177,64 @@ async def _probe(stop: asyncio.Event, lags: list[float], step: float = 0.005) ->
         lags.append(loop.time() - start - step)
 
 
+async def _lag_windows(
+    store: ObjectStore,
+    leases: int,
+    *,
+    lease_timeout: float,
+    renew_interval: float,
+    window: float,
+    windows: int,
+) -> tuple[list[list[float]], int, float]:
+    """Take ``leases`` leases at once (so that their renewals fall due together, the worst case
+    to schedule), then probe the loop for ``windows`` windows of ``window`` seconds each while
+    they renew; return each window's sorted lateness, the renewals made meanwhile, and how long
+    the acquisitions took. The leases are left to the scheduler, which is then closed."""
+    clock = SystemClock()
+    scheduler = AsyncScheduler(clock)
+    locks = [
+        LockBuilder()
+        .store(store)
+        .path("lag", f"lease-{i}")
+        .owner(f"o{i}")
+        .clock(clock)
+        .lease_timeout(lease_timeout)
+        .renew_interval(renew_interval)
+        .build_async(scheduler=scheduler)
+        for i in range(leases)
+    ]
+    started = time.monotonic()
+    assert all(await asyncio.gather(*(lock.try_lock() for lock in locks)))
+    acquired_in = time.monotonic() - started
+    writes_before = store.stats.replaces
+    runs: list[list[float]] = []
+    try:
+        for _ in range(windows):
+            stop = asyncio.Event()
+            lags: list[float] = []
+            probe = asyncio.create_task(_probe(stop, lags))
+            await asyncio.sleep(window)
+            stop.set()
+            await probe
+            runs.append(sorted(lags))
+        renewals = store.stats.replaces - writes_before
+        assert all(lock.is_current_owner() for lock in locks), "a lease was lost"
+    finally:
+        await scheduler.aclose()
+    return runs, renewals, acquired_in
+
+
+def _report(what: str, runs: list[list[float]]) -> float:
+    """Print each window's lateness; return the best window's longest."""
+    for i, lags in enumerate(runs):
+        print(
+            f"\n{what}, window {i + 1}: {len(lags)} probe wakeups, "
+            f"lateness p50 {lags[len(lags) // 2] * 1e3:.2f} ms, "
+            f"p99 {lags[int(len(lags) * 0.99)] * 1e3:.2f} ms, max {lags[-1] * 1e3:.2f} ms"
+        )
+    return min(lags[-1] for lags in runs)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_loop_never_stalls_while_a_thousand_leases_renew(tmp_path: Path) -> None:
@@ -185,46 +245,52 @@ def test_the_loop_never_stalls_while_a_thousand_leases_renew(tmp_path: Path) -> 
     renewals at once) comes back every renew interval, so it shows in every window; a busy
     machine's occasional hiccup does not.
     """
-    leases = 1000
-    windows = 3
-
-    async def main() -> tuple[list[list[float]], int]:
-        store = LocalStore(tmp_path)
-        locks = [
-            LockBuilder()
-            .store(store)
-            .path("lag", f"lease-{i}")
-            .owner(f"o{i}")
-            .lease_timeout(3.0)
-            .renew_interval(1.0)
-            .build_async()
-            for i in range(leases)
-        ]
-        # All at once, so that their renewals fall due together: the worst case to schedule.
-        assert all(await asyncio.gather(*(lock.try_lock() for lock in locks)))
-        writes_before = store.stats.replaces
-        runs: list[list[float]] = []
-        for _ in range(windows):
-            stop = asyncio.Event()
-            lags: list[float] = []
-            probe = asyncio.create_task(_probe(stop, lags))
-            await asyncio.sleep(1.2)
-            stop.set()
-            await probe
-            runs.append(sorted(lags))
-        renewals = store.stats.replaces - writes_before
-        assert all(lock.is_current_owner() for lock in locks), "a lease was lost"
-        await asyncio.gather(*(lock.unlock() for lock in locks))
-        return runs, renewals
-
-    runs, renewals = asyncio.run(main())
-    for i, lags in enumerate(runs):
-        print(
-            f"\n{leases} leases, local store, window {i + 1}: {len(lags)} probe wakeups, "
-            f"lateness p50 {lags[len(lags) // 2] * 1e3:.2f} ms, "
-            f"p99 {lags[int(len(lags) * 0.99)] * 1e3:.2f} ms, max {lags[-1] * 1e3:.2f} ms"
+    leases, windows = 1000, 3
+    store = LocalStore(tmp_path)
+    runs, renewals, _ = asyncio.run(
+        _lag_windows(
+            store, leases, lease_timeout=3.0, renew_interval=1.0, window=1.2, windows=windows
         )
+    )
+    best = _report(f"{leases} leases, local store", runs)
     print(f"{renewals} renewals in {windows * 1.2:.1f} s")
     assert renewals >= 3 * leases, "the leases were not renewed at their interval"
-    best = min(lags[-1] for lags in runs)
+    assert best < 0.020, f"the loop stalled for {best * 1e3:.1f} ms in every window"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(
+    os.environ.get("PRIORITYLOCK_LAG_MOTO") != "1",
+    reason="judged only on a quiet machine (PRIORITYLOCK_LAG_MOTO=1): moto, the 32 pool threads"
+    " and the loop share the cores, and a loaded machine stalls the loop by itself",
+)
+@pytest.mark.parametrize("kind", selected_kinds(["s3-moto"]))
+def test_the_loop_never_stalls_while_a_thousand_leases_renew_on_moto(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """The same on S3 (moto, on this machine's cores): 1,000 leases renewed every 6 s, 167
+    requests a second on the 32-thread pool, within what moto keeps up with (about 200).
+
+    Opt-in: on a 2-core machine shared with other work the loop's longest stall in a window
+    was 8-90 ms, as much from the machine's load as from the pool threads' hold on the GIL."""
+    factory: StoreFactory = request.getfixturevalue("s3_moto_store_factory")
+    leases, windows, window, renew = 1000, 3, 6.5, 6.0
+    store = factory()
+    try:
+        runs, renewals, acquired_in = asyncio.run(
+            _lag_windows(
+                store,
+                leases,
+                lease_timeout=60.0,
+                renew_interval=renew,
+                window=window,
+                windows=windows,
+            )
+        )
+    finally:
+        store.close()
+    best = _report(f"{leases} leases, moto", runs)
+    print(f"acquired in {acquired_in:.1f} s; {renewals} renewals in {windows * window:.1f} s")
+    assert renewals >= 0.9 * leases * windows * window / renew, "renewals fell behind"
     assert best < 0.020, f"the loop stalled for {best * 1e3:.1f} ms in every window"

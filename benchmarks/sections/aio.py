@@ -5,8 +5,10 @@
   on the same store, and on the local disk against ``filelock.AsyncFileLock`` (its default,
   ``run_in_executor=True``, and inline) and ``filelock.FileLock``; variants interleaved in rounds.
   Async cycles run on one event loop that lives for the whole section, each timed inside it.
-  On the LocalStore also a what-if: the AsyncLock with its store calls made on the loop instead
-  of the I/O pool (the driver's private ``_inline`` switch), to show what the pool costs.
+  On the LocalStore also two what-ifs: every store call made on the loop, syncs and waits
+  included (the driver's private ``_inline`` switch), and every store call on the I/O pool (its
+  ``_nowait`` entry removed: the driver before LocalStore's quick path), to show what the quick
+  path saves and what it costs.
 - Handoff: two tasks of one loop pass the lock back and forth; holder's ``await unlock()`` call
   -> the waiter's ``await lock()`` returns, against two threads with sync ``Lock`` objects.
 
@@ -188,22 +190,31 @@ def _cycle_section(b: Bench, loop: asyncio.AbstractEventLoop) -> tuple[list[list
         )
         pairs.append((f"{key}/async-same", f"{key}/sync-same"))
         if kind.name == "local":
-            # What if: the same AsyncLock cycle with the LocalStore's calls made on the loop, as
-            # the memory store's are (a private switch of the driver; measures the pool's share).
+            # What if: the same AsyncLock cycle with every LocalStore call made on the loop, as
+            # the memory store's are, syncs included (a private switch of the driver) ...
             on_loop = loop.run_until_complete(
                 build_async(b.builder(store, b.path("async-inline"), "bench"))
             )
             on_loop._inline = True
-            async_locks.append(on_loop)
-            variants.append(
-                CycleVariant(
-                    f"{key}/async-same-inline",
-                    f"{label}, AsyncLock, same object, calls on the loop (what-if)",
-                    target,
-                    _loop_cycles(loop, _async_lock_cycle(on_loop)),
-                )
+            # ... and with every call on the I/O pool, none on the store's quick path.
+            on_pool = loop.run_until_complete(
+                build_async(b.builder(store, b.path("async-pool"), "bench"))
             )
-            pairs.append((f"{key}/async-same-inline", f"{key}/sync-same"))
+            on_pool._nowait = None
+            async_locks.extend((on_loop, on_pool))
+            for suffix, what, lock in (
+                ("inline", "every call on the loop", on_loop),
+                ("pool", "every call on the pool", on_pool),
+            ):
+                variants.append(
+                    CycleVariant(
+                        f"{key}/async-same-{suffix}",
+                        f"{label}, AsyncLock, same object, {what} (what-if)",
+                        target,
+                        _loop_cycles(loop, _async_lock_cycle(lock)),
+                    )
+                )
+                pairs.append((f"{key}/async-same-{suffix}", f"{key}/sync-same"))
         if kind.emulator is None:
             variants.append(
                 CycleVariant(
@@ -406,9 +417,10 @@ def section_aio(b: Bench) -> Section:
             f"vs sync: the AsyncLock's median over the sync Lock's on the same store, same "
             f"variant (target, issue 11: <= {TARGET_RATIO:g}x); CPU: process CPU of all "
             "threads per cycle, mean.",
-            "Memory-store calls run inline on the loop; every other store's on the library's "
-            "bounded pool of 32 threads. AsyncFileLock runs in the loop's default executor "
-            "unless run_in_executor=False.",
+            "Memory-store calls run inline on the loop; LocalStore calls on the loop when they "
+            "need no sync and meet no lock held by another thread or process, else on the "
+            "library's pool of 4 threads; cloud stores' on its pool of 32. AsyncFileLock runs in "
+            "the loop's default executor unless run_in_executor=False.",
             f"Variants interleaved in {s.rounds} rounds after {s.warmup} warm-up cycles each; "
             f"each capped at {s.budget_s:g} s.",
         ],

@@ -11,7 +11,7 @@ import enum
 import functools
 import re
 import threading
-from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -21,6 +21,7 @@ __all__ = [
     "ConditionalReader",
     "MAX_KEY_BYTES",
     "NOT_MODIFIED",
+    "NonBlocking",
     "NotModified",
     "ObjectStore",
     "ReadResult",
@@ -28,6 +29,8 @@ __all__ = [
     "StoreStats",
     "UnsyncedWriter",
     "Versioned",
+    "WOULD_BLOCK",
+    "WouldBlock",
     "validate_key",
 ]
 
@@ -238,6 +241,32 @@ class ConditionalReader(Protocol):
         what :meth:`ObjectStore.read` raises.
         """
         ...
+
+
+class WouldBlock(enum.Enum):
+    """What a store's quick path (``_try_nowait``, see :class:`NonBlocking`) returns when the
+    call would have to wait."""
+
+    WOULD_BLOCK = "would block"
+
+
+WOULD_BLOCK: Final = WouldBlock.WOULD_BLOCK
+
+
+class NonBlocking(Protocol):
+    """A store whose calls usually finish at once on the calling thread, and that can tell,
+    before doing anything, when one would not (private: the asyncio driver's fast path).
+
+    A store offers it by a method ``_try_nowait(op, *args)``, looked up by name: ``op`` names
+    one of its methods (``"read"``, ``"replace_unsynced"``, ...) and ``args`` are that method's
+    arguments. It either makes the call, exactly as the method would (same result or error,
+    counted in ``stats`` and logged once), or returns :data:`WOULD_BLOCK` having written,
+    counted and logged nothing, when the call would wait: for a lock another thread or process
+    holds, or for the disk (a sync). The caller then calls the method itself, on a thread that
+    may wait.
+    """
+
+    def _try_nowait(self, op: str, *args: Any) -> object: ...
 
 
 @runtime_checkable

@@ -46,6 +46,12 @@ completed: then the newest synced document is damaged, and the store raises
 fence) back. Only synced writes move the record, so damage to a newest slot written unsynced (or
 by a store with ``durable=False``) reads as the slot before it. Checksums are CRC-32: a torn slot
 passes with a chance of 2**-32 per read that meets one.
+
+**Without waiting** (``LocalStore._try_nowait``, for the asyncio lock's event loop): the same
+operations, except that the key's lock is only tried (the stripe lock and ``flock`` with
+``LOCK_NB``), and a call that would wait for it, or that must sync (a create or synced replace or
+delete of a durable store, a document outgrowing its file, a record to repair), is refused before
+it writes anything; the caller then makes it on a thread.
 """
 
 from __future__ import annotations
@@ -63,8 +69,8 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 from prioritylock._errors import (
     ConditionFailed,
@@ -75,6 +81,7 @@ from prioritylock._errors import (
 )
 from prioritylock.stores._base import (
     NOT_MODIFIED,
+    WOULD_BLOCK,
     NotModified,
     ReadResult,
     StoreCapabilities,
@@ -149,6 +156,11 @@ _version_prefix = b""
 _version_counter = itertools.count(1)
 _reseed_versions()
 os.register_at_fork(after_in_child=_reseed_versions)
+
+
+class _WouldBlock(Exception):
+    """A call made not to wait (``LocalStore._try_nowait``) would wait for a lock held by
+    another thread or process, or for a sync; raised before anything is written."""
 
 
 class _Unsettled(enum.Enum):
@@ -258,13 +270,9 @@ class LocalStore:
     @logged("read")
     def read(self, key: str) -> Versioned | None:
         """The object's bytes and version, read from one snapshot, or ``None`` when absent."""
-        path, lock_path = _key_paths(self._root, key)
-        self._stats.count("reads")
-        found = self._read(key, path, lock_path, None)
-        if found is None:
-            return None
+        found = self._get(key, None)
         assert not isinstance(found, NotModified)  # only with a known version
-        return Versioned(found.data, found.version)
+        return found
 
     @logged("read_if_changed")
     def read_if_changed(self, key: str, version: str) -> ReadResult:
@@ -272,25 +280,12 @@ class LocalStore:
         what :meth:`read` returns. An unchanged object costs one small read: the slot headers,
         not the document.
         """
-        path, lock_path = _key_paths(self._root, key)
-        self._stats.count("reads")
-        found = self._read(key, path, lock_path, version)
-        if found is NOT_MODIFIED:
-            self._stats.count_not_modified()
-            return NOT_MODIFIED
-        return None if found is None else Versioned(found.data, found.version)
+        return self._get(key, version)
 
     @logged("create")
     def create(self, key: str, data: bytes) -> str:
         """Store ``data`` only if ``key`` is absent; return the new version."""
-        path, lock_path = _key_paths(self._root, key)
-        self._stats.count("creates")
-        with self._locked(key, lock_path, "create"):
-            if self._locked_current(key, path, "create") is not None:
-                raise ConditionFailed(key, "already exists")
-            version = _new_version()
-            self._write_file(key, path, "create", seq=1, version=version, data=data)
-        return version.hex()
+        return self._create(key, data)
 
     @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
@@ -317,26 +312,37 @@ class LocalStore:
 
         Directories left empty stay: removing them would race with a concurrent create below them.
         """
-        path, lock_path = _key_paths(self._root, key)
-        self._stats.count("deletes")
-        with self._locked(key, lock_path, "delete"):
-            current = self._locked_current(key, path, "delete")
-            if current is None:
-                raise ConditionFailed(key, "absent")
-            if current.version != version:
-                raise ConditionFailed(key, "version changed")
-            # A reader that opened the file before the unlink finishes reading the old document
-            # (its read overlaps the delete); writers open the path only under the lock, so none
-            # can write into the unlinked file.
-            unlinked = False
-            try:
-                os.unlink(path)
-                unlinked = True
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path + _TMP)
-                self._fsync_dir(os.path.dirname(path))
-            except OSError as exc:
-                raise self._error(exc, "delete", key, outcome_unknown=unlinked) from exc
+        self._delete(key, version)
+
+    def _try_nowait(self, op: str, *args: Any) -> object:
+        """Make the call ``op`` (the name of a method: ``read``, ``read_if_changed``,
+        ``create``, ``replace``, ``replace_unsynced`` or ``delete``) with ``args`` on this
+        thread, exactly as that method would, unless it would wait: for the key's lock (another
+        thread or process holds it) or for the disk (a sync). Then it returns ``WOULD_BLOCK``
+        having written, counted and logged nothing, and the caller calls the method on a thread
+        that may wait.
+
+        The asyncio lock calls the store this way on its event loop (``NonBlocking`` in
+        ``stores/_base.py``): most calls take tens of microseconds, less than a hop to a worker
+        thread and back. Of a durable store, a ``create``, a ``replace``, a ``delete`` and a
+        write that outgrows its file always sync, so they always go to the thread.
+        """
+        quick = _QUICK.get(op)
+        if quick is None:
+            return WOULD_BLOCK
+        kind, syncs, call = quick
+        if syncs and self._durable:
+            return WOULD_BLOCK
+        _key_paths(self._root, args[0])  # an invalid key raises here, uncounted as by the method
+        try:
+            result = call(self, *args)
+        except _WouldBlock:
+            return WOULD_BLOCK
+        except BaseException:
+            self._stats.count(kind)
+            raise
+        self._stats.count(kind)
+        return result
 
     @logged("list")
     def list(self, prefix: str) -> list[str]:
@@ -366,10 +372,56 @@ class LocalStore:
         durable = "" if self._durable else ", durable=False"
         return f"LocalStore({self._root!r}{durable})"
 
+    # -- the operations, each ``wait``-ing (counted at the start) or not (see _try_nowait) --
+
+    def _get(self, key: str, known: str | None, *, wait: bool = True) -> ReadResult:
+        path, lock_path = _key_paths(self._root, key)
+        if wait:
+            self._stats.count("reads")
+        found = self._read(key, path, lock_path, known, wait=wait)
+        if found is NOT_MODIFIED:
+            self._stats.count_not_modified()
+            return NOT_MODIFIED
+        return None if found is None else Versioned(found.data, found.version)
+
+    def _create(self, key: str, data: bytes, *, wait: bool = True) -> str:
+        path, lock_path = _key_paths(self._root, key)
+        if wait:
+            self._stats.count("creates")
+        with self._locked(key, lock_path, "create", wait=wait):
+            if self._locked_current(key, path, "create") is not None:
+                raise ConditionFailed(key, "already exists")
+            version = _new_version()
+            self._write_file(key, path, "create", seq=1, version=version, data=data)
+        return version.hex()
+
+    def _delete(self, key: str, version: str, *, wait: bool = True) -> None:
+        path, lock_path = _key_paths(self._root, key)
+        if wait:
+            self._stats.count("deletes")
+        with self._locked(key, lock_path, "delete", wait=wait):
+            current = self._locked_current(key, path, "delete")
+            if current is None:
+                raise ConditionFailed(key, "absent")
+            if current.version != version:
+                raise ConditionFailed(key, "version changed")
+            # A reader that opened the file before the unlink finishes reading the old document
+            # (its read overlaps the delete); writers open the path only under the lock, so none
+            # can write into the unlinked file.
+            unlinked = False
+            try:
+                os.unlink(path)
+                unlinked = True
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path + _TMP)
+                self._fsync_dir(os.path.dirname(path))
+            except OSError as exc:
+                raise self._error(exc, "delete", key, outcome_unknown=unlinked) from exc
+
     # -- reading ----------------------------------------------------------------------------
 
     def _read(
-        self, key: str, path: str, lock_path: str, known: str | None
+        self, key: str, path: str, lock_path: str, known: str | None, *, wait: bool = True
     ) -> Current | NotModified | None:
         """The object (or ``NOT_MODIFIED`` if it is at ``known``), or ``None`` when absent.
 
@@ -380,7 +432,7 @@ class LocalStore:
             found = self._read_once(key, path, known, locked=False)
             if found is not _UNSETTLED:
                 return found
-        with self._locked(key, lock_path, "read", fcntl.LOCK_SH):
+        with self._locked(key, lock_path, "read", fcntl.LOCK_SH, wait=wait):
             found = self._read_once(key, path, known, locked=True)
         assert found is not _UNSETTLED
         return found
@@ -509,10 +561,13 @@ class LocalStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _replace(self, key: str, data: bytes, version: str, *, synced: bool) -> str:
+    def _replace(
+        self, key: str, data: bytes, version: str, *, synced: bool, wait: bool = True
+    ) -> str:
         path, lock_path = _key_paths(self._root, key)
-        self._stats.count("replaces")
-        with self._locked(key, lock_path, "replace"):
+        if wait:
+            self._stats.count("replaces")
+        with self._locked(key, lock_path, "replace", wait=wait):
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
             except FileNotFoundError as exc:
@@ -529,9 +584,18 @@ class LocalStore:
                 seq = current.slot.seq + 1
                 if SLOT_BYTES + len(data) <= current.capacity:
                     self._write_slot(
-                        key, fd, current, seq=seq, version=new_version, data=data, synced=synced
+                        key,
+                        fd,
+                        current,
+                        seq=seq,
+                        version=new_version,
+                        data=data,
+                        synced=synced,
+                        wait=wait,
                     )
                 else:
+                    if not wait and self._durable:
+                        raise _WouldBlock  # a new file, synced
                     self._write_file(key, path, "replace", seq=seq, version=new_version, data=data)
             finally:
                 os.close(fd)
@@ -547,15 +611,17 @@ class LocalStore:
         version: bytes,
         data: bytes,
         synced: bool,
+        wait: bool = True,
     ) -> None:
         """Overwrite a free slot in place (the key's lock held); ``synced``: then sync it and
-        move the record to it.
+        move the record to it. Not ``wait``: raise :class:`_WouldBlock` if the kept slot needs
+        a sync first (before writing anything).
 
         Free: neither ``current`` (so a write cut short, by a kill or a full disk, leaves it
         whole and a slot whose checksums fail) nor the kept slot (so a power loss leaves the
         newest synced write whole).
         """
-        position = free_slot(current, self._kept_slot(key, fd, current))
+        position = free_slot(current, self._kept_slot(key, fd, current, wait=wait))
         blob = memoryview(pack_slot(seq, version, data, synced=synced))
         offset = slot_offset(position, current.capacity)
         try:
@@ -578,7 +644,7 @@ class LocalStore:
             # The slot is whole in the page cache: readers may already see it.
             raise self._error(exc, "replace", key, outcome_unknown=True) from exc
 
-    def _kept_slot(self, key: str, fd: int, current: Current) -> int | None:
+    def _kept_slot(self, key: str, fd: int, current: Current, *, wait: bool = True) -> int | None:
         """The position of the newest synced write, which no write may overwrite: the slot the
         record names. ``None`` if no whole slot holds it (``durable=False``, or damage).
 
@@ -590,6 +656,7 @@ class LocalStore:
         by this one.)
 
         :raises StoreUnavailable: that sync failed; nothing was written.
+        :raises _WouldBlock: that sync is needed and not ``wait``; nothing was written.
         """
         top = current.slot.seq  # a slot above it is a write that never finished
         kept = current.record
@@ -597,6 +664,8 @@ class LocalStore:
             if isinstance(slot, Slot) and slot.synced and kept < slot.seq <= top:
                 kept = slot.seq
         if kept > current.record and self._durable:
+            if not wait:
+                raise _WouldBlock
             try:
                 os.fdatasync(fd)
                 os.pwrite(fd, pack_record(kept), RECORD_AT)
@@ -674,10 +743,11 @@ class LocalStore:
 
     @contextlib.contextmanager
     def _locked(
-        self, key: str, lock_path: str, op: str, mode: int = fcntl.LOCK_EX
+        self, key: str, lock_path: str, op: str, mode: int = fcntl.LOCK_EX, *, wait: bool = True
     ) -> Iterator[None]:
         """Hold ``key``'s lock: this process's stripe lock, then ``flock`` on its lock file,
         exclusive for a write (``mode``), shared for a read that must not meet a write in flight.
+        Not ``wait``: raise :class:`_WouldBlock` at once where either is held by another.
 
         The flock dies with the process (SIGKILL included), so a killed writer never leaves the
         key locked; the lock file itself stays, empty, and is reused. Each call opens its own file
@@ -685,7 +755,10 @@ class LocalStore:
         """
         deadline = time.monotonic() + self._lock_timeout
         stripe = _STRIPES[hash((self._root, key)) % len(_STRIPES)]
-        if not stripe.acquire(timeout=self._lock_timeout):
+        if not wait:
+            if not stripe.acquire(blocking=False):
+                raise _WouldBlock
+        elif not stripe.acquire(timeout=self._lock_timeout):
             raise self._lock_timed_out(op, key)
         try:
             fd = self._open_lock_file(lock_path, key, op)
@@ -697,6 +770,8 @@ class LocalStore:
                         break
                     except BlockingIOError:
                         # Another process writes this key: it holds the lock for one write.
+                        if not wait:
+                            raise _WouldBlock from None
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
                             raise self._lock_timed_out(op, key) from None
@@ -762,6 +837,51 @@ class LocalStore:
         return StoreUnavailable(
             f"LocalStore could not {where}: {exc.strerror or exc}", outcome_unknown=outcome_unknown
         )
+
+
+# The methods' bodies made not to wait, logged like the methods (a refusal is not logged).
+
+
+@logged("read")
+def _read_nowait(store: LocalStore, key: str) -> ReadResult:
+    return store._get(key, None, wait=False)
+
+
+@logged("read_if_changed")
+def _read_if_changed_nowait(store: LocalStore, key: str, version: str) -> ReadResult:
+    return store._get(key, version, wait=False)
+
+
+@logged("create")
+def _create_nowait(store: LocalStore, key: str, data: bytes) -> str:
+    return store._create(key, data, wait=False)
+
+
+@logged("replace")
+def _replace_nowait(store: LocalStore, key: str, data: bytes, version: str) -> str:
+    return store._replace(key, data, version, synced=store._durable, wait=False)
+
+
+@logged("replace_unsynced")
+def _replace_unsynced_nowait(store: LocalStore, key: str, data: bytes, version: str) -> str:
+    return store._replace(key, data, version, synced=False, wait=False)
+
+
+@logged("delete")
+def _delete_nowait(store: LocalStore, key: str, version: str) -> None:
+    store._delete(key, version, wait=False)
+
+
+#: What ``LocalStore._try_nowait`` may call, by method name: the request kind it counts, whether
+#: it always syncs in a durable store, and its body made not to wait.
+_QUICK: Final[dict[str, tuple[str, bool, Callable[..., object]]]] = {
+    "read": ("reads", False, _read_nowait),
+    "read_if_changed": ("reads", False, _read_if_changed_nowait),
+    "create": ("creates", True, _create_nowait),  # a new file, synced with its directory
+    "replace": ("replaces", True, _replace_nowait),
+    "replace_unsynced": ("replaces", False, _replace_unsynced_nowait),
+    "delete": ("deletes", True, _delete_nowait),  # syncs the directory
+}
 
 
 def _key_paths(root: str, key: str) -> tuple[str, str]:
