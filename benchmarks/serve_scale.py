@@ -208,10 +208,10 @@ class StreamHolders:
             total=None, sock_connect=30, sock_read=3 * ping_s + 5
         )
         self.lateness: list[float] = []  # s, one per ping
-        self.ages: list[float] = []  # s, renewed_at age of each sample
+        self.ages: list[float] = []  # s, renewed_at age of each sample during the window
+        self.end_ages: list[float] = []  # s, the same of every lock at the end
         self.time_left: list[float] = []  # s, time_left_approx of each sample
         self.stale: list[str] = []
-        self.samples = 0
 
     def _resource(self, i: int) -> str:
         return f"stream-{self._run}-{i}"
@@ -279,11 +279,11 @@ class StreamHolders:
             info: dict[str, Any] = await response.json()
             return info
 
-    async def _check_lease(self, stream: _Stream) -> None:
-        """Read ``stream``'s lease back; record its renewal's age and whether it is stale."""
+    async def _check_lease(self, stream: _Stream, ages: list[float]) -> None:
+        """Read ``stream``'s lease back; record its renewal's age in ``ages`` and whether it
+        is stale."""
         info = await self._info(stream)
         now = time.time()
-        self.samples += 1
         renewed = info.get("renewed_at")
         if not info.get("held") or info.get("owner") != stream.owner or renewed is None:
             self.stale.append(f"#{stream.index}: not held by its owner: {info.get('state')}")
@@ -291,7 +291,7 @@ class StreamHolders:
         if info.get("fence") != stream.fence:
             self.stale.append(f"#{stream.index}: fence {info.get('fence')} != {stream.fence}")
         age = now - renewed
-        self.ages.append(age)
+        ages.append(age)
         if info.get("time_left_approx") is not None:
             self.time_left.append(info["time_left_approx"])
         if age > self._renew + self._slack:
@@ -302,7 +302,7 @@ class StreamHolders:
         period = self._renew / 2 / len(self._sampled)
         k = 0
         while True:
-            await self._check_lease(self._streams[self._sampled[k % len(self._sampled)]])
+            await self._check_lease(self._streams[self._sampled[k % len(self._sampled)]], self.ages)
             k += 1
             await asyncio.sleep(period)  # pacing the samples, not a synchronisation
 
@@ -323,7 +323,7 @@ class StreamHolders:
                 f"{s.trouble}"
             )
         # Every lease at the end, not only the sampled ones.
-        await asyncio.gather(*(self._check_lease(s) for s in self._streams))
+        await asyncio.gather(*(self._check_lease(s, self.end_ages) for s in self._streams))
         if self.stale:
             raise ServiceError(
                 f"{len(self.stale)} stale lease readings (renewal interval {self._renew:g} s "
@@ -368,8 +368,9 @@ class StreamHolders:
             "ping_late_ms": ms_summary(self.lateness),
             "ping_late_min_ms": round(1000 * min(self.lateness), 3) if self.lateness else None,
             "sampled_locks": len(self._sampled),
-            "lease_reads": self.samples,
+            "lease_reads": len(self.ages),
             "renewed_age_ms": ms_summary(self.ages),
+            "renewed_age_at_end_ms": ms_summary(self.end_ages),
             "time_left_min_s": round(min(self.time_left), 3) if self.time_left else None,
             "stale": len(self.stale),
             "stale_examples": self.stale[:5],
@@ -469,7 +470,13 @@ async def run(args: argparse.Namespace, service: Service, result: dict[str, Any]
             raise
         finally:
             if stream_holders is not None:
-                result["streams"] = stream_holders.figures()
+                result["streams"] = figures = stream_holders.figures()
+                if "check" in result:
+                    # The window's CPU includes our lease reads: estimated at what the check's
+                    # read of every lock cost the service each.
+                    each_s = result["check"]["service_cpu_us_each"] / 1e6
+                    share = 100 * figures["lease_reads"] * each_s / result["hold"]["seconds"]
+                    figures["lease_reads_cpu_percent_est"] = round(share, 3)
 
 
 def _report(result: dict[str, Any], n: int) -> None:
@@ -502,9 +509,11 @@ def _streams_line(f: dict[str, Any]) -> str:
         f"streams (ttl {f['ttl_s']:g} s, renewed every {f['renew_interval_s']:g} s, ping every "
         f"{f['ping_interval_s']:g} s): {f['pings']} pings, late by p50 {late['p50']} ms, "
         f"p99 {late['p99']} ms, max {late['max']} ms; {f['lease_reads']} lease reads of "
-        f"{f['sampled_locks']} sampled locks (and all at the end): renewed_at age p50 "
-        f"{age['p50']} ms, max {age['max']} ms, time left min {f['time_left_min_s']} s; "
-        f"{f['stale']} stale, {f['streams_in_trouble']} streams in trouble"
+        f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
+        f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
+        f"time left min {f['time_left_min_s']} s; {f['stale']} stale, "
+        f"{f['streams_in_trouble']} streams in trouble; the reads cost the service about "
+        f"{f.get('lease_reads_cpu_percent_est')}% of a core"
     )
 
 
