@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import resource
 import sys
 import tempfile
@@ -174,9 +175,12 @@ class StreamHolders:
     ``ping_s`` (how late it came after the line before), anything else (``lost``, ``error``,
     ``cleanup-requested``), the stream's end or a read error marks it in trouble. From outside,
     ``sample`` of the locks (spread over the N) are read back through ``GET
-    .../{resourceId}``, each about every half renewal interval: the lease must be held, by its
-    owner, at the fence it was acquired with, and renewed within the renewal interval (a third
-    of the ttl) plus ``slack_s``, or the lease counts as stale.
+    .../{resourceId}``, one at a time at random (each about every half renewal interval, at
+    random moments, so that the reads don't keep step with the renewals): the lease must be
+    held, by its owner, at the fence it was acquired with, and renewed within the renewal
+    interval (a third of the ttl) plus ``slack_s``, or the lease counts as stale. Where a lock's
+    ``renewed_at`` moved between two reads less than an interval apart, it moved by one
+    renewal: the step less the interval is how late that renewal ran.
     """
 
     def __init__(
@@ -203,12 +207,16 @@ class StreamHolders:
         self._streams: list[_Stream] = []
         self._sampled = sorted({i * n // min(sample, n) for i in range(min(sample, n))})
         self._sampler: asyncio.Task[None] | None = None
+        self._random = random.Random(n)
+        # stream index -> (when we last read it, monotonic; the renewed_at it showed)
+        self._renewed: dict[int, tuple[float, float]] = {}
         # A stalled stream (no line for three ping intervals) is a read timeout, not a hang.
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=30, sock_read=3 * ping_s + 5
         )
         self.lateness: list[float] = []  # s, one per ping
         self.ages: list[float] = []  # s, renewed_at age of each sample during the window
+        self.renewal_late: list[float] = []  # s, renewed_at step less the interval
         self.end_ages: list[float] = []  # s, the same of every lock at the end
         self.time_left: list[float] = []  # s, time_left_approx of each sample
         self.stale: list[str] = []
@@ -292,19 +300,26 @@ class StreamHolders:
             self.stale.append(f"#{stream.index}: fence {info.get('fence')} != {stream.fence}")
         age = now - renewed
         ages.append(age)
+        before = self._renewed.get(stream.index)
+        read_at = time.monotonic()
+        self._renewed[stream.index] = (read_at, renewed)
+        # Renewals are never early, so two reads less than an interval apart straddle at most
+        # one: its step from the renewal before is exactly the interval the service kept.
+        if before is not None and renewed != before[1] and read_at - before[0] < self._renew:
+            self.renewal_late.append(renewed - before[1] - self._renew)
         if info.get("time_left_approx") is not None:
             self.time_left.append(info["time_left_approx"])
         if age > self._renew + self._slack:
             self.stale.append(f"#{stream.index}: renewed {age:.2f} s ago")
 
     async def _sample_loop(self) -> None:
-        """Each sampled lock about every half renewal interval, one at a time, evenly paced."""
-        period = self._renew / 2 / len(self._sampled)
-        k = 0
+        """A random sampled lock at random moments, each about every half renewal interval."""
+        mean = self._renew / 2 / len(self._sampled)
         while True:
-            await self._check_lease(self._streams[self._sampled[k % len(self._sampled)]], self.ages)
-            k += 1
-            await asyncio.sleep(period)  # pacing the samples, not a synchronisation
+            index = self._random.choice(self._sampled)
+            await self._check_lease(self._streams[index], self.ages)
+            # Pacing the samples (not a synchronisation): exponential gaps, a Poisson process.
+            await asyncio.sleep(self._random.expovariate(1 / mean))
 
     async def _stop_sampler(self) -> None:
         if self._sampler is not None:
@@ -371,6 +386,11 @@ class StreamHolders:
             "lease_reads": len(self.ages),
             "renewed_age_ms": ms_summary(self.ages),
             "renewed_age_at_end_ms": ms_summary(self.end_ages),
+            "renewals_seen": len(self.renewal_late),
+            "renewal_late_ms": ms_summary(self.renewal_late),
+            "renewal_late_min_ms": (
+                round(1000 * min(self.renewal_late), 3) if self.renewal_late else None
+            ),
             "time_left_min_s": round(min(self.time_left), 3) if self.time_left else None,
             "stale": len(self.stale),
             "stale_examples": self.stale[:5],
@@ -511,6 +531,8 @@ def _streams_line(f: dict[str, Any]) -> str:
         f"p99 {late['p99']} ms, max {late['max']} ms; {f['lease_reads']} lease reads of "
         f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
         f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
+        f"{f['renewals_seen']} renewals seen, late by p50 {f['renewal_late_ms']['p50']} ms, "
+        f"max {f['renewal_late_ms']['max']} ms; "
         f"time left min {f['time_left_min_s']} s; {f['stale']} stale, "
         f"{f['streams_in_trouble']} streams in trouble; the reads cost the service about "
         f"{f.get('lease_reads_cpu_percent_est')}% of a core"
