@@ -207,6 +207,7 @@ class StreamHolders:
         self._streams: list[_Stream] = []
         self._sampled = sorted({i * n // min(sample, n) for i in range(min(sample, n))})
         self._sampler: asyncio.Task[None] | None = None
+        self._all_open = False
         self._random = random.Random(n)
         # stream index -> (when we last read it, monotonic; the renewed_at it showed)
         self._renewed: dict[int, tuple[float, float]] = {}
@@ -214,7 +215,8 @@ class StreamHolders:
         self._stream_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=30, sock_read=3 * ping_s + 5
         )
-        self.lateness: list[float] = []  # s, one per ping
+        self.lateness: list[float] = []  # s, one per ping once every stream was open
+        self.lateness_opening: list[float] = []  # s, pings while streams were still opening
         self.ages: list[float] = []  # s, renewed_at age of each sample during the window
         self.renewal_late: list[float] = []  # s, renewed_at step less the interval
         self.end_ages: list[float] = []  # s, the same of every lock at the end
@@ -258,6 +260,7 @@ class StreamHolders:
         failed = [e for e in opened if isinstance(e, BaseException)]
         if failed:
             raise ServiceError(f"{len(failed)} of {self._n} streams not opened: {failed[0]!r}")
+        self._all_open = True
         self._sampler = asyncio.create_task(self._sample_loop())
 
     async def _read(self, stream: _Stream) -> None:
@@ -275,7 +278,8 @@ class StreamHolders:
                     if event.get("type") in ("lost", "error"):
                         return
                 else:
-                    self.lateness.append(now - stream.last_line - self._ping)
+                    late = now - stream.last_line - self._ping
+                    (self.lateness if self._all_open else self.lateness_opening).append(late)
                 stream.last_line = now
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             stream.trouble = f"{type(exc).__name__}: {exc}"
@@ -382,6 +386,8 @@ class StreamHolders:
             "pings": len(self.lateness),
             "ping_late_ms": ms_summary(self.lateness),
             "ping_late_min_ms": round(1000 * min(self.lateness), 3) if self.lateness else None,
+            "pings_while_opening": len(self.lateness_opening),
+            "ping_late_while_opening_ms": ms_summary(self.lateness_opening),
             "sampled_locks": len(self._sampled),
             "lease_reads": len(self.ages),
             "renewed_age_ms": ms_summary(self.ages),
@@ -527,8 +533,10 @@ def _streams_line(f: dict[str, Any]) -> str:
     late, age = f["ping_late_ms"], f["renewed_age_ms"]
     return (
         f"streams (ttl {f['ttl_s']:g} s, renewed every {f['renew_interval_s']:g} s, ping every "
-        f"{f['ping_interval_s']:g} s): {f['pings']} pings, late by p50 {late['p50']} ms, "
-        f"p99 {late['p99']} ms, max {late['max']} ms; {f['lease_reads']} lease reads of "
+        f"{f['ping_interval_s']:g} s): {f['pings']} pings once all were open, late by p50 "
+        f"{late['p50']} ms, p99 {late['p99']} ms, max {late['max']} ms (while opening: "
+        f"{f['pings_while_opening']}, max {f['ping_late_while_opening_ms']['max']} ms); "
+        f"{f['lease_reads']} lease reads of "
         f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
         f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
         f"{f['renewals_seen']} renewals seen, late by p50 {f['renewal_late_ms']['p50']} ms, "
