@@ -247,16 +247,17 @@ class StreamHolders:
                 except BaseException:
                     response.close()
                     raise
-                return _Stream(
+                stream = _Stream(
                     i, self._resource(i), owner, response, event["fence"], time.monotonic()
                 )
+                # Read from now on: a ping left in the buffer would be timed when read.
+                stream.reader = asyncio.create_task(self._read(stream))
+                return stream
 
         opened = await asyncio.gather(
             *(open_one(i) for i in range(self._n)), return_exceptions=True
         )
         self._streams = [s for s in opened if isinstance(s, _Stream)]
-        for stream in self._streams:
-            stream.reader = asyncio.create_task(self._read(stream))
         failed = [e for e in opened if isinstance(e, BaseException)]
         if failed:
             raise ServiceError(f"{len(failed)} of {self._n} streams not opened: {failed[0]!r}")
