@@ -52,7 +52,15 @@ from typing import Any, Protocol, cast
 import _servers
 import aiohttp
 import attrs
-from _harness import cpu_split, cpu_times, load_average, machine_info, ms_summary, write_json
+from _harness import (
+    cpu_split,
+    cpu_times,
+    load_average,
+    machine_info,
+    ms_summary,
+    process_cpu_s,
+    write_json,
+)
 from _service import Service, ServiceError
 
 from prioritylock.server._config import ServeConfig
@@ -414,11 +422,16 @@ async def _health_ms(session: aiohttp.ClientSession, service: Service) -> float:
 
 
 async def _window(
-    session: aiohttp.ClientSession, service: Service, seconds: float
+    session: aiohttp.ClientSession,
+    service: Service,
+    seconds: float,
+    emulator_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Sample the service's CPU and a health check's latency once a second for ``seconds``."""
+    """Sample the service's CPU and a health check's latency once a second for ``seconds``;
+    also this process's CPU and, if there is one, the emulator's."""
     machine = cpu_times()
     cpu0, t0, own0 = service.cpu_s(), time.monotonic(), time.process_time()
+    emu0 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
     shares: list[float] = []
     health: list[float] = []
     last_cpu, last_t = cpu0, t0
@@ -429,11 +442,14 @@ async def _window(
         shares.append(100 * (cpu - last_cpu) / (now - last_t))
         last_cpu, last_t = cpu, now
     elapsed = max(time.monotonic() - t0, 1e-6)
+    emu1 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
+    emulator = None if emu0 is None or emu1 is None else round(100 * (emu1 - emu0) / elapsed, 2)
     return {
         "seconds": round(elapsed, 2),
         "service_cpu_percent": round(100 * (service.cpu_s() - cpu0) / elapsed, 2),
         "service_cpu_percent_max_1s": round(max(shares), 2) if shares else None,
         "client_cpu_percent": round(100 * (time.process_time() - own0) / elapsed, 2),
+        "emulator_cpu_percent": emulator,
         "health_ms": ms_summary([h / 1000 for h in health]),
         "machine_cpu": cpu_split(machine, cpu_times()),
         "load_end": load_average(),
@@ -454,7 +470,12 @@ async def _phase(service: Service, action: Any, n: int) -> dict[str, Any]:
     }
 
 
-async def run(args: argparse.Namespace, service: Service, result: dict[str, Any]) -> None:
+async def run(
+    args: argparse.Namespace,
+    service: Service,
+    result: dict[str, Any],
+    emulator_pid: int | None = None,
+) -> None:
     """Idle, acquire, hold, check, release; figures go into ``result`` as they come, so a
     failed run still reports how far it got."""
     streams = args.mode == "streams"
@@ -484,12 +505,12 @@ async def run(args: argparse.Namespace, service: Service, result: dict[str, Any]
         try:
             result["load_start"] = load_average()
             print(f"idle window, {args.idle:g} s ...", flush=True)
-            result["idle"] = await _window(session, service, args.idle)
+            result["idle"] = await _window(session, service, args.idle, emulator_pid)
             print(f"acquiring {args.holders} locks ...", flush=True)
             result["acquire"] = await _phase(service, holders.acquire, args.holders)
             print(f"holding them for {args.seconds:g} s ...", flush=True)
             result["load_hold"] = load_average()
-            result["hold"] = await _window(session, service, args.seconds)
+            result["hold"] = await _window(session, service, args.seconds, emulator_pid)
             result["check"] = await _phase(service, holders.check_held, args.holders)
             result["release"] = await _phase(service, holders.release, args.holders)
         except BaseException:
@@ -519,7 +540,8 @@ def _report(result: dict[str, Any], n: int) -> None:
         f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second), RSS "
         f"{hold['service_rss_kib']} KiB, {hold['service_open_fds']} fds; health check "
         f"p50 {hold['health_ms']['p50']} ms, max {hold['health_ms']['max']} ms; "
-        f"client CPU {hold['client_cpu_percent']:.2f}%; machine {hold['machine_cpu']}"
+        f"client CPU {hold['client_cpu_percent']:.2f}%; emulator CPU "
+        f"{hold['emulator_cpu_percent']}%; machine {hold['machine_cpu']}"
     )
     streams = result.get("streams")
     if streams is not None:
@@ -549,13 +571,14 @@ def _streams_line(f: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def _store(name: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The store URL the service gets, and facts about it; an emulator runs for the block."""
+def _store(name: str | None) -> Iterator[tuple[str, dict[str, Any], int | None]]:
+    """The store URL the service gets, facts about it, and the emulator's pid (None if none);
+    an emulator runs for the block."""
     if name is None:
-        yield f"memory://serve-scale-{uuid.uuid4().hex[:8]}", {}
+        yield f"memory://serve-scale-{uuid.uuid4().hex[:8]}", {}, None
         return
     if name not in EMULATED:
-        yield name, {}
+        yield name, {}, None
         return
     with (
         tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-emu-") as work,
@@ -568,6 +591,7 @@ def _store(name: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
             yield (
                 emulator.url(bucket, f"serve-scale-{uuid.uuid4().hex[:8]}"),
                 {"emulator": name, "versions": _servers.versions()},
+                emulator.pid,
             )
 
 
@@ -624,12 +648,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {}
     failure: str | None = None
     with (
-        _store(args.store) as (url, store_facts),
+        _store(args.store) as (url, store_facts, emulator_pid),
         tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs,
         Service({STORE: url}, Path(logs), extra_args=extra) as service,
     ):
         try:
-            asyncio.run(run(args, service, result))
+            asyncio.run(run(args, service, result, emulator_pid))
         except ServiceError as exc:
             failure = str(exc)
         finally:
