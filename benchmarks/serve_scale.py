@@ -2,34 +2,43 @@
 CPU the service process uses to hold them.
 
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5]
-                                     [--mode alpha1|streams] [--store URL] [--expiry 600]
-                                     [--concurrent 32] [--json PATH]
+                                     [--mode alpha1|streams] [--store URL|s3-moto|s3-seaweedfs]
+                                     [--expiry S] [--concurrent 32] [--json PATH]
+                                     [--ping-interval S] [--sample 36] [--slack 1]
 
 One service (a subprocess on free ports of 127.0.0.1; ``--store``, default a memory store, so
-the figures are the service's own cost) and one client process (this one, aiohttp, at most
-``--concurrent`` requests in flight). In order:
+the figures are the service's own cost; ``s3-moto`` or ``s3-seaweedfs`` starts that emulator
+with a new bucket) and one client process (this one, aiohttp, at most ``--concurrent`` requests
+in flight besides the streams). In order:
 
 1. idle: the service's CPU over ``--idle`` seconds (5) with nothing held (its floor);
 2. acquire: N holders take N distinct locks (every answer checked); wall time and the
    service's CPU per acquisition;
 3. hold: the window (``--seconds``), sampled every second: the service's CPU as % of one core
    (``/proc/PID/stat``), the machine's CPU (``/proc/stat``), and how long a health check takes
-   to answer (a stalled event loop shows there); then every lock is checked still held (another
-   owner's TryLock must fail);
-4. release: every holder unlocks (status 0 each), and the service's CPU for it.
+   to answer (a stalled event loop shows there); at its end this process's CPU, the emulator's,
+   the service's resident memory and open file descriptors; then every lock is checked still
+   held;
+4. release: every holder lets go (checked), and the service's CPU for it.
 
 Modes (``Holders`` implementations):
 
-- ``alpha1`` (today): each holder is a TryLock of ``--expiry`` seconds (default 600, longer than
-  the run). Alpha1 leases are never renewed, so holding them should cost the service nothing:
-  the window measures that.
+- ``alpha1``: each holder is a TryLock of ``--expiry`` seconds (default 600, longer than the
+  run). Alpha1 leases are never renewed, so holding them should cost the service nothing: the
+  window measures that. Held at the end: another owner's TryLock must fail.
 - ``streams``: each holder an NDJSON stream of the alpha2 API (``POST
-  /v1.0-alpha2/lock/{store}/{resourceId}`` with ``Accept: application/x-ndjson``), whose lease the
-  service renews while the stream is open: the window then measures the renewals' cost and,
-  from the streams' ``ping`` lines, whether they stay on time. Not built yet: fill in
-  :func:`open_streams` when the alpha2 API lands.
+  /v1.0-alpha2/lock/{store}/{resourceId}`` with ``Accept: application/x-ndjson``) of ``--expiry``
+  seconds' ttl (default 30), whose lease the service renews every third of it while the stream
+  is open; the service pings each stream every ``--ping-interval`` (default: the service's
+  own). The window then measures what renewals and pings cost, whether the pings come on time,
+  and, from ``--sample`` leases read back at random moments, whether the renewals do (see
+  :class:`StreamHolders`). Held at the end: no stream ended or said anything but ``ping``, and
+  every lease is held by its owner at its first fence, renewed within the interval plus
+  ``--slack``. Release is closing the streams; every lock must then read free.
 
-The script exits with status 1 if any answer is wrong or a lock was not held to the end.
+The script exits with status 1 if any answer is wrong, a lock was not held to the end or (streams)
+a lease read stale; the JSON file is written either way, with ``failed`` saying why. The soft
+limit of open files is raised to the hard one first (each stream is a socket on both sides).
 """
 
 from __future__ import annotations
