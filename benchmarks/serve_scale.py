@@ -430,6 +430,19 @@ async def _health_ms(session: aiohttp.ClientSession, service: Service) -> float:
     return 1000 * (time.perf_counter() - t0)
 
 
+#: The client's loop-lag probe: it sleeps this long and records by how much it overslept.
+LAG_PROBE_S = 0.05
+
+
+async def _lag_probe(lags: list[float]) -> None:
+    """Until cancelled: how late this process's event loop wakes a sleeping task."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(LAG_PROBE_S)
+        lags.append(loop.time() - asked - LAG_PROBE_S)
+
+
 async def _window(
     session: aiohttp.ClientSession,
     service: Service,
@@ -437,7 +450,9 @@ async def _window(
     emulator_pid: int | None = None,
 ) -> dict[str, Any]:
     """Sample the service's CPU and a health check's latency once a second for ``seconds``;
-    also this process's CPU and, if there is one, the emulator's."""
+    also this process's CPU and event loop lag and, if there is one, the emulator's CPU."""
+    lags: list[float] = []
+    probe = asyncio.create_task(_lag_probe(lags))
     machine = cpu_times()
     cpu0, t0, own0 = service.cpu_s(), time.monotonic(), time.process_time()
     emu0 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
@@ -451,6 +466,9 @@ async def _window(
         shares.append(100 * (cpu - last_cpu) / (now - last_t))
         last_cpu, last_t = cpu, now
     elapsed = max(time.monotonic() - t0, 1e-6)
+    probe.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await probe
     emu1 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
     emulator = None if emu0 is None or emu1 is None else round(100 * (emu1 - emu0) / elapsed, 2)
     return {
@@ -458,6 +476,7 @@ async def _window(
         "service_cpu_percent": round(100 * (service.cpu_s() - cpu0) / elapsed, 2),
         "service_cpu_percent_max_1s": round(max(shares), 2) if shares else None,
         "client_cpu_percent": round(100 * (time.process_time() - own0) / elapsed, 2),
+        "client_loop_lag_ms": ms_summary(lags),
         "emulator_cpu_percent": emulator,
         "health_ms": ms_summary([h / 1000 for h in health]),
         "machine_cpu": cpu_split(machine, cpu_times()),
@@ -549,7 +568,8 @@ def _report(result: dict[str, Any], n: int) -> None:
         f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second), RSS "
         f"{hold['service_rss_kib']} KiB, {hold['service_open_fds']} fds; health check "
         f"p50 {hold['health_ms']['p50']} ms, max {hold['health_ms']['max']} ms; "
-        f"client CPU {hold['client_cpu_percent']:.2f}%; emulator CPU "
+        f"client CPU {hold['client_cpu_percent']:.2f}%, loop lag max "
+        f"{hold['client_loop_lag_ms']['max']} ms; emulator CPU "
         f"{hold['emulator_cpu_percent']}%; machine {hold['machine_cpu']}"
     )
     streams = result.get("streams")
