@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -36,7 +36,8 @@ class ServiceError(RuntimeError):
 
 
 class Service:
-    """One ``prioritylock serve`` process serving ``stores`` (name -> URL) for ``app_id``.
+    """One ``prioritylock serve`` process serving ``stores`` (name -> URL) for ``app_id``,
+    with ``extra_args`` added to its command line (e.g. ``--ping-interval``).
 
     Its stdout and stderr go to files in ``log_dir`` (a pipe nobody reads could fill and block
     it); the environment is this process's, so an emulator's credentials reach it.
@@ -49,6 +50,7 @@ class Service:
         *,
         app_id: str = "bench",
         env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.http_port = free_port()
         self.grpc_port = free_port()
@@ -56,6 +58,7 @@ class Service:
         for name, url in stores.items():
             args += ["--store", f"{name}={url}"]
         args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        args += extra_args
         log_dir.mkdir(parents=True, exist_ok=True)
         self._out = log_dir / f"serve-{self.http_port}.out"
         self._err = log_dir / f"serve-{self.http_port}.err"
@@ -104,6 +107,26 @@ class Service:
         if used is None:
             raise ServiceError("cannot read the service's CPU time (Linux /proc only)")
         return used
+
+    def rss_kib(self) -> int | None:
+        """The service's resident memory (``VmRSS`` of ``/proc/PID/status``), KiB; None if
+        unreadable."""
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
+    def open_fds(self) -> int | None:
+        """How many file descriptors the service has open (``/proc/PID/fd``); None if
+        unreadable."""
+        try:
+            return len(os.listdir(f"/proc/{self.pid}/fd"))
+        except OSError:
+            return None
 
     def stderr(self, tail: int | None = 2000) -> str:
         """What the service wrote to stderr (its log): the last ``tail`` characters, or all."""

@@ -2,53 +2,83 @@
 CPU the service process uses to hold them.
 
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5]
-                                     [--mode alpha1|streams] [--store URL] [--expiry 600]
-                                     [--concurrent 32] [--json PATH]
+                                     [--mode alpha1|streams] [--store URL|s3-moto|s3-seaweedfs]
+                                     [--expiry S] [--concurrent 32] [--json PATH]
+                                     [--ping-interval S] [--sample 36] [--slack 1]
 
 One service (a subprocess on free ports of 127.0.0.1; ``--store``, default a memory store, so
-the figures are the service's own cost) and one client process (this one, aiohttp, at most
-``--concurrent`` requests in flight). In order:
+the figures are the service's own cost; ``s3-moto`` or ``s3-seaweedfs`` starts that emulator
+with a new bucket) and one client process (this one, aiohttp, at most ``--concurrent`` requests
+in flight besides the streams). In order:
 
 1. idle: the service's CPU over ``--idle`` seconds (5) with nothing held (its floor);
 2. acquire: N holders take N distinct locks (every answer checked); wall time and the
    service's CPU per acquisition;
 3. hold: the window (``--seconds``), sampled every second: the service's CPU as % of one core
    (``/proc/PID/stat``), the machine's CPU (``/proc/stat``), and how long a health check takes
-   to answer (a stalled event loop shows there); then every lock is checked still held (another
-   owner's TryLock must fail);
-4. release: every holder unlocks (status 0 each), and the service's CPU for it.
+   to answer (a stalled event loop shows there); at its end this process's CPU, the emulator's,
+   the service's resident memory and open file descriptors; then every lock is checked still
+   held;
+4. release: every holder lets go (checked), and the service's CPU for it.
 
 Modes (``Holders`` implementations):
 
-- ``alpha1`` (today): each holder is a TryLock of ``--expiry`` seconds (default 600, longer than
-  the run). Alpha1 leases are never renewed, so holding them should cost the service nothing:
-  the window measures that.
+- ``alpha1``: each holder is a TryLock of ``--expiry`` seconds (default 600, longer than the
+  run). Alpha1 leases are never renewed, so holding them should cost the service nothing: the
+  window measures that. Held at the end: another owner's TryLock must fail.
 - ``streams``: each holder an NDJSON stream of the alpha2 API (``POST
-  /v1.0-alpha2/lock/{store}/{resourceId}`` with ``Accept: application/x-ndjson``), whose lease the
-  service renews while the stream is open: the window then measures the renewals' cost and,
-  from the streams' ``ping`` lines, whether they stay on time. Not built yet: fill in
-  :func:`open_streams` when the alpha2 API lands.
+  /v1.0-alpha2/lock/{store}/{resourceId}`` with ``Accept: application/x-ndjson``) of ``--expiry``
+  seconds' ttl (default 30), whose lease the service renews every third of it while the stream
+  is open; the service pings each stream every ``--ping-interval`` (default: the service's
+  own). The window then measures what renewals and pings cost, whether the pings come on time,
+  and, from ``--sample`` leases read back at random moments, whether the renewals do (see
+  :class:`StreamHolders`). Held at the end: no stream ended or said anything but ``ping``, and
+  every lease is held by its owner at its first fence, renewed within the interval plus
+  ``--slack``. Release is closing the streams; every lock must then read free.
 
-The script exits with status 1 if any answer is wrong or a lock was not held to the end.
+The script exits with status 1 if any answer is wrong, a lock was not held to the end or (streams)
+a lease read stale; the JSON file is written either way, with ``failed`` saying why. The soft
+limit of open files is raised to the hard one first (each stream is a socket on both sides).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
+import random
+import resource
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+import _servers
 import aiohttp
-from _harness import cpu_split, cpu_times, load_average, machine_info, ms_summary, write_json
+import attrs
+from _harness import (
+    cpu_split,
+    cpu_times,
+    load_average,
+    machine_info,
+    ms_summary,
+    process_cpu_s,
+    write_json,
+)
 from _service import Service, ServiceError
 
+from prioritylock.server._config import ServeConfig
+
 STORE = "locks"
+#: Emulators ``--store`` may name instead of a URL: started here, a bucket made for the run.
+EMULATED = ("s3-moto", "s3-seaweedfs")
+#: The service's own default ``--ping-interval``.
+DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
 
 
 class Holders(Protocol):
@@ -62,6 +92,9 @@ class Holders(Protocol):
 
     async def release(self) -> None:
         """Give every lock back; raise :class:`ServiceError` on a wrong answer."""
+
+    async def abort(self) -> None:
+        """After a failure: drop what this process keeps open, without checking anything."""
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
@@ -129,23 +162,264 @@ class Alpha1Holders:
         if wrong:
             raise ServiceError(f"{len(wrong)} of {self._n} unlocks answered non-zero: {wrong[:3]}")
 
+    async def abort(self) -> None:
+        pass  # nothing open: the leases run out their expiry
 
-def open_streams(
-    session: aiohttp.ClientSession, service: Service, n: int, ttl_s: float, limit: int
-) -> Holders:
-    """N alpha2 NDJSON streams, one lock each, held until :meth:`Holders.release`.
 
-    To fill in once ``POST /v1.0-alpha2/lock/{store}/{resourceId}`` exists: ``acquire`` opens N
-    ``session.post(..., json={"ttl": ..., "owner": ...}, headers={"Accept":
-    "application/x-ndjson"})`` and reads each one's first line (``lock-acquired``, with a fence),
-    then keeps a task per stream reading ``ping`` lines (record how late each came) and failing
-    on ``lost`` or ``error``; ``check_held`` checks no stream ended or reported a loss;
-    ``release`` closes the streams and checks each lock is free again.
+NDJSON = "application/x-ndjson"
+
+
+@dataclass
+class _Stream:
+    """One open stream: the lock it holds and what its reader saw."""
+
+    index: int
+    resource: str
+    owner: str
+    response: aiohttp.ClientResponse
+    fence: int
+    last_line: float
+    reader: asyncio.Task[None] | None = None
+    #: Why it stopped being a healthy holder (None while it is one).
+    trouble: str | None = None
+
+
+class StreamHolders:
+    """N alpha2 NDJSON streams of ``ttl_s``, one lock each: resource ``stream-RUN-I``, owner
+    ``streamer-I``, each taken ``immediate`` (a refusal is a 409 before any stream).
+
+    While they are held, a task per stream reads its lines: every ``ping`` is timed against
+    ``ping_s`` (how late it came after the line before), anything else (``lost``, ``error``,
+    ``cleanup-requested``), the stream's end or a read error marks it in trouble. From outside,
+    ``sample`` of the locks (spread over the N) are read back through ``GET
+    .../{resourceId}``, one at a time at random (each about every half renewal interval, at
+    random moments, so that the reads don't keep step with the renewals): the lease must be
+    held, by its owner, at the fence it was acquired with, and renewed within the renewal
+    interval (a third of the ttl) plus ``slack_s``, or the lease counts as stale. Where a lock's
+    ``renewed_at`` moved between two reads less than an interval apart, it moved by one
+    renewal: the step less the interval is how late that renewal ran.
     """
-    raise NotImplementedError(
-        "streams mode needs the alpha2 API (POST /v1.0-alpha2/lock/{store}/{resourceId}); "
-        "fill in open_streams() in benchmarks/serve_scale.py"
-    )
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        service: Service,
+        n: int,
+        ttl_s: float,
+        limit: int,
+        *,
+        ping_s: float,
+        sample: int,
+        slack_s: float,
+    ) -> None:
+        self._session = session
+        self._base = f"http://127.0.0.1:{service.http_port}/v1.0-alpha2/lock/{STORE}"
+        self._n = n
+        self._ttl = ttl_s
+        self._renew = ttl_s / 3  # the service renews every third of the ttl
+        self._limit = asyncio.Semaphore(limit)
+        self._ping = ping_s
+        self._slack = slack_s
+        self._run = uuid.uuid4().hex[:8]
+        self._streams: list[_Stream] = []
+        self._sampled = sorted({i * n // min(sample, n) for i in range(min(sample, n))})
+        self._sampler: asyncio.Task[None] | None = None
+        self._all_open = False
+        self._random = random.Random(n)
+        # stream index -> (when we last read it, monotonic; the renewed_at it showed)
+        self._renewed: dict[int, tuple[float, float]] = {}
+        # A stalled stream (no line for three ping intervals) is a read timeout, not a hang.
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=30, sock_read=3 * ping_s + 5
+        )
+        self.lateness: list[float] = []  # s, one per ping once every stream was open
+        self.lateness_opening: list[float] = []  # s, pings while streams were still opening
+        self.ages: list[float] = []  # s, renewed_at age of each sample during the window
+        self.renewal_late: list[float] = []  # s, renewed_at step less the interval
+        self.end_ages: list[float] = []  # s, the same of every lock at the end
+        self.time_left: list[float] = []  # s, time_left_approx of each sample
+        self.stale: list[str] = []
+
+    def _resource(self, i: int) -> str:
+        return f"stream-{self._run}-{i}"
+
+    async def acquire(self) -> None:
+        async def open_one(i: int) -> _Stream:
+            async with self._limit:
+                owner = f"streamer-{i}"
+                response = await self._session.post(
+                    f"{self._base}/{self._resource(i)}",
+                    json={"ttl": f"{self._ttl:g}s", "owner": owner, "immediate": True},
+                    headers={"Accept": NDJSON},
+                    timeout=self._stream_timeout,
+                )
+                try:
+                    if response.status != 200:
+                        raise ServiceError(
+                            f"stream #{i}: {response.status} {await response.text()}"
+                        )
+                    event = json.loads(await response.content.readline() or b"null")
+                    if not isinstance(event, dict) or event.get("type") != "lock-acquired":
+                        raise ServiceError(f"stream #{i}: first line {event!r}")
+                except BaseException:
+                    response.close()
+                    raise
+                stream = _Stream(
+                    i, self._resource(i), owner, response, event["fence"], time.monotonic()
+                )
+                # Read from now on: a ping left in the buffer would be timed when read.
+                stream.reader = asyncio.create_task(self._read(stream))
+                return stream
+
+        opened = await asyncio.gather(
+            *(open_one(i) for i in range(self._n)), return_exceptions=True
+        )
+        self._streams = [s for s in opened if isinstance(s, _Stream)]
+        failed = [e for e in opened if isinstance(e, BaseException)]
+        if failed:
+            raise ServiceError(f"{len(failed)} of {self._n} streams not opened: {failed[0]!r}")
+        self._all_open = True
+        self._sampler = asyncio.create_task(self._sample_loop())
+
+    async def _read(self, stream: _Stream) -> None:
+        """Read ``stream`` until it ends (it must not while held) or the reader is cancelled."""
+        try:
+            while True:
+                line = await stream.response.content.readline()
+                now = time.monotonic()
+                if not line:
+                    stream.trouble = "the stream ended"
+                    return
+                event = json.loads(line)
+                if event.get("type") != "ping":
+                    stream.trouble = f"event {event!r}"
+                    if event.get("type") in ("lost", "error"):
+                        return
+                else:
+                    late = now - stream.last_line - self._ping
+                    (self.lateness if self._all_open else self.lateness_opening).append(late)
+                stream.last_line = now
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            stream.trouble = f"{type(exc).__name__}: {exc}"
+
+    async def _info(self, stream: _Stream) -> dict[str, Any]:
+        async with self._limit, self._session.get(f"{self._base}/{stream.resource}") as response:
+            if response.status != 200:
+                raise ServiceError(f"GET {stream.resource}: {response.status}")
+            info: dict[str, Any] = await response.json()
+            return info
+
+    async def _check_lease(self, stream: _Stream, ages: list[float]) -> None:
+        """Read ``stream``'s lease back; record its renewal's age in ``ages`` and whether it
+        is stale."""
+        info = await self._info(stream)
+        now = time.time()
+        renewed = info.get("renewed_at")
+        if not info.get("held") or info.get("owner") != stream.owner or renewed is None:
+            self.stale.append(f"#{stream.index}: not held by its owner: {info.get('state')}")
+            return
+        if info.get("fence") != stream.fence:
+            self.stale.append(f"#{stream.index}: fence {info.get('fence')} != {stream.fence}")
+        age = now - renewed
+        ages.append(age)
+        before = self._renewed.get(stream.index)
+        read_at = time.monotonic()
+        self._renewed[stream.index] = (read_at, renewed)
+        # Renewals are never early, so two reads less than an interval apart straddle at most
+        # one: its step from the renewal before is exactly the interval the service kept.
+        if before is not None and renewed != before[1] and read_at - before[0] < self._renew:
+            self.renewal_late.append(renewed - before[1] - self._renew)
+        if info.get("time_left_approx") is not None:
+            self.time_left.append(info["time_left_approx"])
+        if age > self._renew + self._slack:
+            self.stale.append(f"#{stream.index}: renewed {age:.2f} s ago")
+
+    async def _sample_loop(self) -> None:
+        """A random sampled lock at random moments, each about every half renewal interval."""
+        mean = self._renew / 2 / len(self._sampled)
+        while True:
+            index = self._random.choice(self._sampled)
+            await self._check_lease(self._streams[index], self.ages)
+            # Pacing the samples (not a synchronisation): exponential gaps, a Poisson process.
+            await asyncio.sleep(self._random.expovariate(1 / mean))
+
+    async def _stop_sampler(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
+
+    async def check_held(self) -> None:
+        await self._stop_sampler()
+        troubled = [s for s in self._streams if s.trouble is not None]
+        if troubled:
+            s = troubled[0]
+            raise ServiceError(
+                f"{len(troubled)} of {self._n} streams stopped holding, e.g. #{s.index}: "
+                f"{s.trouble}"
+            )
+        # Every lease at the end, not only the sampled ones.
+        await asyncio.gather(*(self._check_lease(s, self.end_ages) for s in self._streams))
+        if self.stale:
+            raise ServiceError(
+                f"{len(self.stale)} stale lease readings (renewal interval {self._renew:g} s "
+                f"+ {self._slack:g} s slack), e.g. {self.stale[0]}"
+            )
+
+    async def release(self) -> None:
+        """Close every stream (that is the unlock) and wait until every lock reads free."""
+        await self.abort()
+        pending = list(range(len(self._streams)))
+        deadline = time.monotonic() + self._ping + 10
+        while pending:
+
+            async def held(i: int) -> bool:
+                return bool((await self._info(self._streams[i])).get("held"))
+
+            still = await asyncio.gather(*(held(i) for i in pending))
+            pending = [i for i, h in zip(pending, still, strict=True) if h]
+            if pending and time.monotonic() > deadline:
+                raise ServiceError(f"{len(pending)} of {self._n} locks still held after close")
+            if pending:
+                await asyncio.sleep(0.1)  # polling the service: no event to wait on
+
+    async def abort(self) -> None:
+        await self._stop_sampler()
+        for stream in self._streams:
+            if stream.reader is not None:
+                stream.reader.cancel()
+        readers = [s.reader for s in self._streams if s.reader is not None]
+        await asyncio.gather(*readers, return_exceptions=True)
+        for stream in self._streams:
+            stream.response.close()
+
+    def figures(self) -> dict[str, Any]:
+        """What the streams and the samples showed (seconds in ms, as ``ms_summary``)."""
+        return {
+            "ttl_s": self._ttl,
+            "renew_interval_s": round(self._renew, 3),
+            "ping_interval_s": self._ping,
+            "slack_s": self._slack,
+            "pings": len(self.lateness),
+            "ping_late_ms": ms_summary(self.lateness),
+            "ping_late_min_ms": round(1000 * min(self.lateness), 3) if self.lateness else None,
+            "pings_while_opening": len(self.lateness_opening),
+            "ping_late_while_opening_ms": ms_summary(self.lateness_opening),
+            "sampled_locks": len(self._sampled),
+            "lease_reads": len(self.ages),
+            "renewed_age_ms": ms_summary(self.ages),
+            "renewed_age_at_end_ms": ms_summary(self.end_ages),
+            "renewals_seen": len(self.renewal_late),
+            "renewal_late_ms": ms_summary(self.renewal_late),
+            "renewal_late_min_ms": (
+                round(1000 * min(self.renewal_late), 3) if self.renewal_late else None
+            ),
+            "time_left_min_s": round(min(self.time_left), 3) if self.time_left else None,
+            "stale": len(self.stale),
+            "stale_examples": self.stale[:5],
+            "streams_in_trouble": sum(s.trouble is not None for s in self._streams),
+        }
 
 
 async def _health_ms(session: aiohttp.ClientSession, service: Service) -> float:
@@ -156,12 +430,32 @@ async def _health_ms(session: aiohttp.ClientSession, service: Service) -> float:
     return 1000 * (time.perf_counter() - t0)
 
 
+#: The client's loop-lag probe: it sleeps this long and records by how much it overslept.
+LAG_PROBE_S = 0.05
+
+
+async def _lag_probe(lags: list[float]) -> None:
+    """Until cancelled: how late this process's event loop wakes a sleeping task."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(LAG_PROBE_S)
+        lags.append(loop.time() - asked - LAG_PROBE_S)
+
+
 async def _window(
-    session: aiohttp.ClientSession, service: Service, seconds: float
+    session: aiohttp.ClientSession,
+    service: Service,
+    seconds: float,
+    emulator_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Sample the service's CPU and a health check's latency once a second for ``seconds``."""
+    """Sample the service's CPU and a health check's latency once a second for ``seconds``;
+    also this process's CPU and event loop lag and, if there is one, the emulator's CPU."""
+    lags: list[float] = []
+    probe = asyncio.create_task(_lag_probe(lags))
     machine = cpu_times()
-    cpu0, t0 = service.cpu_s(), time.monotonic()
+    cpu0, t0, own0 = service.cpu_s(), time.monotonic(), time.process_time()
+    emu0 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
     shares: list[float] = []
     health: list[float] = []
     last_cpu, last_t = cpu0, t0
@@ -172,12 +466,23 @@ async def _window(
         shares.append(100 * (cpu - last_cpu) / (now - last_t))
         last_cpu, last_t = cpu, now
     elapsed = max(time.monotonic() - t0, 1e-6)
+    probe.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await probe
+    emu1 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
+    emulator = None if emu0 is None or emu1 is None else round(100 * (emu1 - emu0) / elapsed, 2)
     return {
         "seconds": round(elapsed, 2),
         "service_cpu_percent": round(100 * (service.cpu_s() - cpu0) / elapsed, 2),
         "service_cpu_percent_max_1s": round(max(shares), 2) if shares else None,
+        "client_cpu_percent": round(100 * (time.process_time() - own0) / elapsed, 2),
+        "client_loop_lag_ms": ms_summary(lags),
+        "emulator_cpu_percent": emulator,
         "health_ms": ms_summary([h / 1000 for h in health]),
         "machine_cpu": cpu_split(machine, cpu_times()),
+        "load_end": load_average(),
+        "service_rss_kib": service.rss_kib(),
+        "service_open_fds": service.open_fds(),
     }
 
 
@@ -193,26 +498,61 @@ async def _phase(service: Service, action: Any, n: int) -> dict[str, Any]:
     }
 
 
-async def run(args: argparse.Namespace, service: Service) -> dict[str, Any]:
-    connector = aiohttp.TCPConnector(limit=args.concurrent)
+async def run(
+    args: argparse.Namespace,
+    service: Service,
+    result: dict[str, Any],
+    emulator_pid: int | None = None,
+) -> None:
+    """Idle, acquire, hold, check, release; figures go into ``result`` as they come, so a
+    failed run still reports how far it got."""
+    streams = args.mode == "streams"
+    # A stream keeps its connection for the whole run: room for every stream, plus the
+    # requests in flight beside them (samples, health checks).
+    limit = args.concurrent + (args.holders + 8 if streams else 0)
+    connector = aiohttp.TCPConnector(limit=limit)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         holders: Holders
-        if args.mode == "alpha1":
-            holders = Alpha1Holders(session, service, args.holders, args.expiry, args.concurrent)
+        stream_holders: StreamHolders | None = None
+        if streams:
+            holders = stream_holders = StreamHolders(
+                session,
+                service,
+                args.holders,
+                args.expiry,
+                args.concurrent,
+                ping_s=args.ping_interval,
+                sample=args.sample,
+                slack_s=args.slack,
+            )
         else:
-            holders = open_streams(session, service, args.holders, args.expiry, args.concurrent)
-        result: dict[str, Any] = {"load_start": load_average()}
-        print(f"idle window, {args.idle:g} s ...", flush=True)
-        result["idle"] = await _window(session, service, args.idle)
-        print(f"acquiring {args.holders} locks ...", flush=True)
-        result["acquire"] = await _phase(service, holders.acquire, args.holders)
-        print(f"holding them for {args.seconds:g} s ...", flush=True)
-        result["load_hold"] = load_average()
-        result["hold"] = await _window(session, service, args.seconds)
-        result["check"] = await _phase(service, holders.check_held, args.holders)
-        result["release"] = await _phase(service, holders.release, args.holders)
-        return result
+            holders = Alpha1Holders(
+                session, service, args.holders, int(args.expiry), args.concurrent
+            )
+        try:
+            result["load_start"] = load_average()
+            print(f"idle window, {args.idle:g} s ...", flush=True)
+            result["idle"] = await _window(session, service, args.idle, emulator_pid)
+            print(f"acquiring {args.holders} locks ...", flush=True)
+            result["acquire"] = await _phase(service, holders.acquire, args.holders)
+            print(f"holding them for {args.seconds:g} s ...", flush=True)
+            result["load_hold"] = load_average()
+            result["hold"] = await _window(session, service, args.seconds, emulator_pid)
+            result["check"] = await _phase(service, holders.check_held, args.holders)
+            result["release"] = await _phase(service, holders.release, args.holders)
+        except BaseException:
+            await holders.abort()
+            raise
+        finally:
+            if stream_holders is not None:
+                result["streams"] = figures = stream_holders.figures()
+                if "check" in result:
+                    # The window's CPU includes our lease reads: estimated at what the check's
+                    # read of every lock cost the service each.
+                    each_s = result["check"]["service_cpu_us_each"] / 1e6
+                    share = 100 * figures["lease_reads"] * each_s / result["hold"]["seconds"]
+                    figures["lease_reads_cpu_percent_est"] = round(share, 3)
 
 
 def _report(result: dict[str, Any], n: int) -> None:
@@ -225,14 +565,72 @@ def _report(result: dict[str, Any], n: int) -> None:
     )
     print(
         f"hold {n} for {hold['seconds']:.0f} s: service CPU {hold['service_cpu_percent']:.2f}% "
-        f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second); health check "
+        f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second), RSS "
+        f"{hold['service_rss_kib']} KiB, {hold['service_open_fds']} fds; health check "
         f"p50 {hold['health_ms']['p50']} ms, max {hold['health_ms']['max']} ms; "
-        f"machine {hold['machine_cpu']}"
+        f"client CPU {hold['client_cpu_percent']:.2f}%, loop lag max "
+        f"{hold['client_loop_lag_ms']['max']} ms; emulator CPU "
+        f"{hold['emulator_cpu_percent']}%; machine {hold['machine_cpu']}"
     )
+    streams = result.get("streams")
+    if streams is not None:
+        print(_streams_line(streams))
     print(
         f"all {n} still held at the end; release: {rel['wall_s']:.2f} s, "
         f"service CPU {rel['service_cpu_us_each']:,.0f} µs each"
     )
+
+
+def _streams_line(f: dict[str, Any]) -> str:
+    late, age = f["ping_late_ms"], f["renewed_age_ms"]
+    return (
+        f"streams (ttl {f['ttl_s']:g} s, renewed every {f['renew_interval_s']:g} s, ping every "
+        f"{f['ping_interval_s']:g} s): {f['pings']} pings once all were open, late by p50 "
+        f"{late['p50']} ms, p99 {late['p99']} ms, max {late['max']} ms (while opening: "
+        f"{f['pings_while_opening']}, max {f['ping_late_while_opening_ms']['max']} ms); "
+        f"{f['lease_reads']} lease reads of "
+        f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
+        f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
+        f"{f['renewals_seen']} renewals seen, late by p50 {f['renewal_late_ms']['p50']} ms, "
+        f"max {f['renewal_late_ms']['max']} ms; "
+        f"time left min {f['time_left_min_s']} s; {f['stale']} stale, "
+        f"{f['streams_in_trouble']} streams in trouble; the reads cost the service about "
+        f"{f.get('lease_reads_cpu_percent_est')}% of a core"
+    )
+
+
+@contextlib.contextmanager
+def _store(name: str | None) -> Iterator[tuple[str, dict[str, Any], int | None]]:
+    """The store URL the service gets, facts about it, and the emulator's pid (None if none);
+    an emulator runs for the block."""
+    if name is None:
+        yield f"memory://serve-scale-{uuid.uuid4().hex[:8]}", {}, None
+        return
+    if name not in EMULATED:
+        yield name, {}, None
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-emu-") as work,
+        _servers.running([name], Path(work)) as running,
+    ):
+        emulator = running[name]
+        # The service inherits this environment: the emulator's throwaway credentials.
+        with _servers.environment(emulator.env()):
+            bucket = emulator.make_bucket()
+            yield (
+                emulator.url(bucket, f"serve-scale-{uuid.uuid4().hex[:8]}"),
+                {"emulator": name, "versions": _servers.versions()},
+                emulator.pid,
+            )
+
+
+def _raise_fd_limit() -> dict[str, int]:
+    """Raise this process's soft limit of open files to its hard limit (the service, started
+    after, inherits it): every stream is a socket on each side."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return {"soft_before": soft, "hard": hard}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -241,26 +639,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="the hold window")
     parser.add_argument("--idle", type=float, default=5.0, help="the idle window before, s")
     parser.add_argument("--mode", choices=("alpha1", "streams"), default="alpha1")
-    parser.add_argument("--store", default=None, help="store URL (default: a memory store)")
-    parser.add_argument("--expiry", type=int, default=600, help="each lock's expiry / ttl, s")
+    parser.add_argument(
+        "--store",
+        default=None,
+        help=f"store URL, or {' or '.join(EMULATED)} (started here); default a memory store",
+    )
+    parser.add_argument(
+        "--expiry",
+        type=float,
+        default=None,
+        help="each lock's expiry (alpha1, whole seconds; default 600) or ttl (streams; 30)",
+    )
     parser.add_argument("--concurrent", type=int, default=32, help="requests in flight")
+    parser.add_argument(
+        "--ping-interval",
+        type=float,
+        default=None,
+        help=f"streams: the service's --ping-interval, s (default: its own, {DEFAULT_PING_S:g})",
+    )
+    parser.add_argument("--sample", type=int, default=36, help="streams: locks read back")
+    parser.add_argument(
+        "--slack", type=float, default=1.0, help="streams: renewal lateness allowed, s"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    url = args.store or f"memory://serve-scale-{uuid.uuid4().hex[:8]}"
-    machine = machine_info()
+    if args.expiry is None:
+        args.expiry = 30.0 if args.mode == "streams" else 600.0
+    elif args.mode == "alpha1" and args.expiry != int(args.expiry):
+        parser.error("--expiry: alpha1 takes whole seconds")
+    extra = []
+    if args.ping_interval is not None:
+        extra = ["--ping-interval", f"{args.ping_interval:g}"]
+    else:
+        args.ping_interval = DEFAULT_PING_S
+    fds = _raise_fd_limit()
+    machine = {**machine_info(), "open_files_limit": fds}
+    result: dict[str, Any] = {}
+    failure: str | None = None
     with (
+        _store(args.store) as (url, store_facts, emulator_pid),
         tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs,
-        Service({STORE: url}, Path(logs)) as service,
+        Service({STORE: url}, Path(logs), extra_args=extra) as service,
     ):
         try:
-            result = asyncio.run(run(args, service))
+            asyncio.run(run(args, service, result, emulator_pid))
         except ServiceError as exc:
-            print(f"FAILED: {exc}", file=sys.stderr)
-            return 1
+            failure = str(exc)
         finally:
             service.close()
         errors = service.stderr(tail=None)
-    _report(result, args.holders)
     payload = {
         "machine": machine,
         "mode": args.mode,
@@ -268,11 +695,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "expiry_s": args.expiry,
         "concurrent": args.concurrent,
         "store": url.split("?", 1)[0],
+        **store_facts,
         **result,
     }
+    if failure is not None:
+        payload["failed"] = failure
     if args.json:
         write_json(args.json, payload)
         print(f"results in {args.json}")
+    if failure is not None:
+        if "streams" in result:
+            print(_streams_line(result["streams"]), file=sys.stderr)
+        print(f"FAILED: {failure}", file=sys.stderr)
+        return 1
+    _report(result, args.holders)
     if "Traceback" in errors or "ERROR" in errors:
         print(f"the service logged errors:\n{errors}", file=sys.stderr)
         return 1

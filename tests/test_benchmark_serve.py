@@ -73,3 +73,42 @@ def test_serve_scale_fails_when_locks_are_not_held_to_the_end() -> None:
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "10 of 10 locks were free to a rival" in done.stderr
+
+
+_STREAMS = ["--mode", "streams", "--holders", "20", "--idle", "0.2", "--expiry", "3"]
+
+
+@pytest.mark.timeout(120)
+def test_serve_scale_streams_hold_with_renewals_on_time(tmp_path: Path) -> None:
+    """20 streams of a 3 s ttl (renewed every second) for 3 s, pinged every 0.5 s."""
+    out = tmp_path / "streams.json"
+    args = [*_STREAMS, "--seconds", "3", "--ping-interval", "0.5", "--json", str(out)]
+    done = _run("serve_scale.py", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all 20 still held at the end" in done.stdout
+    streams = json.loads(out.read_text())["streams"]
+    # Every stream pinged about every 0.5 s of the window (20 x 6; half, for a loaded machine).
+    assert streams["pings"] >= 60
+    assert streams["ping_late_ms"]["max"] is not None
+    # Every lock was read back during the window, and renewed within its interval + 1 s.
+    assert streams["sampled_locks"] == 20 and streams["lease_reads"] >= 20
+    assert streams["renewed_age_ms"]["max"] < 2000
+    assert streams["renewed_age_at_end_ms"]["max"] < 2000
+    assert streams["time_left_min_s"] > 0
+    # Reads less than a renewal apart saw single renewals, each late by the scheduler's grid.
+    assert streams["renewals_seen"] > 0 and streams["renewal_late_ms"]["max"] < 1000
+    assert streams["stale"] == 0 and streams["streams_in_trouble"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_serve_scale_streams_fail_on_a_late_renewal(tmp_path: Path) -> None:
+    """Allowing renewals 0.9 s less than their 1 s interval, the leases read stale: exit 1,
+    and the figures are still written."""
+    out = tmp_path / "streams.json"
+    args = [*_STREAMS, "--seconds", "2", "--slack", "-0.9", "--json", str(out)]
+    done = _run("serve_scale.py", *args)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "stale lease readings (renewal interval 1 s + -0.9 s slack)" in done.stderr
+    result = json.loads(out.read_text())
+    assert result["streams"]["stale"] > 0
+    assert "stale lease readings" in result["failed"]
