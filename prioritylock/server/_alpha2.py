@@ -235,6 +235,8 @@ class Stream:
         #: The client closed the stream after cleanup-requested, within the window: handing
         #: over then is its release, not a loss.
         self.cooperated = False
+        #: When (the loop's time) the stream was last sent something, a ping included.
+        self.last_sent = 0.0
 
     def send(self, event: dict[str, Any]) -> None:
         if not self.closed.is_set():

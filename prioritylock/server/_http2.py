@@ -57,6 +57,7 @@ def add_alpha2_routes(
     max_body: int,
 ) -> None:
     """Route ``/v1.0-alpha2/lock/...`` of ``app`` to ``locks``."""
+    pinger = Pinger(ping_interval)
 
     def is_operator(request: web.Request) -> bool:
         given = request.headers.get(OPERATOR_HEADER)
@@ -96,9 +97,7 @@ def add_alpha2_routes(
         options = Options.parse(body)
         operator = is_operator(request)
         if _wants_stream(request):
-            return await _stream(
-                request, locks, options, operator=operator, ping_interval=ping_interval
-            )
+            return await _stream(request, locks, options, operator=operator, pinger=pinger)
         held = await locks.lock(store, resource, options, operator=operator)
         response = web.json_response({"lockID": held.lock_id, "fence": held.fence})
         try:
@@ -204,13 +203,45 @@ async def _object(request: web.Request, max_body: int) -> dict[str, Any]:
     return body
 
 
+class Pinger:
+    """One timer for every open stream: a ping to each stream that was sent nothing for an
+    interval (checked ten times an interval: no timer, task or timeout per stream)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._streams: set[Stream] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, stream: Stream) -> None:
+        self._streams.add(stream)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+
+    def discard(self, stream: Stream) -> None:
+        self._streams.discard(stream)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._streams:
+            await asyncio.sleep(self.interval / 10)
+            due = loop.time() - self.interval
+            for stream in self._streams:
+                if stream.last_sent <= due:
+                    stream.last_sent = loop.time()
+                    stream.events.put_nowait(_PING)
+
+
+_PING: dict[str, Any] = {"type": "ping"}
+_ACQUIRE_ENDED: dict[str, Any] = {"type": "_acquire-ended"}  # never sent: the handler's cue
+
+
 async def _stream(
     request: web.Request,
     locks: Alpha2Locks,
     options: Options,
     *,
     operator: bool,
-    ping_interval: float,
+    pinger: Pinger,
 ) -> web.StreamResponse:
     """Hold the lock for as long as the stream lasts, telling the client what happens."""
     store, resource = request.match_info["store"], request.match_info["resource"]
@@ -221,36 +252,45 @@ async def _stream(
     held: Held | None = None
     try:
         if options.immediate:
-            held = await acquiring  # a refusal is a plain 409, before any stream
+            await asyncio.wait({acquiring})
+            if acquiring.exception() is not None:
+                acquiring.result()  # a refusal is a plain 409, before any stream
+        acquiring.add_done_callback(lambda _: stream.events.put_nowait(_ACQUIRE_ENDED))
         response = web.StreamResponse(
             status=200, headers={"Content-Type": NDJSON, "Cache-Control": "no-store"}
         )
         await response.prepare(request)
 
         async def send(event: dict[str, Any]) -> None:
+            if event is not _PING:
+                stream.last_sent = asyncio.get_running_loop().time()
             await response.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
 
-        while held is None:
-            done, _ = await asyncio.wait({acquiring}, timeout=ping_interval)
-            if not done:
-                await send({"type": "ping"})
-                continue
-            try:
-                held = acquiring.result()
-            except (BadRequest, Forbidden, ResourceLocked) as exc:
-                await send({"type": "error", "error": _code(exc), "message": str(exc)})
-                return response
-            except PriorityLockError as exc:
-                # The store's own words go to the log only (they may name a URL).
-                log.error("prioritylock serve: lock of %s in store %s: %s", resource, store, exc)
-                await send({"type": "error", "error": "ERR_LOCK", "message": type(exc).__name__})
-                return response
-        await send({"type": "lock-acquired", "lockID": held.lock_id, "fence": held.fence})
+        stream.last_sent = asyncio.get_running_loop().time()
+        pinger.add(stream)
+        early: list[dict[str, Any]] = []  # told before we could say it was acquired
         while True:
-            try:
-                event = await asyncio.wait_for(stream.events.get(), ping_interval)
-            except TimeoutError:
-                event = {"type": "ping"}
+            event = await stream.events.get()
+            if event is _ACQUIRE_ENDED:
+                try:
+                    held = acquiring.result()
+                except (BadRequest, Forbidden, ResourceLocked) as exc:
+                    await send({"type": "error", "error": _code(exc), "message": str(exc)})
+                    return response
+                except PriorityLockError as exc:
+                    # The store's own words go to the log only (they may name a URL).
+                    log.error("prioritylock serve: lock of %s in %s: %s", resource, store, exc)
+                    await send(
+                        {"type": "error", "error": "ERR_LOCK", "message": type(exc).__name__}
+                    )
+                    return response
+                await send({"type": "lock-acquired", "lockID": held.lock_id, "fence": held.fence})
+                for event in early:
+                    stream.events.put_nowait(event)
+                continue
+            if held is None and event is not _PING:
+                early.append(event)
+                continue
             await send(event)
             if event["type"] == "lost":
                 break
@@ -260,11 +300,15 @@ async def _stream(
     except ConnectionError:
         return web.Response(status=499)  # the client went away; nothing to answer
     finally:
+        pinger.discard(stream)
         stream.closed.set()
         if not acquiring.done():
             acquiring.cancel()  # a cancelled acquire settles: nothing is left claimed
             with contextlib.suppress(BaseException):
                 await acquiring
+        if held is None and acquiring.done() and not acquiring.cancelled():
+            with contextlib.suppress(Exception):
+                held = acquiring.result()  # acquired, but the client never heard of it
         if held is not None:
             await _end_quietly(locks, held)
 
