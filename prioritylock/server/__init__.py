@@ -1,7 +1,9 @@
 """``prioritylock serve``: a lock service over HTTP and gRPC that Dapr clients speak to.
 
-Private modules: ``_config`` (what to serve), ``_alpha1`` (Dapr's alpha1 lock semantics over
-``AsyncLock``), ``_http`` (aiohttp front end), ``_grpc`` (grpc.aio front end), ``_app`` (one event
-loop running both, shutdown on SIGTERM). Its dependencies come with ``pip install
-'prioritylock[server]'``.
+Private modules: ``_config`` (what to serve), ``_names`` (stores by name, and how a resource id
+becomes a lock path), ``_alpha1`` (Dapr's alpha1 lock semantics over ``AsyncLock``), ``_alpha2``
+(the full API: locks the service renews, streams, priorities, operators), ``_http`` and
+``_http2`` (the aiohttp front end of each), ``_grpc`` (grpc.aio front end, alpha1), ``_metrics``
+(``GET /metrics``), ``_components`` (Dapr component files), ``_app`` (one event loop running it
+all, shutdown on SIGTERM). Its dependencies come with ``pip install 'prioritylock[server]'``.
 """
