@@ -199,6 +199,19 @@ def test_stream_acquire_refuse_and_disconnect(
     assert info(svc, "s")["owner"] == "next"
 
 
+def test_stream_asked_by_query(svc: Service) -> None:
+    """``?stream=true`` asks for a stream as the Accept header does (for clients that can't set
+    headers)."""
+    conn = http.client.HTTPConnection("127.0.0.1", svc.http_port, timeout=10)
+    try:
+        conn.request("POST", f"{BASE}/query?stream=true", body=b"{}")
+        response = conn.getresponse()
+        assert response.getheader("Content-Type", "").startswith("application/x-ndjson")
+        assert json.loads(response.readline())["type"] == "lock-acquired"
+    finally:
+        conn.close()
+
+
 def test_blocking_stream_pings_then_acquires(streams: Streams, svc: Service) -> None:
     _, first = lock(svc, "w", owner="w1")
     stream = streams.open(svc, "locks", "w", {"owner": "w2"})
