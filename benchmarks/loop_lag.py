@@ -20,16 +20,21 @@ way in every variant (taking them all at once would bunch them on a fast store).
   5 ms, made on the 32-thread pool (the wrapper says it is shared across hosts): pool threads that
   wait without holding the GIL, no boto3, no moto traffic.
 - ``idle``: control B. No requests from the probing process at all, while another process (this
-  script with ``--driver``: raw botocore PUTs on 32 threads) sends moto the same renewals.
-- ``obstore``: the same renewals sent by the probing process with obstore's async API (Rust
+  script with ``--driver``: raw botocore calls on 32 threads) sends moto the same traffic.
+- ``obstore``: the same traffic sent by the probing process with obstore's async API (Rust
   ``object_store`` on its own runtime, awaited on the loop): no Python threads doing I/O.
+- ``pool32-nogc``, ``sleepy-nogc``, ``obstore-nogc`` (diagnostics, run only when named): the same
+  with the cyclic garbage collector off in the probing process (``gc.freeze()``, ``gc.disable()``).
 
-The raw renewals (``idle``, ``obstore``) are what a renewal is on S3: one ``PUT`` with
-``If-Match`` the lease's last ETag; each key is created (``If-None-Match: *``) first, in the same
-spread. Per variant run: each window's p50, p99 and max lateness, the best window's max (the
-figure issue 11's test judges), the renewals made in the windows, this process's and moto's CPU
-over the windows (% of one core), the machine's busy share and its load average. Every renewal
-must succeed (a lost lease or a refused PUT fails the run).
+The raw traffic (``idle``, ``obstore``) is what the leases send moto: with these timings an
+``AsyncLock`` lease is read (its watch, a conditional ``GET`` that moto answers 304) about as
+often as it is renewed, so per lease and interval a plain ``GET`` and a ``PUT`` with ``If-Match``
+the lease's last ETag; each key is created (``If-None-Match: *``) first, in the same spread.
+
+Per variant run: each window's p50, p99 and max lateness, the best window's max (the figure issue
+11's test judges), the renewals made in the windows, this process's and moto's CPU over the
+windows (% of one core), the machine's busy share and its load average. Every renewal must
+succeed (a lost lease or a refused PUT fails the run).
 
 obstore is not a project dependency: ``.venv/bin/pip install obstore`` (it has no dependencies);
 without it the ``obstore`` variant is skipped with a message.
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -63,6 +69,9 @@ from prioritylock.testing import DelegatingStore
 T = TypeVar("T")
 
 VARIANTS = ("pool32", "pool8", "sleepy", "idle", "obstore")
+#: Diagnostics, run only when named in ``--variants``: a variant with the cyclic garbage collector
+#: off in the probing process (``gc.freeze()`` then ``gc.disable()`` before the leases are taken).
+NOGC = ("pool32-nogc", "sleepy-nogc", "obstore-nogc")
 PROBE_STEP = 0.005
 SLEEPY_CALL_S = 0.005
 DRIVER_THREADS = 32
@@ -173,7 +182,10 @@ async def _lock_variant(args: argparse.Namespace, store: ObjectStore) -> dict[st
         took = await _spread(args.leases, args.interval, lambda i: locks[i].try_lock())
         if not all(took):
             raise SystemExit(f"{took.count(False)} leases were not acquired")
+        kinds = ("reads", "creates", "replaces", "deletes", "lists")
+        before = {kind: getattr(store.stats, kind) for kind in kinds}
         result = await _probe_windows(args, args.moto_pid, lambda: store.stats.replaces)
+        result["store_requests"] = {k: getattr(store.stats, k) - before[k] for k in kinds}
         lost = sum(not lock.is_current_owner() for lock in locks)
         if lost:
             raise SystemExit(f"{lost} leases lost")
@@ -215,6 +227,8 @@ async def _obstore_variant(args: argparse.Namespace) -> dict[str, Any]:
         etags[i] = str(result["e_tag"])
 
     async def renew(i: int, seq: int) -> None:
+        got = await obstore.get_async(store, f"{prefix}{i}")
+        await got.bytes_async()
         mode: Any = {"e_tag": etags[i]}
         result = await obstore.put_async(store, f"{prefix}{i}", _document(i, seq), mode=mode)
         etags[i] = str(result["e_tag"])
@@ -261,7 +275,7 @@ async def _paced(
 
 
 def _driver(args: argparse.Namespace) -> int:
-    """Control B's traffic, from a process of its own: the same renewals with botocore on
+    """Control B's traffic, from a process of its own: the same GET + PUT pairs with botocore on
     ``DRIVER_THREADS`` threads. Prints ``ready`` once every key exists, renews for
     ``args.seconds``, then prints the renewals made and the failures as JSON."""
     key = (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"])
@@ -273,6 +287,8 @@ def _driver(args: argparse.Namespace) -> int:
 
     def put(i: int, seq: int) -> None:
         try:
+            if seq:
+                raw.get(f"{prefix}{i}")
             etag = raw.put(f"{prefix}{i}", _document(i, seq), etags[i] or None)
         except Exception:
             with mutex:
@@ -306,7 +322,11 @@ async def _idle_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _child(args: argparse.Namespace) -> int:
-    variant = args.child
+    variant: str = args.child
+    if variant.endswith("-nogc"):
+        variant = variant.removesuffix("-nogc")
+        gc.freeze()
+        gc.disable()
     if variant in ("pool32", "pool8"):
         _alock.NETWORK_WORKERS = 32 if variant == "pool32" else 8
         store = open_store(
@@ -444,12 +464,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _child(args)
 
     variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - set(VARIANTS)
+    unknown = set(variants) - set(VARIANTS) - set(NOGC)
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
-    if "obstore" in variants and not _has_obstore():
+    if not _has_obstore() and any(v.startswith("obstore") for v in variants):
         print("obstore is not installed (.venv/bin/pip install obstore): skipping it")
-        variants.remove("obstore")
+        variants = [v for v in variants if not v.startswith("obstore")]
     machine = machine_info()
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     timeout = 3 * args.interval + args.windows * args.window + 120
@@ -468,12 +488,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     result["round"] = r + 1
                     results[variant].append(result)
                     w = result["windows"]
+                    kinds = (
+                        f"; requests {result['store_requests']}"
+                        if "store_requests" in result
+                        else ""
+                    )
                     print(
                         f"round {r + 1} {variant:8} best max {result['best_max_ms']:6.1f} ms; "
                         f"windows max {_ms(w, 'max_ms')}; p99 {_ms(w, 'p99_ms')}; "
                         f"cpu {result['cpu_percent']}%, moto {result['moto_cpu_percent']}%, "
                         f"machine {result['machine']}, load {result['load']:.2f}, "
-                        f"{result['requests_per_s']} renewals/s",
+                        f"{result['requests_per_s']} renewals/s{kinds}",
                         flush=True,
                     )
         versions = _servers.versions()
@@ -487,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_fmt_row(variant, results[variant]))
     if args.json is not None:
         obstore_version = None
-        if "obstore" in variants:
+        if any(v.startswith("obstore") for v in variants):
             import importlib.metadata
 
             obstore_version = importlib.metadata.version("obstore")
