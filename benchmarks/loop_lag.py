@@ -382,7 +382,7 @@ def _common(args: argparse.Namespace, endpoint: str, bucket: str, moto_pid: int)
 def _run_variant(
     variant: str, args: argparse.Namespace, common: list[str], timeout: float
 ) -> dict[str, Any]:
-    me = [sys.executable, str(Path(__file__).resolve())]
+    me = [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve())]
     driver = None
     try:
         if variant == "idle":
@@ -403,7 +403,9 @@ def _run_variant(
             check=False,
         )
         if child.returncode != 0:
-            raise SystemExit(f"{variant} failed:\n{child.stderr[-3000:]}")
+            raise SystemExit(
+                f"{variant} failed (exit status {child.returncode}):\n{child.stderr[-3000:]}"
+            )
         result: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
         if driver is not None:
             out, _ = driver.communicate(timeout=timeout)
@@ -472,6 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = [v for v in variants if not v.startswith("obstore")]
     machine = machine_info()
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    failed: list[dict[str, Any]] = []
     timeout = 3 * args.interval + args.windows * args.window + 120
     with (
         tempfile.TemporaryDirectory(prefix="prioritylock-lag-") as work,
@@ -484,7 +487,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = variants[r % len(variants) :] + variants[: r % len(variants)]
                 for variant in order:
-                    result = _run_variant(variant, args, common, timeout)
+                    try:
+                        result = _run_variant(variant, args, common, timeout)
+                    except SystemExit as exc:  # recorded; the run goes on, and fails at the end
+                        print(f"round {r + 1} {variant}: {exc}", flush=True)
+                        failed.append({"variant": variant, "round": r + 1, "error": str(exc)})
+                        continue
                     result["round"] = r + 1
                     results[variant].append(result)
                     w = result["windows"]
@@ -509,7 +517,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(header)
     for variant in variants:
-        print(_fmt_row(variant, results[variant]))
+        if results[variant]:
+            print(_fmt_row(variant, results[variant]))
+    for failure in failed:
+        print(f"FAILED: round {failure['round']} {failure['variant']}")
     if args.json is not None:
         obstore_version = None
         if any(v.startswith("obstore") for v in variants):
@@ -524,9 +535,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "settings": {k: getattr(args, k) for k in SETTINGS},
                 "probe_step_s": PROBE_STEP,
                 "results": results,
+                "failed": failed,
             },
         )
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
