@@ -24,7 +24,8 @@ way in every variant (taking them all at once would bunch them on a fast store).
 - ``obstore``: the same traffic sent by the probing process with obstore's async API (Rust
   ``object_store`` on its own runtime, awaited on the loop): no Python threads doing I/O.
 - ``pool32-nogc``, ``sleepy-nogc``, ``obstore-nogc`` (diagnostics, run only when named): the same
-  with the cyclic garbage collector off in the probing process (``gc.freeze()``, ``gc.disable()``).
+  with the cyclic garbage collector off in the probing process (``gc.freeze()``, ``gc.disable()``);
+  ``pool32-si1``, ``pool32-nogc-si1``: with ``sys.setswitchinterval(0.001)`` (5 ms by default).
 
 The raw traffic (``idle``, ``obstore``) is what the leases send moto: with these timings an
 ``AsyncLock`` lease is read (its watch, a conditional ``GET`` that moto answers 304) about as
@@ -72,6 +73,9 @@ VARIANTS = ("pool32", "pool8", "sleepy", "idle", "obstore")
 #: Diagnostics, run only when named in ``--variants``: a variant with the cyclic garbage collector
 #: off in the probing process (``gc.freeze()`` then ``gc.disable()`` before the leases are taken).
 NOGC = ("pool32-nogc", "sleepy-nogc", "obstore-nogc")
+#: Diagnostics, the same: ``-si1`` sets the interpreter's thread switch interval to 1 ms (5 ms by
+#: default: how long a thread that wants the GIL waits before it asks the holder to let go).
+SI1 = ("pool32-si1", "pool32-nogc-si1")
 PROBE_STEP = 0.005
 SLEEPY_CALL_S = 0.005
 DRIVER_THREADS = 32
@@ -323,6 +327,9 @@ async def _idle_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child(args: argparse.Namespace) -> int:
     variant: str = args.child
+    if variant.endswith("-si1"):
+        variant = variant.removesuffix("-si1")
+        sys.setswitchinterval(0.001)
     if variant.endswith("-nogc"):
         variant = variant.removesuffix("-nogc")
         gc.freeze()
@@ -466,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _child(args)
 
     variants = [v for v in args.variants.split(",") if v]
-    unknown = set(variants) - set(VARIANTS) - set(NOGC)
+    unknown = set(variants) - set(VARIANTS) - set(NOGC) - set(SI1)
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     if not _has_obstore() and any(v.startswith("obstore") for v in variants):
