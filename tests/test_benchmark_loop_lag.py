@@ -2,8 +2,8 @@
 its own moto server.
 
 Its figures are not asserted (they depend on the machine); what is: every variant probed the
-loop in every window and sent the traffic it stands for (the lock variants renewed their leases
-and read them; the raw variants renewed at the paced rate).
+loop in every window and sent the traffic it stands for (the lock variants renewed every lease
+once an interval; the raw variants at the paced rate).
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ def test_every_variant_probes_the_loop_under_its_traffic(tmp_path: Path) -> None
         assert run["best_max_ms"] == min(w["max_ms"] for w in run["windows"])
         assert 0.7 * rate <= run["requests_per_s"] <= 1.3 * rate, (variant, run)
         if variant.startswith(("pool", "sleepy")):
-            # Each lease is watched (read) about as often as it is renewed.
-            assert run["store_requests"]["reads"] > 0.5 * run["store_requests"]["replaces"]
+            # The lock variants count every kind of request they sent (renewals are replaces).
+            assert run["store_requests"]["replaces"] >= run["requests"] > 0
+            assert run["store_requests"]["creates"] == 0  # the windows open once all are held
         if variant in ("pool32", "sleepy", "sleepy-nogc"):
             assert run["pool_threads"] == 32
         if variant == "pool8":
