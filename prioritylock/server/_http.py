@@ -22,7 +22,7 @@ from prioritylock._errors import PriorityLockError
 from prioritylock.server._alpha1 import MAX_EXPIRY, Alpha1Locks, BadRequest, StoreNotFound
 from prioritylock.server._metrics import CONTENT_TYPE, Metrics
 
-__all__ = ["TOKEN_HEADER", "error", "failed", "make_app"]
+__all__ = ["TOKEN_HEADER", "error", "failed", "json_body", "make_app"]
 
 log = logging.getLogger("prioritylock.server")
 
@@ -65,7 +65,7 @@ def make_app(
 
     async def try_lock(request: web.Request) -> web.Response:
         store = request.match_info["store"]
-        body = await _body(request, max_body)
+        body = await json_body(request, max_body)
         if isinstance(body, web.Response):
             return body
         try:
@@ -83,7 +83,7 @@ def make_app(
 
     async def unlock(request: web.Request) -> web.Response:
         store = request.match_info["store"]
-        body = await _body(request, max_body)
+        body = await json_body(request, max_body)
         if isinstance(body, web.Response):
             return body
         try:
@@ -120,12 +120,17 @@ def failed(code: str, what: str, store: str, exc: PriorityLockError) -> web.Resp
     return error(500, code, f"{what}: {type(exc).__name__} in lock store {store}")
 
 
-async def _body(request: web.Request, max_body: int) -> dict[str, Any] | web.Response:
-    """The JSON object of the request, or the error response to send instead."""
+async def json_body(
+    request: web.Request, max_body: int, *, empty: bool = False
+) -> dict[str, Any] | web.Response:
+    """The JSON object of the request (``empty``: {} for an empty body), or the error response
+    to send instead."""
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+    if empty and not raw.strip():
+        return {}
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):

@@ -35,7 +35,7 @@ from prioritylock.server._alpha2 import (
     ResourceLocked,
     Stream,
 )
-from prioritylock.server._http import error, failed
+from prioritylock.server._http import error, failed, json_body
 from prioritylock.server._names import BadRequest, StoreNotFound
 
 __all__ = ["NDJSON", "OPERATOR_HEADER", "add_alpha2_routes"]
@@ -93,7 +93,9 @@ def add_alpha2_routes(
     @answers("failed to acquire lock", "ERR_LOCK")
     async def lock(request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        body = await _object(request, max_body)
+        body = await json_body(request, max_body, empty=True)
+        if isinstance(body, web.Response):
+            return body
         options = Options.parse(body)
         operator = is_operator(request)
         if _wants_stream(request):
@@ -113,7 +115,9 @@ def add_alpha2_routes(
     @answers("failed to release lock", "ERR_UNLOCK")
     async def unlock(request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        body = await _object(request, max_body)
+        body = await json_body(request, max_body, empty=True)
+        if isinstance(body, web.Response):
+            return body
         force = body.get("force", False)
         if not isinstance(force, bool):
             raise BadRequest(f"force: expected true or false, got {force!r}")
@@ -137,7 +141,9 @@ def add_alpha2_routes(
     @answers("failed to renew lock", "ERR_RENEW")
     async def renew(request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        body = await _object(request, max_body)
+        body = await json_body(request, max_body, empty=True)
+        if isinstance(body, web.Response):
+            return body
         lock_id = body.get("lockID")
         if not isinstance(lock_id, str) or not lock_id:
             raise BadRequest("lockID: expected the lockID that lock answered")
@@ -181,26 +187,6 @@ def _wants_stream(request: web.Request) -> bool:
         return True
     accepts = request.headers.getall("Accept", [])
     return any(kind.split(";")[0].strip() == NDJSON for text in accepts for kind in text.split(","))
-
-
-async def _object(request: web.Request, max_body: int) -> dict[str, Any]:
-    """The request's JSON object ({} for an empty body).
-
-    :raises BadRequest: not a JSON object, or too large.
-    """
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise BadRequest(f"request body over {max_body} bytes") from None
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("failed deserializing HTTP body: not JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequest("failed deserializing HTTP body: not an object")
-    return body
 
 
 class Pinger:
