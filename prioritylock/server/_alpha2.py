@@ -408,7 +408,6 @@ class Alpha2Locks:
     def _released(self, held: Held) -> None:
         if self._held.get(held.lock_id) is held:
             self.metrics.released(held.store_name, API_ALPHA2)
-        self._forget(held)
 
     def _refused(self, store_name: str, started: float) -> None:
         self.metrics.refused(store_name, API_ALPHA2, latency=time.monotonic() - started)
@@ -432,8 +431,9 @@ class Alpha2Locks:
         try:
             await held.lock.renew()
         except NotLockOwner:
-            self._tombstone(held, _lost_reason(held.lock))
-            return self._find(store_name, resource_id, lock_id)  # raises, with the reason
+            reason = _lost_reason(held.lock)
+            self._tombstone(held, reason)
+            raise LockNotFound(f"the lock was lost ({reason})") from None
         return held
 
     async def force_unlock(
