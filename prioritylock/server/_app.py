@@ -118,8 +118,8 @@ def _tune_gc() -> None:
     """The service owns its process, and holds many long-lived objects (a lock object, a task and
     a connection per stream): collect young objects less often, so that fewer of them are
     promoted and the full collections, whose length grows with every live object, come rarely.
-    Measured with 10,000 streams: a full collection paused the loop for up to 0.4 s with
-    Python's defaults, for under 10 ms with these."""
+    Measured with 10,000 streams: renewals at most 68-79 ms late with these, 101-376 ms with
+    Python's defaults (benchmarks/README.md)."""
     gc.freeze()  # what was loaded at startup is never garbage
     gc.set_threshold(50_000, 20, 20)
 
