@@ -81,6 +81,15 @@ def _nowait_entry(store: object) -> Callable[..., object] | None:
     return entry if callable(entry) and getattr(entry, "__self__", None) is store else None
 
 
+def _native_entry(store: object) -> Callable[..., Awaitable[Any] | None] | None:
+    """The store's way to make a call with native async I/O, if it has one: a method
+    ``_call_async(op, *args)`` (``stores._base.NativeAsync``, offered by the cloud stores that
+    have an async client) that returns an awaitable making the call named ``op``, or ``None``.
+    Only the store's own, as for ``_nowait_entry``."""
+    entry = getattr(store, "_call_async", None)
+    return entry if callable(entry) and getattr(entry, "__self__", None) is store else None
+
+
 _LoopEvent = tuple[asyncio.AbstractEventLoop, asyncio.Event]
 
 
@@ -148,6 +157,7 @@ class AsyncLock:
         self._inline = self._st.inline
         self._pool = _io_pool(config.store.capabilities.shared_across_hosts)
         self._nowait = _nowait_entry(config.store)
+        self._native = _native_entry(config.store)
         self._seam = _lock.Seam.of(config)
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
@@ -385,7 +395,8 @@ class AsyncLock:
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """A store call: inline for an in-process store; on the loop for a store that can tell
-        beforehand that it won't wait (``_nowait_entry``) and says so; else on the I/O pool. If
+        beforehand that it won't wait (``_nowait_entry``) and says so; on the store's native
+        async client if it has one for the call (``_native_entry``); else on the I/O pool. If
         the task is cancelled meanwhile, the call still finishes (``_inflight``) before anything
         is settled."""
         if self._inline:
@@ -394,7 +405,12 @@ class AsyncLock:
             done = self._nowait(fn.__name__, *args)
             if done is not WOULD_BLOCK:
                 return done  # type: ignore[return-value]  # what fn returns
-        future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        pending = None if self._native is None else self._native(fn.__name__, *args)
+        future: asyncio.Future[T]
+        if pending is not None:
+            future = asyncio.ensure_future(pending)
+        else:
+            future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
         self._inflight = future
         try:
             return await asyncio.shield(future)

@@ -11,6 +11,7 @@ import enum
 import functools
 import re
 import threading
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -21,6 +22,7 @@ __all__ = [
     "ConditionalReader",
     "MAX_KEY_BYTES",
     "NOT_MODIFIED",
+    "NativeAsync",
     "NonBlocking",
     "NotModified",
     "ObjectStore",
@@ -267,6 +269,21 @@ class NonBlocking(Protocol):
     """
 
     def _try_nowait(self, op: str, *args: Any) -> object: ...
+
+
+class NativeAsync(Protocol):
+    """A store that can make some of its calls with native async I/O on the running event loop,
+    with no thread (private: the asyncio driver's way to keep network I/O off the GIL-holding
+    thread pool).
+
+    A store offers it by a method ``_call_async(op, *args)``, looked up by name like
+    ``_try_nowait`` of :class:`NonBlocking`: it returns an awaitable that makes the call named
+    ``op`` exactly as the method would (same result or error, counted in ``stats`` and logged
+    once), or ``None``, having done nothing, when it has no async way for ``op`` (not installed,
+    or an operation it leaves to the sync client). The caller then calls the method on a thread.
+    """
+
+    def _call_async(self, op: str, *args: Any) -> Awaitable[object] | None: ...
 
 
 @runtime_checkable

@@ -22,8 +22,8 @@ import logging
 import re
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, ClassVar, TypedDict, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, ClassVar, Protocol, TypedDict, TypeVar
 
 import attrs
 
@@ -53,6 +53,7 @@ __all__ = [
     "WRITES",
     "CloudStore",
     "HttpClassifier",
+    "NativeIO",
     "Outcome",
     "Timeouts",
     "check_timeouts",
@@ -112,6 +113,19 @@ class HttpClassifier:
         if status >= 500 or status in self.unavailable_statuses or code in self.unavailable_codes:
             return Outcome.UNAVAILABLE
         return Outcome.FAILED
+
+
+class NativeIO(Protocol):
+    """A store's native async client (private): the two requests a held lock repeats, with no
+    retries of its own; what it raises (``errors``) the store's ``_translate`` understands."""
+
+    errors: tuple[type[Exception], ...]
+
+    async def fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        """:meth:`CloudStore._fetch` of object ``name``, awaited."""
+
+    async def put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        """:meth:`CloudStore._put`, awaited: the new version."""
 
 
 class CloudStore(abc.ABC):
@@ -239,6 +253,12 @@ class CloudStore(abc.ABC):
         # A token that can't be a version names no object: a plain read answers the same.
         known = None if version is None else self._read_condition(version)
         found = self._call("read", key, lambda: self._fetch(key, name, known), said=False)
+        return self._got(key, version, known, found)
+
+    def _got(
+        self, key: str, version: str | None, known: str | None, found: ReadResult
+    ) -> ReadResult:
+        """What a read of ``key`` that was sent ``known`` answers, counted and logged."""
         if isinstance(found, Versioned) and known is not None and found.version == known:
             # A server that ignores the condition sends the object anyway: the answer is the same.
             found = NOT_MODIFIED
@@ -257,16 +277,78 @@ class CloudStore(abc.ABC):
             with self._counting(op + "s"):
                 result = send()
         except self._SDK_ERRORS as exc:
-            error = self._translate(exc, op, key)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%r %s %r: %s", self, op, key, describe_error(error))
-            raise error from exc
+            raise self._failed(op, key, exc) from exc
         except PriorityLockError as error:  # a check of the store's own, e.g. a missing version
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("%r %s %r: %s", self, op, key, describe_error(error))
+            self._said(op, key, error)
             raise
-        if said and log.isEnabledFor(logging.DEBUG):
-            log.debug("%r %s %r: %s", self, op, key, describe_result(result))
+        if said:
+            self._said(op, key, result)
+        return result
+
+    def _failed(self, op: str, key: str, exc: Exception) -> PriorityLockError:
+        """Our error for what the client raised during ``op`` on ``key``, logged."""
+        error = self._translate(exc, op, key)
+        self._said(op, key, error)
+        return error
+
+    def _said(self, op: str, key: str, outcome: object) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            if isinstance(outcome, PriorityLockError):
+                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
+            else:
+                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
+
+    # -- native async I/O (stores._base.NativeAsync) --------------------------------------------
+
+    def _call_async(self, op: str, *args: Any) -> Awaitable[Any] | None:
+        """``op`` as a coroutine on the store's native async client, or ``None`` if it has none
+        (or leaves ``op`` to the sync client): reads, creates and replaces, the calls a held
+        lock makes over and over."""
+        native = self._native_io()
+        if native is None:
+            return None
+        if op == "read":
+            return self._aget(native, args[0], None)
+        if op == "read_if_changed":
+            return self._aget(native, args[0], args[1])
+        if op == "create":
+            return self._aput(native, "create", args[0], args[1], None)
+        if op == "replace":
+            return self._aput(native, "replace", args[0], args[1], args[2])
+        return None
+
+    def _native_io(self) -> NativeIO | None:
+        """The store's native async client, made on first use; ``None`` if it has none."""
+        return None
+
+    async def _aget(self, native: NativeIO, key: str, version: str | None) -> ReadResult:
+        name = self._object_name(key)
+        known = None if version is None else self._read_condition(version)
+        found = await self._acall(native, "read", key, native.fetch(key, name, known), said=False)
+        return self._got(key, version, known, found)
+
+    async def _aput(
+        self, native: NativeIO, op: str, key: str, data: bytes, version: str | None
+    ) -> str:
+        name = self._object_name(key)
+        token = None if version is None else self._write_condition(key, version)
+        payload = self._payload(op, key, data)
+        return await self._acall(native, op, key, native.put(op, key, name, payload, token))
+
+    async def _acall(
+        self, native: NativeIO, op: str, key: str, send: Awaitable[_T], *, said: bool = True
+    ) -> _T:
+        """:meth:`_call` for a request on the native client (which never retries: one count)."""
+        self._stats.count(op + "s")
+        try:
+            result = await send
+        except native.errors as exc:
+            raise self._failed(op, key, exc) from exc
+        except PriorityLockError as error:
+            self._said(op, key, error)
+            raise
+        if said:
+            self._said(op, key, result)
         return result
 
     @contextlib.contextmanager

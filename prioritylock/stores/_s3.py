@@ -39,7 +39,7 @@ import contextlib
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prioritylock.stores._registry import missing_extra
@@ -68,6 +68,7 @@ from prioritylock.stores._cloud import (
     WRITES,
     CloudStore,
     HttpClassifier,
+    NativeIO,
     Outcome,
     parse_store_url,
     validate_endpoint,
@@ -76,6 +77,9 @@ from prioritylock.stores._cloud import (
 __all__ = ["S3Store", "store_from_url"]
 
 ADDRESSING_STYLES = ("auto", "path", "virtual")
+#: How an asyncio lock sends this store's requests: "native" on obstore (an error if it is not
+#: installed), "threads" on boto3 in a thread pool, "auto" native if obstore is installed.
+ASYNC_IO = ("auto", "native", "threads")
 
 # Permissive on purpose: S3-compatible stores and legacy us-east-1 buckets accept more than
 # today's AWS rules; the store itself rejects what it can't take (InvalidBucketName).
@@ -115,6 +119,13 @@ class S3Store(CloudStore):
     explicit credentials, timeouts; missing credentials come from boto3's default chain), or an
     existing boto3 S3 ``client`` (which the store then does not close). A client built here makes
     exactly one attempt per request and never retries: the lock layer retries and reconciles.
+
+    ``async_io`` says how an :class:`~prioritylock.AsyncLock` sends the reads, creates and
+    replaces it repeats: ``"native"`` through obstore's async client (configured from the same
+    options and the credentials boto3 resolved; ``ConfigError`` if obstore is missing),
+    ``"threads"`` through boto3 on a thread pool, ``"auto"`` (the default) native if obstore is
+    installed. Deletes and lists always go through boto3, and so does everything with a
+    ``client`` passed in.
 
     Every request attempt counts in :attr:`stats`.
 
@@ -170,6 +181,7 @@ class S3Store(CloudStore):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         client: Any = None,
+        async_io: str = "auto",
     ) -> None:
         if not isinstance(bucket, str) or not _BUCKET_RE.match(bucket):
             raise ConfigError(
@@ -186,6 +198,12 @@ class S3Store(CloudStore):
             "aws_secret_access_key": aws_secret_access_key,
             "aws_session_token": aws_session_token,
         }
+        if async_io not in ASYNC_IO:
+            raise ConfigError(f"S3 async_io must be one of {list(ASYNC_IO)}, got {async_io!r}")
+        if async_io == "native" and client is not None:
+            raise ConfigError(
+                "S3 async_io='native' needs the store to make its own client, not client="
+            )
         self._take_client(
             client,
             given,
@@ -200,6 +218,20 @@ class S3Store(CloudStore):
                 timeouts=self._timeouts,
             ),
         )
+        self._native_lock = threading.Lock()
+        self._native: NativeIO | None = None
+        self._native_errors: tuple[type[Exception], ...] = ()
+        self._failure: Callable[[Exception], Any] = _no_failure
+        # What the native client is made from, until it is (None: the store has none).
+        self._native_from: dict[str, Any] | None = None
+        if self._owns_client and async_io != "threads":
+            self._native_from = {
+                "endpoint": endpoint_url,
+                "addressing": addressing_style,
+                "required": async_io == "native",
+            }
+            if async_io == "native":
+                self._make_native()  # now, so that a missing obstore is a ConfigError here
         self._endpoint = _redact_endpoint(str(getattr(self._client.meta, "endpoint_url", "")))
         # One count per attempt: request-created fires once per attempt, retries included.
         self._handler_id = f"prioritylock-s3-stats-{id(self)}"
@@ -218,6 +250,7 @@ class S3Store(CloudStore):
 
     def close(self) -> None:
         """Close the client's connections if this store made the client; safe to call twice."""
+        self._native = self._native_from = None
         self._client.meta.events.unregister(
             "request-created.s3", self._count_attempt, unique_id=self._handler_id
         )
@@ -266,6 +299,53 @@ class S3Store(CloudStore):
     def _write_condition(self, key: str, version: str) -> str:
         return _quoted(version)
 
+    # -- native async I/O ----------------------------------------------------------------------
+
+    def _native_io(self) -> NativeIO | None:
+        if self._native is None and self._native_from is not None:
+            with self._native_lock:
+                if self._native is None and self._native_from is not None:
+                    self._make_native()
+        return self._native
+
+    def _make_native(self) -> None:
+        """Make the native client from the settings in ``_native_from`` (hold ``_native_lock``,
+        or be the constructor); a store that can't have one keeps the thread pool.
+
+        :raises ConfigError: ``async_io="native"`` and obstore is not installed.
+        """
+        settings = self._native_from
+        assert settings is not None
+        self._native_from = None
+        try:
+            from prioritylock.stores import _s3_native
+        except ImportError as exc:
+            if settings["required"]:
+                raise ConfigError(
+                    "S3 async_io='native' needs obstore: pip install 'prioritylock[s3]'"
+                ) from exc
+            return
+        # What the boto3 client resolved when it was made (keys given, or its default chain).
+        credentials = self._client._get_credentials()
+        if credentials is None:
+            return  # none found: the sync client's request says so, in our words
+        meta = self._client.meta
+        endpoint = settings["endpoint"]
+        if endpoint is None and not _is_aws(str(meta.endpoint_url)):
+            endpoint = str(meta.endpoint_url)  # from the profile or AWS_ENDPOINT_URL
+        addressing = settings["addressing"]
+        self._native = _s3_native.ObstoreS3(
+            self._holder,
+            no_version=self._no_version,
+            endpoint=endpoint,
+            region=str(meta.region_name or "us-east-1"),
+            virtual=addressing == "virtual" or (addressing in (None, "auto") and endpoint is None),
+            credentials=credentials,
+            timeouts=self._timeouts,
+        )
+        self._native_errors = _s3_native.ERRORS
+        self._failure = _s3_native.failure
+
     # -- the rest ------------------------------------------------------------------------------
 
     def _namespace_root(self) -> str:
@@ -301,37 +381,57 @@ class S3Store(CloudStore):
             raise self._no_version(op, key, "ETag")
         return _quoted(str(etag))
 
+    def _answered(
+        self, op: str, key: str, status: int, code: str, retries: int
+    ) -> PriorityLockError:
+        """Our error for an HTTP answer ``status`` with S3 error ``code`` ("" if none), after
+        ``retries`` retries of the request by the SDK."""
+        what = self._what(op, key)
+        outcome = self._CLASSIFIER.outcome(status, code, write=op in WRITES)
+        if outcome is Outcome.CONDITION_FAILED and retries:
+            # An earlier attempt of this very write may have landed and made the condition
+            # fail for the retry: only a read-back can tell.
+            return StoreUnavailable(
+                f"{what}: condition failed ({code}) after {retries} SDK retr"
+                f"{'y' if retries == 1 else 'ies'}; an earlier attempt may have landed",
+                outcome_unknown=True,
+            )
+        if outcome is not Outcome.CONDITION_FAILED and code in _ACCESS_HINTS:
+            return StoreAccessError(
+                f"{what} refused ({code}, HTTP {status}): {_ACCESS_HINTS[code]}"
+            )
+        if outcome is Outcome.UNAVAILABLE and status == 501:
+            return StoreError(
+                f"{what} failed: the store does not implement this request ({code}, HTTP 501);"
+                " it needs conditional writes (If-None-Match / If-Match)"
+            )
+        if outcome is Outcome.FAILED and code == "KeyTooLongError":
+            return ConfigError(f"{what} failed: the key is too long for this store")
+        detail = _condition_detail(op, code)
+        return self._http_error(outcome, op, key, f"{code}, HTTP {status}", detail)
+
     def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
         """The one place where boto3/botocore errors become prioritylock errors: the S3 codes,
         and what a failure of each kind of the SDK's says about a write's outcome."""
         write = op in WRITES
         what = self._what(op, key)
         if isinstance(exc, botocore.exceptions.ClientError):
-            code = _error_code(exc)
-            status = _http_status(exc)
-            outcome = self._CLASSIFIER.outcome(status, code, write=write)
-            retries = _retry_attempts(exc)
-            if outcome is Outcome.CONDITION_FAILED and retries:
-                # An earlier attempt of this very write may have landed and made the condition
-                # fail for the retry: only a read-back can tell.
-                return StoreUnavailable(
-                    f"{what}: condition failed ({code}) after {retries} SDK retr"
-                    f"{'y' if retries == 1 else 'ies'}; an earlier attempt may have landed",
-                    outcome_unknown=True,
-                )
-            if outcome is not Outcome.CONDITION_FAILED and code in _ACCESS_HINTS:
+            return self._answered(
+                op, key, _http_status(exc), _error_code(exc), _retry_attempts(exc)
+            )
+        if self._native_errors and isinstance(exc, self._native_errors):
+            seen = self._failure(exc)
+            if seen.status:
+                return self._answered(op, key, seen.status, seen.code, 0)
+            if seen.kind == "unsent":
+                return self._not_sent(op, key, exc)
+            if seen.kind == "credentials":
                 return StoreAccessError(
-                    f"{what} refused ({code}, HTTP {status}): {_ACCESS_HINTS[code]}"
+                    f"{what}: AWS credentials could not be loaded ({type(exc).__name__}); check"
+                    " the environment variables and the profile"
                 )
-            if outcome is Outcome.UNAVAILABLE and status == 501:
-                return StoreError(
-                    f"{what} failed: the store does not implement this request ({code}, HTTP 501);"
-                    " it needs conditional writes (If-None-Match / If-Match)"
-                )
-            if outcome is Outcome.FAILED and code == "KeyTooLongError":
-                return ConfigError(f"{what} failed: the key is too long for this store")
-            detail = _condition_detail(op, code)
-            return self._http_error(outcome, op, key, f"{code}, HTTP {status}", detail)
+            # Lost on the way, or a failure not understood: a write may have landed.
+            return self._lost(op, key, exc)
         if isinstance(exc, botocore.exceptions.NoCredentialsError):
             return StoreAccessError(
                 f"{what}: no AWS credentials found; set AWS_ACCESS_KEY_ID and"
@@ -401,6 +501,15 @@ def _not_modified(exc: Exception) -> bool:
 def _quoted(etag: str) -> str:
     """The ETag in its quoted form, however the store or caller spelled it."""
     return '"' + etag.strip().strip('"') + '"'
+
+
+def _no_failure(exc: Exception) -> Any:
+    raise AssertionError("no native client") from exc
+
+
+def _is_aws(endpoint: str) -> bool:
+    host = urllib.parse.urlsplit(endpoint).hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
 
 
 def _redact_endpoint(endpoint: str) -> str:
@@ -487,7 +596,15 @@ def _make_client(
         raise ConfigError(f"could not configure the S3 client ({type(exc).__name__})") from exc
 
 
-_URL_OPTIONS = ("addressing", "connect_timeout", "endpoint", "profile", "read_timeout", "region")
+_URL_OPTIONS = (
+    "addressing",
+    "async_io",
+    "connect_timeout",
+    "endpoint",
+    "profile",
+    "read_timeout",
+    "region",
+)
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> S3Store:
@@ -495,8 +612,9 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
 
     Options: ``endpoint`` (an ``http(s)://`` URL, for S3-compatible stores), ``region``,
     ``profile``, ``addressing`` (``path``, ``virtual`` or ``auto``), ``connect_timeout`` and
-    ``read_timeout`` (seconds). Credentials never go in the URL: they come from boto3's default
-    chain (environment, profile, instance or task role).
+    ``read_timeout`` (seconds), ``async_io`` (``auto``, ``native`` or ``threads``: how an
+    asyncio lock sends its requests). Credentials never go in the URL: they come from boto3's
+    default chain (environment, profile, instance or task role).
 
     :raises ConfigError: no bucket name, credentials or a port in the URL, an unknown or empty
         option (named), or an invalid value.
@@ -517,5 +635,6 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         region=options.get("region"),
         profile=options.get("profile"),
         addressing_style=options.get("addressing"),
+        async_io=options.get("async_io", "auto"),
         **timeouts,
     )
