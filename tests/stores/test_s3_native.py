@@ -123,7 +123,7 @@ class TestNativeContract(StoreContract):
 
     @pytest.fixture
     def store_factory(self, server: S3Server, bucket: str) -> Callable[[], ObjectStore]:
-        return lambda: NativePath(server.store(bucket, async_io="native"))  # type: ignore[return-value]
+        return lambda: NativePath(server.store(bucket, async_io="native"))
 
     @pytest.fixture
     def store(self, store_factory: Callable[[], ObjectStore]) -> Iterator[ObjectStore]:
@@ -210,7 +210,7 @@ def _stub_store(endpoint: str, async_io: str, **options: Any) -> S3Store:
     )
 
 
-def _attempt(store: ObjectStore, op: str) -> PriorityLockError:
+def _attempt(store: S3Store | NativePath, op: str) -> PriorityLockError:
     calls: dict[str, Callable[[], object]] = {
         "read": lambda: store.read("doc"),
         "read_if_changed": lambda: store.read_if_changed("doc", '"0123"'),
