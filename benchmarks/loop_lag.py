@@ -13,8 +13,10 @@ windows of ``--window`` seconds, while the traffic of ``--leases`` leases renewe
 are taken one by one, evenly spread over one interval, so that their renewals are spread the same
 way in every variant (taking them all at once would bunch them on a fast store). Variants:
 
-- ``pool32``: ``AsyncLock`` leases on ``S3Store`` (boto3 on the library's 32-thread I/O pool), as
-  the library is today: the reference.
+- ``native``: ``AsyncLock`` leases on ``S3Store``, as the library is today: reads, creates and
+  replaces on obstore's native async client (``async_io=native``).
+- ``pool32``: the same leases with ``async_io=threads``: boto3 on the library's 32-thread I/O
+  pool, as the library was before the native path (and still is with ``async_io=threads``).
 - ``pool8``: the same with the pool capped at 8 threads (``_alock.NETWORK_WORKERS`` patched).
 - ``sleepy``: control A. ``AsyncLock`` leases on a memory store whose every call first sleeps
   5 ms, made on the 32-thread pool (the wrapper says it is shared across hosts): pool threads that
@@ -37,8 +39,8 @@ Per variant run: each window's p50, p99 and max lateness, the best window's max 
 windows (% of one core), the machine's busy share and its load average. Every renewal must
 succeed (a lost lease or a refused PUT fails the run).
 
-obstore is not a project dependency: ``.venv/bin/pip install obstore`` (it has no dependencies);
-without it the ``obstore`` variant is skipped with a message.
+obstore comes with the ``s3`` extra; without it the ``native`` and ``obstore`` variants are
+skipped with a message.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ from prioritylock.testing import DelegatingStore
 
 T = TypeVar("T")
 
-VARIANTS = ("pool32", "pool8", "sleepy", "idle", "obstore")
+VARIANTS = ("native", "pool32", "pool8", "sleepy", "idle", "obstore")
 #: Diagnostics, run only when named in ``--variants``: a variant with the cyclic garbage collector
 #: off in the probing process (``gc.freeze()`` then ``gc.disable()`` before the leases are taken).
 NOGC = ("pool32-nogc", "sleepy-nogc", "obstore-nogc")
@@ -334,11 +336,11 @@ def _child(args: argparse.Namespace) -> int:
         variant = variant.removesuffix("-nogc")
         gc.freeze()
         gc.disable()
-    if variant in ("pool32", "pool8"):
-        _alock.NETWORK_WORKERS = 32 if variant == "pool32" else 8
+    if variant in ("native", "pool32", "pool8"):
+        _alock.NETWORK_WORKERS = 8 if variant == "pool8" else 32
         store = open_store(
             f"s3://{args.bucket}/lag?endpoint={args.endpoint}&region={_servers.REGION}"
-            "&addressing=path"
+            f"&addressing=path&async_io={'native' if variant == 'native' else 'threads'}"
         )
         try:
             result = asyncio.run(_lock_variant(args, store))
@@ -476,9 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(variants) - set(VARIANTS) - set(NOGC) - set(SI1)
     if unknown:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
-    if not _has_obstore() and any(v.startswith("obstore") for v in variants):
-        print("obstore is not installed (.venv/bin/pip install obstore): skipping it")
-        variants = [v for v in variants if not v.startswith("obstore")]
+    if not _has_obstore() and any(v.startswith(("obstore", "native")) for v in variants):
+        print("obstore is not installed (pip install 'prioritylock[s3]'): skipping its variants")
+        variants = [v for v in variants if not v.startswith(("obstore", "native"))]
     machine = machine_info()
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
     failed: list[dict[str, Any]] = []

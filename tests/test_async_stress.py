@@ -9,7 +9,6 @@ region, with fences strictly increasing by one. Run with ``-s`` to see the figur
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from prioritylock import AsyncLock, AsyncScheduler, LockBuilder, LockTimeout, SystemClock
 from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
+from prioritylock.stores._s3 import S3Store
 from tests.conftest import StoreFactory, selected_kinds
 from tests.test_stress import HELPERS, Section, _read_results, check_sections, describe
 
@@ -260,25 +260,19 @@ def test_the_loop_never_stalls_while_a_thousand_leases_renew(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.skipif(
-    os.environ.get("PRIORITYLOCK_LAG_MOTO") != "1",
-    reason="opt-in (PRIORITYLOCK_LAG_MOTO=1): the boto3 calls on the thread pool and Python's"
-    " garbage collector stall the loop for 20-30 ms here (benchmarks/loop_lag.py)",
-)
 @pytest.mark.parametrize("kind", selected_kinds(["s3-moto"]))
 def test_the_loop_never_stalls_while_a_thousand_leases_renew_on_moto(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
     """The same on S3 (moto, on this machine's cores): 1,000 leases renewed every 6 s, 167
-    requests a second on the 32-thread pool, within what moto keeps up with (about 200).
-
-    Opt-in, because it fails: benchmarks/loop_lag.py traced the loop's 23-29 ms stalls to the
-    cyclic garbage collector (about 15 ms of them) and boto3's CPU in the pool threads, holding
-    the GIL (the rest); moto's own CPU on the shared cores adds under 3 ms, and the same traffic
-    through a native async client (obstore) stalled the loop for 2 ms at most."""
+    renewals and as many watches a second, within what moto keeps up with (about 200), sent on
+    the store's native async client (obstore). On boto3 and the thread pool (``async_io=threads``)
+    the loop stalled 23-29 ms here: boto3's CPU in the pool threads, holding the GIL, and the
+    garbage collector's pauses over its allocations (benchmarks/loop_lag.py)."""
     factory: StoreFactory = request.getfixturevalue("s3_moto_store_factory")
     leases, windows, window, renew = 1000, 3, 6.5, 6.0
     store = factory()
+    assert isinstance(store, S3Store) and store._native_io() is not None, "no native S3 path"
     try:
         runs, renewals, acquired_in = asyncio.run(
             _lag_windows(
