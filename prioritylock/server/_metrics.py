@@ -16,11 +16,12 @@ A lock front end reports through :class:`Metrics`; see its docstring for the rul
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
-from typing import TypeVar, get_args
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar, get_args
 
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._errors import ConditionFailed, StoreAccessError, StoreUnavailable
@@ -443,21 +444,47 @@ class CountingStore(DelegatingStore):
             metrics.store_requests.touch(name, kind, "ok")
 
     def _forward(self, op: str, key: str, call: Callable[[], _T]) -> _T:
-        kind = _KINDS.get(op, op)
-        started = self.clock.monotonic()
-        outcome = "error"
-        try:
+        with self._counting(op) as outcome:
             result = call()
-            outcome = "not-found" if result is None and kind == "read" else "ok"
+            outcome[0] = _ok(op, result)
             return result
+
+    def _call_async(self, op: str, *args: Any) -> Awaitable[Any] | None:
+        """The inner store's native async call (``stores._base.NativeAsync``), counted the same
+        way; ``None`` where the inner store has none, so the lock uses a thread as it would."""
+        entry = getattr(self.inner, "_call_async", None)
+        pending = entry(op, *args) if callable(entry) else None
+        return None if pending is None else self._counted(op, pending)
+
+    async def _counted(self, op: str, pending: Awaitable[_T]) -> _T:
+        with self._counting(op) as outcome:
+            result = await pending
+            outcome[0] = _ok(op, result)
+            return result
+
+    @contextlib.contextmanager
+    def _counting(self, op: str) -> Iterator[list[str]]:
+        """Count one request of ``op``: its outcome is what the block sets in the list it is
+        given, or what it raised."""
+        started = self.clock.monotonic()
+        outcome = ["error"]
+        try:
+            yield outcome
         except ConditionFailed:
-            outcome = "condition-failed"
+            outcome[0] = "condition-failed"
             raise
         except StoreUnavailable:
-            outcome = "unavailable"
+            outcome[0] = "unavailable"
             raise
         except StoreAccessError:
-            outcome = "access-denied"
+            outcome[0] = "access-denied"
             raise
         finally:
-            self.metrics.store_request(self.name, kind, outcome, self.clock.monotonic() - started)
+            kind = _KINDS.get(op, op)
+            self.metrics.store_request(
+                self.name, kind, outcome[0], self.clock.monotonic() - started
+            )
+
+
+def _ok(op: str, result: object) -> str:
+    return "not-found" if result is None and _KINDS.get(op, op) == "read" else "ok"

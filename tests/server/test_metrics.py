@@ -242,6 +242,49 @@ def test_counting_store_keeps_what_the_inner_store_can_do(tmp_path: Any) -> None
     assert counted.capabilities == local.capabilities
 
 
+@pytest.mark.timeout(60)
+def test_a_counted_s3_store_keeps_the_native_path_and_counts_it(moto_server: S3Server) -> None:
+    """The service wraps every store in a CountingStore: an AsyncLock on it still sends its
+    S3 requests natively (not on the thread pool), and each is counted once, outcome and all."""
+    bucket = moto_server.create_bucket()
+    inner = moto_server.store(bucket, async_io="native")
+    metrics = Metrics()
+    counted = CountingStore(inner, "s3", metrics)
+    assert CountingStore(MemoryStore(), "mem", Metrics())._call_async("read", "k") is None
+    assert counted._call_async("delete", "k", '"0"') is None  # left to boto3 by the store
+
+    async def native(op: str, *args: Any) -> Any:
+        pending = counted._call_async(op, *args)
+        assert pending is not None, op
+        return await pending
+
+    async def calls() -> None:
+        assert await native("read", "k") is None
+        version = await native("create", "k", b"1")
+        with pytest.raises(ConditionFailed):
+            await native("create", "k", b"2")
+        await native("replace", "k", b"3", version)
+
+    try:
+        asyncio.run(calls())
+    finally:
+        inner.close()
+        moto_server.remove_bucket(bucket)
+    samples = parse(metrics.render())
+
+    def count(kind: str, outcome: str) -> float:
+        return value(
+            samples, "prioritylock_store_requests_total", store="s3", kind=kind, outcome=outcome
+        )
+
+    assert count("read", "not-found") == 1
+    assert count("create", "ok") == 1
+    assert count("create", "condition-failed") == 1
+    assert count("replace", "ok") == 1
+    assert requests(samples) == 4
+    assert inner.stats.total == 4
+
+
 # -- alpha1 in process, on a fake clock --------------------------------------------------------
 
 
