@@ -195,9 +195,7 @@ def test_counting_store_counts_each_kind_and_outcome() -> None:
     samples = parse(metrics.render())
 
     def count(kind: str, outcome: str) -> float:
-        return value(
-            samples, "prioritylock_store_requests_total", store="locks", kind=kind, outcome=outcome
-        )
+        return store_requests(samples, "locks", kind, outcome)
 
     assert count("read", "not-found") == 1
     assert count("read", "ok") == 2
@@ -208,6 +206,12 @@ def test_counting_store_counts_each_kind_and_outcome() -> None:
     assert count("list", "ok") == 1
     assert count("delete", "ok") == 1
     assert requests(samples) == 9
+
+
+def store_requests(samples: Any, store: str, kind: str, outcome: str) -> float:
+    return value(
+        samples, "prioritylock_store_requests_total", store=store, kind=kind, outcome=outcome
+    )
 
 
 class Failing(DelegatingStore):
@@ -273,9 +277,7 @@ def test_a_counted_s3_store_keeps_the_native_path_and_counts_it(moto_server: S3S
     samples = parse(metrics.render())
 
     def count(kind: str, outcome: str) -> float:
-        return value(
-            samples, "prioritylock_store_requests_total", store="s3", kind=kind, outcome=outcome
-        )
+        return store_requests(samples, "s3", kind, outcome)
 
     assert count("read", "not-found") == 1
     assert count("create", "ok") == 1
