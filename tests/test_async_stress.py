@@ -270,7 +270,7 @@ def test_the_loop_never_stalls_while_a_thousand_leases_renew_on_moto(
     the loop stalled 23-29 ms here: boto3's CPU in the pool threads, holding the GIL, and the
     garbage collector's pauses over its allocations (benchmarks/loop_lag.py)."""
     factory: StoreFactory = request.getfixturevalue("s3_moto_store_factory")
-    leases, windows, window, renew = 1000, 3, 6.5, 6.0
+    leases, windows, window, renew = 1000, 2, 6.5, 6.0
     store = factory()
     assert isinstance(store, S3Store) and store._native_io() is not None, "no native S3 path"
     try:

@@ -21,7 +21,7 @@ pytest.importorskip("moto")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "loop_lag.py"
-LEASES, INTERVAL, WINDOWS, WINDOW = 20, 1.0, 2, 1.0
+LEASES, INTERVAL, WINDOWS, WINDOW = 20, 1.0, 1, 1.0
 
 
 @pytest.mark.slow
@@ -29,8 +29,8 @@ LEASES, INTERVAL, WINDOWS, WINDOW = 20, 1.0, 2, 1.0
 @pytest.mark.skipif(not selected_kinds(["s3-moto"]), reason="moto not selected")
 def test_every_variant_probes_the_loop_under_its_traffic(tmp_path: Path) -> None:
     out = tmp_path / "lag.json"
-    # The library's lease variants both ways, a control, and the raw traffic from elsewhere.
-    variants = ["native", "pool32", "sleepy", "idle"]
+    # The library's lease variants both ways, and the raw traffic sent from another process.
+    variants = ["native", "pool32", "idle"]
     args = ["--rounds", "1", "--leases", str(LEASES), "--interval", str(INTERVAL)]
     args += ["--windows", str(WINDOWS), "--window", str(WINDOW), "--variants", ",".join(variants)]
     done = subprocess.run(

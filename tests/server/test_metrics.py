@@ -283,7 +283,7 @@ def test_a_counted_s3_store_keeps_the_native_path_and_counts_it(moto_server: S3S
     assert count("create", "ok") == 1
     assert count("create", "condition-failed") == 1
     assert count("replace", "ok") == 1
-    assert requests(samples) == 4
+    assert requests(samples, "s3") == 4
     assert inner.stats.total == 4
 
 
