@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from _harness import T
 
@@ -49,6 +50,21 @@ class StoreTimer(DelegatingStore):
             if self.recording:
                 with self._mutex:
                     self.durations_s.append(elapsed / 1e9)
+
+    def _call_async(self, op: str, *args: Any) -> Awaitable[Any] | None:
+        """The inner store's native async call (as ``AsyncLock`` would make it), timed."""
+        entry = getattr(self.inner, "_call_async", None)
+        pending = entry(op, *args) if callable(entry) else None
+        return None if pending is None else self._timed(pending)
+
+    async def _timed(self, pending: Awaitable[T]) -> T:
+        t0 = time.perf_counter_ns()
+        try:
+            return await pending
+        finally:
+            if self.recording:
+                with self._mutex:
+                    self.durations_s.append((time.perf_counter_ns() - t0) / 1e9)
 
 
 # -- per-client request tally ----------------------------------------------------------------------

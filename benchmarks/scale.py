@@ -486,7 +486,10 @@ async def _measure_async(
         leases=leases,
         keys=[lock.key for lock in locks],
         config=locks[0].config,
-        workers=(
+        # -1: the store's native async client (S3 on obstore), the pool only for the rest.
+        workers=-1
+        if _native(store)
+        else (
             0
             if isinstance(store, MemoryStore)
             else NETWORK_WORKERS
@@ -565,6 +568,13 @@ def _profile_summary(profiles: Sequence[cProfile.Profile]) -> dict[str, Any]:
 
 
 # -- stores ------------------------------------------------------------------------------------
+
+
+def _native(store: ObjectStore) -> bool:
+    """Whether an AsyncLock sends this store's reads and writes on a native async client."""
+    inner = getattr(store, "inner", store)  # under the StoreTimer
+    made = getattr(inner, "_native_io", None)
+    return callable(made) and made() is not None
 
 
 @contextlib.contextmanager
@@ -656,7 +666,13 @@ def render(store: str, seconds: float, rows: Sequence[dict[str, Any]], facts: An
     }[mode]
     driver = (
         "AsyncLock leases, one event loop's scheduler, store calls "
-        + ("inline on the loop" if workers == 0 else f"on the {workers}-thread I/O pool")
+        + (
+            "inline on the loop"
+            if workers == 0
+            else "on the store's native async client (obstore)"
+            if workers < 0
+            else f"on the {workers}-thread I/O pool"
+        )
         if aio
         else f"{workers} heartbeat workers"
     )
