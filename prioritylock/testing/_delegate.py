@@ -42,6 +42,10 @@ class DelegatingStore:
     behaves as on the store. ``read_if_changed`` is always offered (the inner store's, or a read
     and a comparison: one request either way); ``replace_unsynced`` only when the inner store
     has it (:class:`~prioritylock.stores.UnsyncedWriter`), so the lock syncs what it would sync.
+
+    An :class:`~prioritylock.AsyncLock` on a wrapper makes every request through ``_forward``, on
+    its thread pool, even where the inner store has a native async client (S3 with obstore):
+    ``_forward`` is synchronous, so a request can't pass through it without a thread.
     """
 
     def __new__(cls, inner: ObjectStore, *args: Any, **kwargs: Any) -> DelegatingStore:
