@@ -121,6 +121,9 @@ class NativeIO(Protocol):
 
     errors: tuple[type[Exception], ...]
 
+    def cleaned(self, exc: Exception) -> Exception:
+        """What to chain our error to instead of ``exc`` (which may say too much)."""
+
     async def fetch(self, key: str, name: str, known: str | None) -> ReadResult:
         """:meth:`CloudStore._fetch` of object ``name``, awaited."""
 
@@ -343,13 +346,16 @@ class CloudStore(abc.ABC):
         try:
             result = await send
         except native.errors as exc:
-            raise self._failed(op, key, exc) from exc
+            failed, cause = self._failed(op, key, exc), native.cleaned(exc)
         except PriorityLockError as error:
             self._said(op, key, error)
             raise
-        if said:
-            self._said(op, key, result)
-        return result
+        else:
+            if said:
+                self._said(op, key, result)
+            return result
+        # Raised here, outside the handler, so that obstore's error is not kept as the context.
+        raise failed from cause
 
     @contextlib.contextmanager
     def _counting(self, kind: str) -> Iterator[None]:

@@ -73,6 +73,7 @@ from prioritylock.stores._cloud import (
     parse_store_url,
     validate_endpoint,
 )
+from prioritylock.stores._log import log
 
 __all__ = ["S3Store", "store_from_url"]
 
@@ -121,11 +122,13 @@ class S3Store(CloudStore):
     exactly one attempt per request and never retries: the lock layer retries and reconciles.
 
     ``async_io`` says how an :class:`~prioritylock.AsyncLock` sends the reads, creates and
-    replaces it repeats: ``"native"`` through obstore's async client (configured from the same
-    options and the credentials boto3 resolved; ``ConfigError`` if obstore is missing),
-    ``"threads"`` through boto3 on a thread pool, ``"auto"`` (the default) native if obstore is
-    installed. Deletes and lists always go through boto3, and so does everything with a
-    ``client`` passed in.
+    replaces it repeats: ``"native"`` through obstore's async client (configured from the boto3
+    client's endpoint, region, addressing, timeouts, CA bundle and resolved credentials;
+    ``ConfigError`` where it can't be used), ``"threads"`` through boto3 on a thread pool,
+    ``"auto"`` (the default) native where it can be used: obstore is installed, and boto3 does
+    nothing obstore wouldn't (follow region redirects on AWS with no region configured, or use
+    acceleration, dual-stack or FIPS endpoints, or proxies). Deletes and lists always go
+    through boto3, and so does everything with a ``client`` passed in.
 
     Every request attempt counts in :attr:`stats`.
 
@@ -204,6 +207,7 @@ class S3Store(CloudStore):
             raise ConfigError(
                 "S3 async_io='native' needs the store to make its own client, not client="
             )
+        seen: dict[str, Any] = {}
         self._take_client(
             client,
             given,
@@ -216,6 +220,7 @@ class S3Store(CloudStore):
                 aws_secret_access_key=aws_secret_access_key,
                 aws_session_token=aws_session_token,
                 timeouts=self._timeouts,
+                seen=seen,
             ),
         )
         self._native_lock = threading.Lock()
@@ -229,9 +234,14 @@ class S3Store(CloudStore):
                 "endpoint": endpoint_url,
                 "addressing": addressing_style,
                 "required": async_io == "native",
+                **seen,
             }
             if async_io == "native":
-                self._make_native()  # now, so that a missing obstore is a ConfigError here
+                try:
+                    self._make_native()  # now, so that what stops it is a ConfigError here
+                except ConfigError:
+                    self._client.close()
+                    raise
         self._endpoint = _redact_endpoint(str(getattr(self._client.meta, "endpoint_url", "")))
         # One count per attempt: request-created fires once per attempt, retries included.
         self._handler_id = f"prioritylock-s3-stats-{id(self)}"
@@ -250,7 +260,8 @@ class S3Store(CloudStore):
 
     def close(self) -> None:
         """Close the client's connections if this store made the client; safe to call twice."""
-        self._native = self._native_from = None
+        with self._native_lock:
+            self._native = self._native_from = None
         self._client.meta.events.unregister(
             "request-created.s3", self._count_attempt, unique_id=self._handler_id
         )
@@ -310,41 +321,85 @@ class S3Store(CloudStore):
 
     def _make_native(self) -> None:
         """Make the native client from the settings in ``_native_from`` (hold ``_native_lock``,
-        or be the constructor); a store that can't have one keeps the thread pool.
+        or be the constructor), or leave the store on the thread pool: where obstore is not
+        installed, boto3 found no credentials, or boto3 is configured in a way obstore would
+        not follow (:func:`_boto3_only`).
 
-        :raises ConfigError: ``async_io="native"`` and obstore is not installed.
+        :raises ConfigError: ``async_io="native"`` and the store can't have a native client.
         """
         settings = self._native_from
         assert settings is not None
         self._native_from = None
+        required = settings["required"]
         try:
             from prioritylock.stores import _s3_native
         except ImportError as exc:
-            if settings["required"]:
+            if required:
                 raise ConfigError(
                     "S3 async_io='native' needs obstore: pip install 'prioritylock[s3]'"
                 ) from exc
             return
         # What the boto3 client resolved when it was made (keys given, or its default chain).
         credentials = self._client._get_credentials()
-        if credentials is None:
-            return  # none found: the sync client's request says so, in our words
-        meta = self._client.meta
-        endpoint = settings["endpoint"]
-        if endpoint is None and not _is_aws(str(meta.endpoint_url)):
-            endpoint = str(meta.endpoint_url)  # from the profile or AWS_ENDPOINT_URL
-        addressing = settings["addressing"]
-        self._native = _s3_native.ObstoreS3(
-            self._holder,
-            no_version=self._no_version,
-            endpoint=endpoint,
-            region=str(meta.region_name or "us-east-1"),
-            virtual=addressing == "virtual" or (addressing in (None, "auto") and endpoint is None),
-            credentials=credentials,
-            timeouts=self._timeouts,
+        reason = _boto3_only(self._client, settings)
+        if reason is None and credentials is None:
+            reason = "boto3 found no credentials"
+        if reason is not None:
+            if required:
+                raise ConfigError(f"S3 async_io='native' can't be used here: {reason}")
+            log.debug("%r: AsyncLock requests go through boto3 threads: %s", self, reason)
+            return
+        endpoint = settings["endpoint"] or str(self._client.meta.endpoint_url)
+        addressing = settings["addressing"] or (self._client.meta.config.s3 or {}).get(
+            "addressing_style"
         )
+        on_aws = _is_aws(endpoint)
+        roots = None
+        if settings.get("ca_bundle") and endpoint.startswith("https://"):
+            try:
+                with open(settings["ca_bundle"], "rb") as bundle:
+                    roots = bundle.read()
+            except OSError as exc:
+                reason = f"boto3's CA bundle can't be read ({type(exc).__name__})"
+                if required:
+                    raise ConfigError(
+                        f"S3 async_io='native' can't be used here: {reason}"
+                    ) from None
+                log.debug("%r: AsyncLock requests go through boto3 threads: %s", self, reason)
+                return
+        try:
+            native = _s3_native.ObstoreS3(
+                self._holder,
+                no_version=self._no_version,
+                endpoint=endpoint,
+                region=str(self._client.meta.region_name or "us-east-1"),
+                virtual=addressing == "virtual"
+                or (
+                    addressing in (None, "auto")
+                    and on_aws
+                    and _DNS_BUCKET.match(self._holder) is not None
+                ),
+                credentials=credentials,
+                timeouts=self._timeouts,
+                roots=roots,
+            )
+        except _s3_native.ERRORS as exc:  # obstore refused its configuration
+            if required:
+                raise ConfigError(
+                    f"S3 async_io='native': obstore refused the configuration"
+                    f" ({type(exc).__name__})"
+                ) from None
+            log.warning(
+                "%r: obstore refused the configuration (%s); AsyncLock requests go through"
+                " boto3 threads",
+                self,
+                type(exc).__name__,
+            )
+            return
+        # The translation first: another thread may see _native as soon as it is set.
         self._native_errors = _s3_native.ERRORS
         self._failure = _s3_native.failure
+        self._native = native
 
     # -- the rest ------------------------------------------------------------------------------
 
@@ -507,6 +562,28 @@ def _no_failure(exc: Exception) -> Any:
     raise AssertionError("no native client") from exc
 
 
+# A bucket name that can be the first label of a TLS host name (no dots): virtual-hosted on AWS.
+_DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+
+
+def _boto3_only(client: Any, seen: dict[str, Any]) -> str | None:
+    """Why the boto3 ``client`` sends its requests in a way obstore would not (so an AsyncLock
+    must use boto3 on threads), or ``None``."""
+    config = client.meta.config
+    s3 = config.s3 or {}
+    if s3.get("use_accelerate_endpoint"):
+        return "boto3 uses S3 Transfer Acceleration"
+    if s3.get("use_dualstack_endpoint") or getattr(config, "use_dualstack_endpoint", None):
+        return "boto3 uses dual-stack endpoints"
+    if getattr(config, "use_fips_endpoint", None):
+        return "boto3 uses FIPS endpoints"
+    if config.proxies:
+        return "boto3 has proxies configured"
+    if _is_aws(str(client.meta.endpoint_url)) and not seen.get("region"):
+        return "no region is configured, and boto3 follows S3's redirects to the bucket's region"
+    return None
+
+
 def _is_aws(endpoint: str) -> bool:
     host = urllib.parse.urlsplit(endpoint).hostname or ""
     return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
@@ -549,8 +626,11 @@ def _make_client(
     aws_secret_access_key: str | None,
     aws_session_token: str | None,
     timeouts: tuple[float, float],
+    seen: dict[str, Any] | None = None,
 ) -> Any:
-    """A boto3 (botocore) S3 client that makes one attempt per request.
+    """A boto3 (botocore) S3 client that makes one attempt per request; ``seen`` (if given)
+    gets what the AWS configuration set that the client doesn't show: ``region`` and
+    ``ca_bundle`` (each ``None`` if not set).
 
     :raises ConfigError: an invalid option, endpoint or an unknown profile.
     """
@@ -581,7 +661,11 @@ def _make_client(
     )
     try:
         with _client_lock:
-            return _new_session(profile).create_client(
+            session = _new_session(profile)
+            if seen is not None:
+                seen["region"] = region or session.get_config_variable("region")
+                seen["ca_bundle"] = session.get_config_variable("ca_bundle")
+            return session.create_client(
                 "s3",
                 endpoint_url=endpoint_url,
                 region_name=region,

@@ -33,7 +33,7 @@ from prioritylock.stores._base import NOT_MODIFIED, ReadResult, Versioned
 if TYPE_CHECKING:
     from obstore.store import S3Credential
 
-__all__ = ["ObstoreS3", "Failure", "failure"]
+__all__ = ["ERRORS", "Failure", "NativeError", "ObstoreS3", "cleaned", "failure"]
 
 #: What the native client raises for a failed request.
 ERRORS: tuple[type[Exception], ...] = (obstore.exceptions.BaseError, FileNotFoundError)
@@ -67,16 +67,21 @@ class ObstoreS3:
 
     errors = ERRORS
 
+    @staticmethod
+    def cleaned(exc: Exception) -> Exception:
+        return cleaned(exc)
+
     def __init__(
         self,
         bucket: str,
         *,
         no_version: Callable[[str, str, str], Exception],
-        endpoint: str | None,
+        endpoint: str,
         region: str,
         virtual: bool,
         credentials: Any,
         timeouts: tuple[float, float],
+        roots: bytes | None = None,
     ) -> None:
         self._no_version = no_version
         connect, read = timeouts
@@ -86,11 +91,27 @@ class ObstoreS3:
             "timeout": datetime.timedelta(seconds=connect + read),
             "user_agent": "prioritylock",
         }
-        config: dict[str, Any] = {"region": region, "virtual_hosted_style_request": virtual}
-        if endpoint is not None:
-            if endpoint.startswith("http://"):
-                options["allow_http"] = True
-            config["endpoint"] = _with_bucket(endpoint, bucket) if virtual else endpoint
+        if endpoint.startswith("http://"):
+            options["allow_http"] = True
+        if roots is not None:
+            # boto3's CA bundle (AWS_CA_BUNDLE, ca_bundle in the profile); obstore trusts it on
+            # top of the system's roots.
+            options["root_certificate"] = roots
+        where = _with_bucket(endpoint, bucket) if virtual else endpoint
+        # Every setting that obstore would otherwise take from AWS_* environment variables that
+        # boto3 ignores (or reads differently), pinned to what the boto3 client does: the two
+        # clients of one store must reach the same bucket, with the same identity.
+        config: dict[str, Any] = {
+            "endpoint": where,
+            "aws_endpoint_url_s3": where,
+            "region": region,
+            "virtual_hosted_style_request": virtual,
+            "skip_signature": False,
+            "unsigned_payload": False,
+            "request_payer": False,
+            "s3_express": False,
+            "conditional_put": "etag",
+        }
         self._store = obstore.store.S3Store(
             bucket,
             config=config,  # type: ignore[arg-type]
@@ -107,8 +128,8 @@ class ObstoreS3:
             result = await obstore.get_async(self._store, name, options=options)  # type: ignore[arg-type]
             data = bytes(await result.bytes_async())
         except (obstore.exceptions.NotFoundError, FileNotFoundError) as exc:
-            if failure(exc).code not in ("", "NoSuchKey"):
-                raise  # the bucket, say: not an absent object
+            if failure(exc).code != "NoSuchKey":
+                raise  # the bucket, a proxy's page: not an absent object
             return None
         except obstore.exceptions.NotModifiedError:
             if known is None:
@@ -152,8 +173,9 @@ def failure(exc: Exception) -> Failure:
     """Read an obstore error: the status and S3 code of an answer, else what kind of failure."""
     text = str(exc)
     status = _STATUS.search(text)
-    code = _CODE.search(text)
     if status is not None:
+        # The code from the answer's body, after the status (not from the object's path before).
+        code = _CODE.search(text, status.end())
         return Failure("answered", int(status.group(1)), code.group(1) if code else "")
     if isinstance(exc, obstore.exceptions.UnauthenticatedError):
         return Failure("credentials")  # our provider failed: no request was sent
@@ -161,6 +183,19 @@ def failure(exc: Exception) -> Failure:
     if kind is not None:
         return Failure("unsent" if kind.group(1) == "Connect" else "lost")
     return Failure("other")
+
+
+class NativeError(Exception):
+    """What a failed native request is chained to instead of obstore's own error, whose message
+    carries the whole answer: on a refused signature AWS echoes the canonical request, session
+    token included. This keeps the class, the status and the S3 code, or the transport kind."""
+
+
+def cleaned(exc: Exception) -> NativeError:
+    seen = failure(exc)
+    answer = f"HTTP {seen.status} {seen.code}".rstrip()
+    said = answer if seen.status else f"no answer ({seen.kind})"
+    return NativeError(f"obstore {type(exc).__name__}: {said}")
 
 
 def _quoted(etag: str) -> str:

@@ -27,6 +27,7 @@ from prioritylock import (
     LockBuilder,
     PriorityLockError,
     StoreAccessError,
+    StoreError,
     StoreUnavailable,
 )
 from prioritylock.stores import ObjectStore, ReadResult, Versioned, open_store
@@ -141,6 +142,7 @@ class _Stub:
 
     def __init__(self) -> None:
         self.status, self.code = 503, "SlowDown"
+        self.body: bytes | None = None  # instead of the S3 error document
         self.mode = "answer"  # or "hang", "close"
         self.requests = 0
         self.release = threading.Event()
@@ -161,10 +163,12 @@ class _Stub:
                 if stub.mode == "close":
                     self.close_connection = True
                     return
-                body = (
-                    f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{stub.code}</Code>'
-                    "<Message>canned by the test</Message></Error>"
-                ).encode()
+                body = stub.body
+                if body is None:
+                    body = (
+                        f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{stub.code}</Code>'
+                        "<Message>canned by the test</Message></Error>"
+                    ).encode()
                 self.send_response(stub.status)
                 self.send_header("Content-Type", "application/xml")
                 self.send_header("Content-Length", str(len(body)))
@@ -289,6 +293,126 @@ def test_a_missing_object_and_a_missing_bucket_are_told_apart(stub: _Stub) -> No
             native.read("doc")
     finally:
         native.close()
+
+
+@pytest.mark.parametrize(
+    "body", [b"<html><body>Not Found</body></html>", b""], ids=["html", "empty"]
+)
+def test_a_404_that_is_not_s3s_is_an_error_not_an_absent_object(stub: _Stub, body: bytes) -> None:
+    """A proxy's or a wrong path's 404 has no NoSuchKey: reading it as "absent" would tell a
+    waiter the lease is gone."""
+    stub.mode, stub.status, stub.body = "answer", 404, body
+    try:
+        sync, native = _stub_store(stub.endpoint, "threads"), _stub_store(stub.endpoint, "native")
+        try:
+            expected = _attempt(sync, "read")
+            got = _attempt(NativePath(native), "read")
+        finally:
+            sync.close()
+            native.close()
+    finally:
+        stub.body = None
+    assert type(got) is type(expected) is StoreError, (got, expected)
+    assert "HTTP 404" in str(got)
+
+
+def test_an_echoed_session_token_is_never_said(
+    stub: _Stub, caplog: pytest.LogCaptureFixture
+) -> None:
+    """AWS answers a refused signature with the canonical request, session token included;
+    obstore's error carries the whole answer. Ours is chained to a summary instead."""
+    token = "plk-token-" + uuid.uuid4().hex
+    stub.mode, stub.status = "answer", 403
+    stub.body = (
+        "<Error><Code>SignatureDoesNotMatch</Code><Message>no</Message><CanonicalRequest>GET\n"
+        f"/plk-stub/locks/doc\n\nhost:127.0.0.1\nx-amz-security-token:{token}\n"
+        "</CanonicalRequest></Error>"
+    ).encode()
+    caplog.set_level(logging.DEBUG)
+    native = NativePath(_stub_store(stub.endpoint, "native", aws_session_token=token))
+    try:
+        for op in NATIVE_OPS:
+            error = _attempt(native, op)
+            assert isinstance(error, StoreAccessError), repr(error)
+            said = _everything_said(error) + repr(error.__context__)
+            assert "SignatureDoesNotMatch" in said
+            assert token not in said
+        assert token not in caplog.text
+    finally:
+        stub.body = None
+        native.close()
+
+
+@needs_moto
+def test_aws_variables_that_boto3_ignores_change_nothing(
+    moto_server: S3Server, stub: _Stub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """obstore reads AWS_* variables that boto3 doesn't (or reads differently): they must not
+    send the native requests elsewhere, unsigned, or without conditions."""
+    for name in ("AWS_ENDPOINT", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(name, stub.endpoint)  # where nothing succeeds
+    monkeypatch.setenv("AWS_SKIP_SIGNATURE", "true")
+    monkeypatch.setenv("AWS_CONDITIONAL_PUT", "disabled")
+    monkeypatch.setenv("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "true")
+    stub.mode, stub.status, stub.code = "answer", 503, "SlowDown"
+    before = stub.requests
+    bucket = moto_server.create_bucket()
+    native = NativePath(moto_server.store(bucket, async_io="native"))
+    try:
+        first = native.create("doc", b"one")
+        with pytest.raises(ConditionFailed):
+            native.create("doc", b"again")
+        second = native.replace("doc", b"two", first)
+        assert native.read("doc") == Versioned(b"two", second)
+    finally:
+        native.close()
+        moto_server.remove_bucket(bucket)
+    assert stub.requests == before, "a native request went where the environment said"
+
+
+def test_where_boto3_would_behave_otherwise_the_store_keeps_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On AWS without a region boto3 follows S3's redirects to the bucket's region, and obstore
+    would not: the store stays on boto3 ("auto"), or refuses ("native")."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/prioritylock-test")
+    keys = {"aws_access_key_id": "AKIDPLK", "aws_secret_access_key": "plk-secret"}
+    auto = S3Store("plk-bucket", **keys)  # type: ignore[arg-type]
+    try:
+        assert auto._native_io() is None
+    finally:
+        auto.close()
+    with pytest.raises(ConfigError, match="region"):
+        S3Store("plk-bucket", async_io="native", **keys)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("bucket", "addressing", "endpoint"),
+    [
+        ("plk-bucket", None, "https://plk-bucket.s3.eu-west-1.amazonaws.com"),
+        ("plk.dotted", None, "https://s3.eu-west-1.amazonaws.com"),  # TLS can't name it
+        ("plk-bucket", "path", "https://s3.eu-west-1.amazonaws.com"),
+    ],
+)
+def test_aws_addressing_follows_boto3(bucket: str, addressing: str | None, endpoint: str) -> None:
+    store = S3Store(
+        bucket,
+        region="eu-west-1",
+        addressing_style=addressing,
+        aws_access_key_id="AKIDPLK",
+        aws_secret_access_key="plk-secret",
+        async_io="native",
+    )
+    try:
+        native = store._native_io()
+        assert native is not None
+        config = native._store.config  # type: ignore[attr-defined]
+        assert config["endpoint"] == endpoint
+        assert "plk-secret" not in str(config)
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("op", NATIVE_OPS)
