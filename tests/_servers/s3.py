@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests._servers import StoreFactory, emulator, store_factory
+from tests.conftest import selected_kinds
 from tools.emulators import Emulator
 
 if TYPE_CHECKING:
@@ -40,6 +41,11 @@ STORE_PREFIX = "locks/"
 
 _session: Any = None
 _session_lock = threading.Lock()
+
+#: The S3 servers this run tests against ("moto", "seaweedfs"), and marks for tests of one.
+SERVERS = [kind.removeprefix("s3-") for kind in selected_kinds(["s3-moto", "s3-seaweedfs"])]
+needs_moto = pytest.mark.skipif("moto" not in SERVERS, reason="s3-moto not selected")
+needs_seaweedfs = pytest.mark.skipif("seaweedfs" not in SERVERS, reason="s3-seaweedfs not selected")
 
 
 @dataclass(frozen=True)

@@ -38,32 +38,15 @@ from prioritylock.stores import (
     open_store,
 )
 from prioritylock.stores._s3 import S3Store
-from tests._servers.s3 import S3Server
-from tests.conftest import selected_kinds
+from tests._servers.s3 import S3Server, needs_moto, needs_seaweedfs
 
 pytestmark = [pytest.mark.timeout(60)]
 
-SERVERS = [kind.removeprefix("s3-") for kind in selected_kinds(["s3-moto", "s3-seaweedfs"])]
-needs_moto = pytest.mark.skipif("moto" not in SERVERS, reason="s3-moto not selected")
-needs_seaweedfs = pytest.mark.skipif("seaweedfs" not in SERVERS, reason="s3-seaweedfs not selected")
 WRITES = ("create", "replace", "delete")
 OPERATIONS = ("read", "read_if_changed", *WRITES, "list")
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=SERVERS)
-def server(request: pytest.FixtureRequest) -> S3Server:
-    found: S3Server = request.getfixturevalue(f"{request.param}_server")
-    return found
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> Iterator[str]:
-    name = server.create_bucket()
-    yield name
-    server.remove_bucket(name)
 
 
 @pytest.fixture

@@ -34,15 +34,11 @@ from prioritylock.stores import ObjectStore, ReadResult, Versioned, open_store
 from prioritylock.stores._s3 import S3Store
 from prioritylock.testing import StoreContract
 from tests._helpers.fault_proxy import FaultPlan, FaultProxy
-from tests._servers.s3 import S3Server
-from tests.conftest import selected_kinds
+from tests._servers.s3 import S3Server, needs_moto, needs_seaweedfs
 from tests.lock.drivers import LOOP
 
 pytestmark = [pytest.mark.timeout(60)]
 
-SERVERS = [kind.removeprefix("s3-") for kind in selected_kinds(["s3-moto", "s3-seaweedfs"])]
-needs_moto = pytest.mark.skipif("moto" not in SERVERS, reason="s3-moto not selected")
-needs_seaweedfs = pytest.mark.skipif("seaweedfs" not in SERVERS, reason="s3-seaweedfs not selected")
 NATIVE_OPS = ("read", "read_if_changed", "create", "replace")
 WRITES = ("create", "replace")
 
@@ -104,19 +100,6 @@ class NativePath:
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=SERVERS)
-def server(request: pytest.FixtureRequest) -> S3Server:
-    found: S3Server = request.getfixturevalue(f"{request.param}_server")
-    return found
-
-
-@pytest.fixture
-def bucket(server: S3Server) -> Iterator[str]:
-    name = server.create_bucket()
-    yield name
-    server.remove_bucket(name)
 
 
 class TestNativeContract(StoreContract):

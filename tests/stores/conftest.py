@@ -1,0 +1,24 @@
+"""The S3 servers' fixtures shared by the S3 store tests (``test_s3.py``, ``test_s3_native.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests._servers.s3 import SERVERS, S3Server
+
+
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> S3Server:
+    """Each selected S3 server (moto, SeaweedFS) in turn."""
+    found: S3Server = request.getfixturevalue(f"{request.param}_server")
+    return found
+
+
+@pytest.fixture
+def bucket(server: S3Server) -> Iterator[str]:
+    """A fresh bucket on ``server``, removed afterwards."""
+    name = server.create_bucket()
+    yield name
+    server.remove_bucket(name)
