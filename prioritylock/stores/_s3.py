@@ -36,6 +36,7 @@ appear in an error message or a ``repr``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 import urllib.parse
@@ -333,11 +334,8 @@ class S3Store(CloudStore):
         required = settings["required"]
         try:
             from prioritylock.stores import _s3_native
-        except ImportError as exc:
-            if required:
-                raise ConfigError(
-                    "S3 async_io='native' needs obstore: pip install 'prioritylock[s3]'"
-                ) from exc
+        except ImportError:
+            self._no_native(required, "obstore is not installed: pip install 'prioritylock[s3]'")
             return
         # What the boto3 client resolved when it was made (keys given, or its default chain).
         credentials = self._client._get_credentials()
@@ -345,9 +343,7 @@ class S3Store(CloudStore):
         if reason is None and credentials is None:
             reason = "boto3 found no credentials"
         if reason is not None:
-            if required:
-                raise ConfigError(f"S3 async_io='native' can't be used here: {reason}")
-            log.debug("%r: AsyncLock requests go through boto3 threads: %s", self, reason)
+            self._no_native(required, reason)
             return
         endpoint = settings["endpoint"] or str(self._client.meta.endpoint_url)
         addressing = settings["addressing"] or (self._client.meta.config.s3 or {}).get(
@@ -360,12 +356,7 @@ class S3Store(CloudStore):
                 with open(settings["ca_bundle"], "rb") as bundle:
                     roots = bundle.read()
             except OSError as exc:
-                reason = f"boto3's CA bundle can't be read ({type(exc).__name__})"
-                if required:
-                    raise ConfigError(
-                        f"S3 async_io='native' can't be used here: {reason}"
-                    ) from None
-                log.debug("%r: AsyncLock requests go through boto3 threads: %s", self, reason)
+                self._no_native(required, f"boto3's CA bundle can't be read ({type(exc).__name__})")
                 return
         try:
             native = _s3_native.ObstoreS3(
@@ -383,23 +374,23 @@ class S3Store(CloudStore):
                 timeouts=self._timeouts,
                 roots=roots,
             )
-        except _s3_native.ERRORS as exc:  # obstore refused its configuration
-            if required:
-                raise ConfigError(
-                    f"S3 async_io='native': obstore refused the configuration"
-                    f" ({type(exc).__name__})"
-                ) from None
-            log.warning(
-                "%r: obstore refused the configuration (%s); AsyncLock requests go through"
-                " boto3 threads",
-                self,
-                type(exc).__name__,
-            )
+        except _s3_native.ERRORS as exc:
+            reason = f"obstore refused the configuration ({type(exc).__name__})"
+            self._no_native(required, reason, level=logging.WARNING)
             return
         # The translation first: another thread may see _native as soon as it is set.
         self._native_errors = _s3_native.ERRORS
         self._failure = _s3_native.failure
         self._native = native
+
+    def _no_native(self, required: bool, reason: str, *, level: int = logging.DEBUG) -> None:
+        """The store stays on boto3 threads for ``reason``.
+
+        :raises ConfigError: ``required`` (``async_io="native"``), saying why.
+        """
+        if required:
+            raise ConfigError(f"S3 async_io='native' can't be used here: {reason}")
+        log.log(level, "%r: AsyncLock requests go through boto3 threads: %s", self, reason)
 
     # -- the rest ------------------------------------------------------------------------------
 
