@@ -1,8 +1,11 @@
 """The asyncio lock: the same flows as ``Lock`` (``_flows``), awaited on an event loop.
 
-Store I/O never blocks the loop: an in-process store (memory) is called inline; a store that
+Everything that does no I/O is in ``_driver.LockBase``, shared with ``Lock``; this module keeps
+what the loop does. Store I/O never blocks the loop: how a lock calls its store is chosen once,
+when it is built (a :class:`Route`): an in-process store (memory) is called inline; a store that
 can tell beforehand that a call won't wait (LocalStore: no lock held by another, no sync) makes
-that call on the loop; every other call goes to a bounded thread pool shared by the process (32
+that call on the loop; a store with a native async client makes its calls there; every other call
+goes to a bounded thread pool shared by the process (32
 threads for network stores, 4 for a store on this machine's disk), through the sync stores:
 contract-tested on every server, with the same request budget. One ``AsyncScheduler`` per loop
 renews and watches every lease held in it. Listeners may be plain or ``async def``: coroutines
@@ -21,35 +24,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar
 
 from prioritylock import _flows as flows
-from prioritylock import _lock, signals
-from prioritylock._ascheduler import AsyncScheduler, loop_scheduler
+from prioritylock import signals
+from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTask, loop_scheduler
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
-from prioritylock._errors import (
-    ConfigError,
-    LockCancelled,
-    LockHeld,
-    LockLost,
-    LockTimeout,
-    NotLockOwner,
+from prioritylock._driver import (
+    FlowRun,
+    LockBase,
+    News,
+    StoreCall,
+    T,
+    cleanup_notice,
+    log,
+    send,
 )
+from prioritylock._errors import NotLockOwner
 from prioritylock._info import LockInfo
-from prioritylock._lease import Lease, new_lock_id
+from prioritylock._lease import new_lock_id
+from prioritylock._wake import NOTICES, LoopWaiter, Waiter
 from prioritylock.stores._base import WOULD_BLOCK
 
 __all__ = ["AsyncLock"]
-
-log = logging.getLogger("prioritylock")
-
-T = TypeVar("T")
 
 #: Store calls in flight at once across the process: network stores wait on the network, so
 #: many may be in flight; a store on this machine's disk answers in microseconds, and fewer
@@ -90,54 +92,52 @@ def _native_entry(store: object) -> Callable[..., Awaitable[Any] | None] | None:
     return entry if callable(entry) and getattr(entry, "__self__", None) is store else None
 
 
-_LoopEvent = tuple[asyncio.AbstractEventLoop, asyncio.Event]
+class Route:
+    """How an ``AsyncLock`` makes its store calls, chosen once when the lock is built
+    (:func:`route_for`): :meth:`now` makes a call on the loop when the store can tell that it
+    won't wait (``nowait``, LocalStore's quick path), else returns ``WOULD_BLOCK`` having done
+    nothing; :meth:`later` makes it where it may wait: on the store's native async client if it
+    has one for the call (``native``), else on the I/O thread pool."""
+
+    __slots__ = ("_native", "_nowait", "_pool")
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        nowait: Callable[..., object] | None = None,
+        native: Callable[..., Awaitable[Any] | None] | None = None,
+    ) -> None:
+        self._pool, self._nowait, self._native = pool, nowait, native
+
+    def now(self, call: StoreCall) -> Any:
+        return WOULD_BLOCK if self._nowait is None else self._nowait(call.op, *call.args)
+
+    def later(self, call: StoreCall) -> Awaitable[Any]:
+        pending = None if self._native is None else self._native(call.op, *call.args)
+        if pending is not None:
+            return pending
+        return asyncio.get_running_loop().run_in_executor(self._pool, call.fn, *call.args)
 
 
-class _AsyncWakeups:
-    """In-process wakeups for async waiters: a release (sync or async, any thread) sets the
-    events that waiters of the same lock await, each on its own loop."""
+class InlineRoute(Route):
+    """An in-process store (memory): every call inline, in microseconds."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._events: dict[
-            tuple[object, str], list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]
-        ]
-        self._events = {}
+    __slots__ = ()
 
-    def current(self, store: object, key: str) -> asyncio.Event:
-        loop = asyncio.get_running_loop()
-        name = (_lock._namespace(store), key)
-        with self._lock:
-            waiting = self._events.setdefault(name, [])
-            for owner, event in waiting:
-                if owner is loop:
-                    return event
-            event = asyncio.Event()
-            waiting.append((loop, event))
-            return event
-
-    def fire(self, store: object, key: str) -> None:
-        with self._lock:
-            waiting = self._events.pop((_lock._namespace(store), key), None)
-        if not waiting:
-            return
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        for loop, event in waiting:
-            if loop is running:
-                event.set()
-            elif not loop.is_closed():
-                with contextlib.suppress(RuntimeError):  # closed meanwhile
-                    loop.call_soon_threadsafe(event.set)
+    def now(self, call: StoreCall) -> Any:
+        return call()
 
 
-_wakeups = _AsyncWakeups()
-_lock._on_end.append(_wakeups.fire)
+def route_for(config: LockConfig) -> Route:
+    """The route for a lock on ``config``'s store."""
+    store = config.store
+    pool = _io_pool(store.capabilities.shared_across_hosts)
+    if not store.capabilities.shared_across_processes:
+        return InlineRoute(pool)
+    return Route(pool, _nowait_entry(store), _native_entry(store))
 
 
-class AsyncLock:
+class AsyncLock(LockBase):
     """A distributed lock on one lease document, for asyncio. Build it with
     :meth:`LockBuilder.build_async() <prioritylock.LockBuilder.build_async>`.
 
@@ -146,38 +146,19 @@ class AsyncLock:
     use one object per task that contends. Use it from one event loop.
     """
 
+    _kind: ClassVar[str] = "AsyncLock"
+    _who: ClassVar[str] = "task"
+
     def __init__(self, config: LockConfig, *, scheduler: AsyncScheduler | None = None) -> None:
-        self._cfg = config
-        self._store = config.store
-        self._key = config.key
-        self._clock = config.clock
+        super().__init__(config)
         self._fake = isinstance(config.clock, FakeClock)
         self._scheduler = scheduler
-        self._st = _lock.new_state(config)
-        self._inline = self._st.inline
-        self._pool = _io_pool(config.store.capabilities.shared_across_hosts)
-        self._nowait = _nowait_entry(config.store)
-        self._native = _native_entry(config.store)
-        self._seam = _lock.Seam.of(config)
+        self._route = route_for(config)
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
-        self._acquiring = False
-        self._armed: asyncio.Event | None = None
         self._inflight: asyncio.Future[Any] | None = None
-        self._closed = False
-        # What signals and listeners are given as the lock (tests put a synchronous face here).
-        self._sender: Any = self
 
     # -- public API ------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> LockConfig:
-        return self._cfg
-
-    @property
-    def key(self) -> str:
-        """The store key of this lock's lease document."""
-        return self._key
 
     async def try_lock(self) -> bool:
         """Take the lock if that can be done now; return whether this object holds it.
@@ -191,9 +172,7 @@ class AsyncLock:
         :raises CorruptLease: the lease document can't be trusted; it was left untouched.
         :raises StoreError: the store failed past the store timeout.
         """
-        self._check_open()
-        if self.is_current_owner():
-            raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
+        self._check_not_held()
         return await self._acquire(blocking=False, deadline=None)
 
     async def lock(self, timeout: float | None = None) -> None:
@@ -205,15 +184,8 @@ class AsyncLock:
         :raises CorruptLease: the lease document can't be trusted.
         :raises StoreError: the store failed past the store timeout.
         """
-        self._check_open()
-        _lock.check_timeout(timeout)
-        if self.is_current_owner():
-            raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
-        deadline = None if timeout is None else self._clock.monotonic() + float(timeout)
-        if not await self._acquire(blocking=True, deadline=deadline):
-            seen = self._st.seen
-            holder = flows.holder_name(seen.lease if seen is not None else None)
-            raise LockTimeout(f"{self._key!r}: not acquired within {timeout} s (held by {holder})")
+        if not await self._acquire(blocking=True, deadline=self._deadline(timeout)):
+            raise self._timed_out(timeout)
 
     async def renew(self) -> None:
         """Renew the lease now (the scheduler also does this on its own).
@@ -222,8 +194,7 @@ class AsyncLock:
         :raises LockLost: it held the lock and lost it.
         """
         async with self._guard():
-            holding = self._require_holding()
-            await self._run(flows.renew_now(self._st, holding))
+            await self._run(self._renew_flow())
 
     async def unlock(self) -> None:
         """Release the lock; with a higher-priority request pending, pass it to the requestor.
@@ -240,9 +211,8 @@ class AsyncLock:
 
     async def _unlock(self) -> None:
         async with self._guard():
-            holding = self._require_holding()
-            released = await self._run(flows.release(self._st, holding, cleanup_done=False))
-        await self._announce_released(released)
+            outcome = await self._run(self._release_flow())
+        await self._announce(self._released_news(outcome))
 
     async def info(self) -> LockInfo | None:
         """The lease as stored now (one read), or None if the lock was never taken.
@@ -251,35 +221,8 @@ class AsyncLock:
         :raises StoreError: the store failed.
         """
         async with self._guard():
-            seen = await self._run(flows.read(self._st))
-        return None if seen.lease is None else LockInfo.from_lease(seen.lease)
-
-    def is_current_owner(self) -> bool:
-        """Whether this object holds the lock now, judged on its own clock (no request)."""
-        holding = self._st.holding
-        now = self._clock.monotonic()
-        if flows.expired(holding, now):
-            assert holding is not None
-            self._lose(holding, "expired")
-        return flows.believes(holding, now)
-
-    @property
-    def fencing_token(self) -> int:
-        """The fence of the current holding: pass it to the resource you protect.
-
-        :raises NotLockOwner: not held.
-        :raises LockLost: held and lost.
-        """
-        return self._require_holding().fence
-
-    @property
-    def lock_id(self) -> str:
-        """The unguessable id of the current holding, made by the library.
-
-        :raises NotLockOwner: not held.
-        :raises LockLost: held and lost.
-        """
-        return self._require_holding().lock_id
+            found = await self._run(flows.read(self._st))
+        return None if found.lease is None else LockInfo.from_lease(found.lease)
 
     async def force_unlock(
         self,
@@ -297,19 +240,10 @@ class AsyncLock:
         :raises ConditionFailed: a guard is given and the lease shows something else.
         :raises CorruptLease: the document is corrupt and ``overwrite_corrupt`` is false.
         """
-        _lock.check_force_unlock(message, if_fence, if_owner)
+        flow = self._force_unlock_flow(message, by, overwrite_corrupt, if_fence, if_owner)
         async with self._guard():
-            before = await self._run(
-                flows.force_unlock(
-                    self._st,
-                    by=by or self._cfg.owner,
-                    message=message,
-                    overwrite_corrupt=overwrite_corrupt,
-                    if_fence=if_fence,
-                    if_owner=if_owner,
-                )
-            )
-        return None if before is None else LockInfo.from_lease(before)
+            was = await self._run(flow)
+        return LockInfo.from_lease(was) if was is not None else None
 
     async def aclose(self) -> None:
         """Release the lock if held and stop renewing; the object is not used afterwards.
@@ -317,15 +251,8 @@ class AsyncLock:
         A task waiting for the lock with this object (``lock()``) ends with
         :class:`~prioritylock.LockCancelled`, leaving nothing claimed.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._acquiring:
-            _lock.fire_wakeups(self._store, self._key)  # our waiter wakes and sees it closed
-        holding = self._st.holding
-        if holding is not None and not holding.ended and holding.lost is None:
-            with contextlib.suppress(NotLockOwner):
-                await self.unlock()
+        if self._begin_close():
+            await self._unlock_if_held()
 
     def acquire(self, timeout: float | None = None) -> _Acquiring:
         """An async context manager that waits for the lock on entry (as :meth:`lock`) and
@@ -348,20 +275,8 @@ class AsyncLock:
     ) -> None:
         try:
             await self.unlock()
-        except LockLost:
-            if exc is None:
-                raise
-        except Exception:
-            if exc is None:
-                raise
-            log.exception("prioritylock: unlock of %r failed while leaving a with-block", self._key)
-
-    def __repr__(self) -> str:
-        state = "held" if self.is_current_owner() else "not held"
-        return (
-            f"<AsyncLock {self._key!r} owner={self._cfg.owner!r} "
-            f"priority={self._cfg.priority} {state}>"
-        )
+        except Exception as error:
+            self._leaving_with(error, exc)
 
     # -- the driver --------------------------------------------------------------------------------
 
@@ -377,84 +292,37 @@ class AsyncLock:
 
     async def _run(self, flow: flows.Flow[T]) -> T:
         """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go."""
-        value: Any = None
-        error: BaseException | None = None
+        stepper = FlowRun(flow)
         try:
-            while True:
+            while (effect := stepper.next()) is not None:
                 try:
-                    effect = flow.send(value) if error is None else flow.throw(error)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                value = error = None
-                try:
-                    value = await self._perform(effect)
+                    stepper.value = await self._perform(effect)
                 except Exception as exc:
-                    error = exc
+                    stepper.error = exc
         finally:
             flow.close()
+        return stepper.result
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        """A store call: inline for an in-process store; on the loop for a store that can tell
-        beforehand that it won't wait (``_nowait_entry``) and says so; on the store's native
-        async client if it has one for the call (``_native_entry``); else on the I/O pool. If
-        the task is cancelled meanwhile, the call still finishes (``_inflight``) before anything
-        is settled."""
-        if self._inline:
-            return fn(*args)
-        if self._nowait is not None:
-            done = self._nowait(fn.__name__, *args)
-            if done is not WOULD_BLOCK:
-                return done  # type: ignore[return-value]  # what fn returns
-        pending = None if self._native is None else self._native(fn.__name__, *args)
-        future: asyncio.Future[T]
-        if pending is not None:
-            future = asyncio.ensure_future(pending)
-        else:
-            future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+    async def _perform(self, effect: flows.Effect) -> Any:
+        done = self._perform_effect(effect)
+        return await done if isinstance(effect, _AWAITED) else done
+
+    def _store_call(self, call: StoreCall) -> Awaitable[Any]:
+        return self._call(call)
+
+    async def _call(self, call: StoreCall) -> Any:
+        """A store call by the route chosen for this lock. If the task is cancelled meanwhile,
+        the call still finishes (``_inflight``) before anything is settled."""
+        done = self._route.now(call)
+        if done is not WOULD_BLOCK:
+            return done
+        future = asyncio.ensure_future(self._route.later(call))
         self._inflight = future
         try:
             return await asyncio.shield(future)
         finally:
             if future.done():
                 self._inflight = None
-
-    async def _perform(self, effect: object) -> Any:
-        store = self._store
-        key = self._key
-        if effect is flows.NOW:
-            return self._clock.monotonic(), self._clock.time()
-        kind = type(effect)
-        if kind is flows.Put or kind is flows.Read:
-            call, args = _lock.store_call(self._seam, effect)
-            return await self._call(call, *args)
-        if kind is flows.Sleep:
-            await self._sleep(effect.seconds)  # type: ignore[attr-defined]
-        elif effect is flows.ARM:
-            self._armed = _wakeups.current(store, key)
-        elif kind is flows.Pause:
-            return await self._pause(effect.seconds)  # type: ignore[attr-defined]
-        elif kind is flows.Hold:
-            self._hold(effect)  # type: ignore[arg-type]
-        elif kind is flows.Lose:
-            self._lose(effect.holding, effect.reason, force=effect.force)  # type: ignore[attr-defined]
-        elif kind is flows.End:
-            entry = effect.holding.entry  # type: ignore[attr-defined]
-            if entry is not None:
-                self._sched().cancel(entry)
-            _lock.fire_wakeups(store, key)
-        elif kind is flows.Renewed:
-            if signals.renewed.receivers:
-                holding = effect.holding  # type: ignore[attr-defined]
-                _lock._send(signals.renewed, self._sender, fence=holding.fence)
-        elif kind is flows.Cleanup:
-            self._spawn(self._cleanup(effect))  # type: ignore[arg-type]
-        elif kind is flows.Denied:
-            self._notify_denied(effect.lease)  # type: ignore[attr-defined]
-        elif kind is flows.RetryRelease:
-            self._retry_release_later(effect.holding)  # type: ignore[attr-defined]
-        else:  # pragma: no cover - a flow yielded something new
-            raise TypeError(f"unknown effect {effect!r}")
-        return None
 
     async def _sleep(self, seconds: float) -> None:
         if self._fake:
@@ -463,24 +331,28 @@ class AsyncLock:
         else:
             await asyncio.sleep(seconds)
 
+    def _new_waiter(self) -> Waiter:
+        return LoopWaiter(self)
+
     async def _pause(self, seconds: float) -> bool:
-        """Wait between attempts without holding the guard, woken early by a local release.
-        True when the wait is to end (this object was closed)."""
-        wake, self._armed = self._armed, None
+        """Wait between attempts without holding the guard, woken early by a notice (a release
+        in this process). True when the wait is to end (this object was closed)."""
+        wake = self._armed
         if self._closed:
             return True
         guard = self._guard()
         self._guard_held = False
         guard.release()
         try:
-            if wake is None or wake.is_set():
-                await self._sleep(0 if wake is not None else seconds)
+            event = wake.event if isinstance(wake, LoopWaiter) else None
+            if event is None or event.is_set():
+                await self._sleep(0 if event is not None else seconds)
             elif self._fake:
                 await self._sleep(seconds)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), seconds)  # aclose() sets it too
-            self._armed = _wakeups.current(self._store, self._key)
+                    await asyncio.wait_for(event.wait(), seconds)  # aclose() sets it too
+            self._armed = NOTICES.arm(self._store, self._key, LoopWaiter(self))
         finally:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it
             self._guard_held = True
@@ -494,40 +366,33 @@ class AsyncLock:
     # -- acquiring ---------------------------------------------------------------------------------
 
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
-        if self._acquiring:
-            # One lock object is one client: two tasks acquiring with it would share its state.
-            raise LockHeld(
-                f"{self._key!r}: another task is acquiring with this lock object "
-                "(use one lock object per task)"
-            )
-        self._acquiring = True
-        lock_id = new_lock_id()
-        guard = self._guard()
-        try:
-            await guard.acquire()
-            self._guard_held = True
+        with self._acquisition():
+            lock_id = new_lock_id()
+            guard = self._guard()
             try:
-                got = await self._run(
-                    flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
-                )
-            finally:
-                self._armed = None
-                if self._guard_held:
-                    self._guard_held = False
-                    guard.release()
-            if got and self._closed:
-                # Closed while the last write was on its way: never hold on.
-                with contextlib.suppress(NotLockOwner):
-                    await self.unlock()
-                raise LockCancelled(f"{self._key!r}: the wait for the lock was cancelled")
-            if got:
-                await self._announce_acquired()
-        except asyncio.CancelledError:
-            await _shielded(self._abandon(lock_id))
-            raise
-        finally:
-            self._acquiring = False
+                await guard.acquire()
+                self._guard_held = True
+                try:
+                    got = await self._run(self._acquire_flow(lock_id, blocking, deadline))
+                finally:
+                    self._armed = None
+                    if self._guard_held:
+                        self._guard_held = False
+                        guard.release()
+                if got and self._closed:
+                    # Closed while the last write was on its way: never hold on.
+                    await self._unlock_if_held()
+                    raise self._cancelled()
+                if got:
+                    await self._announce(self._acquired_news())
+            except asyncio.CancelledError:
+                await _shielded(self._abandon(lock_id))
+                raise
         return got
+
+    async def _unlock_if_held(self) -> None:
+        with contextlib.suppress(NotLockOwner):
+            await self.unlock()
 
     async def _abandon(self, lock_id: str) -> None:
         """A cancelled acquire: let the store call in flight finish, then release or withdraw
@@ -540,8 +405,8 @@ class AsyncLock:
         async with self._guard():
             holding = self._st.holding
             if holding is not None and holding.lock_id == lock_id and holding.active:
-                released = await self._run(flows.release(self._st, holding, cleanup_done=False))
-                await self._announce_released(released)
+                outcome = await self._run(flows.release(self._st, holding, cleanup_done=False))
+                await self._announce(self._released_news(outcome))
                 return
             try:
                 await self._run(flows.settle_abandoned(self._st, lock_id))
@@ -550,133 +415,64 @@ class AsyncLock:
                     "prioritylock: could not settle the cancelled acquire of %r", self._key
                 )
 
-    def _hold(self, hold: flows.Hold) -> None:
-        holding = hold.holding
-
-        async def beat() -> float | None:
-            async with self._guard():
-                return await self._run(flows.beat(self._st, holding))
-
-        holding.entry = self._sched().schedule(
-            beat, hold.due, f"lease {self._key}", inline=self._inline, tolerance=hold.tolerance
-        )
-
-    async def _announce_acquired(self) -> None:
-        holding = self._st.holding
-        if holding is None or (self._cfg.listener is None and not signals.acquired.receivers):
-            return
-        info = LockInfo.from_lease(holding.lease)
-        _lock._send(signals.acquired, self._sender, info=info, fence=holding.fence)
-        if self._cfg.listener is not None:
-            await _call_listener(self._cfg.listener.on_acquired, self._sender, info)
-
-    def _notify_denied(self, lease: Lease | None) -> None:
-        info = None if lease is None else LockInfo.from_lease(lease)
-        listener = self._cfg.listener
-        self._tell(
-            signals.denied,
-            {"info": info},
-            None if listener is None else listener.on_denied,
-            (self._sender, info),
-        )
-
-    def _tell(
-        self,
-        signal: Any,
-        kwargs: dict[str, Any],
-        method: Callable[..., Any] | None,
-        args: tuple[Any, ...],
-    ) -> None:
-        """Tell receivers and the listener now: plain callables run at once on the loop (they
-        cannot wait on the lock's guard), an ``async def`` listener method as a task."""
-        _lock._send(signal, self._sender, **kwargs)
-        if method is None:
-            return
-        if inspect.iscoroutinefunction(method):
-            self._spawn(_call_listener(method, *args))
-        else:
-            _lock._call_safely(method, *args)
-
     # -- holding -----------------------------------------------------------------------------------
 
-    def _require_holding(self) -> flows.Holding:
-        holding = self._st.holding
-        if holding is not None and not holding.ended:
-            self.is_current_owner()  # notices an expired lease
-        return flows.require_holding(self._key, holding)
+    def _task(self, make: Callable[[], flows.Flow[T]]) -> Callable[[], Awaitable[T]]:
+        async def run() -> T:
+            async with self._guard():
+                return await self._run(make())
+
+        return run
+
+    def _schedule(self, task: AsyncTask, when: float, name: str, **how: Any) -> ScheduledAsyncTask:
+        return self._sched().schedule(task, when, name, **how)
+
+    def _unschedule(self, entry: ScheduledAsyncTask) -> None:
+        self._sched().cancel(entry)
+
+    def _start_cleanup(self, cleanup: flows.Cleanup) -> None:
+        self._spawn(self._cleanup(cleanup))
 
     async def _cleanup(self, cleanup: flows.Cleanup) -> None:
-        holding = cleanup.holding
-        notice = _lock.cleanup_notice(self._sender, cleanup)
-        _lock._send(signals.cleanup_requested, self._sender, notice=notice)
-        listener = self._cfg.listener
-        if listener is not None:
-            method = listener.on_cleanup_notification
-            try:
-                if inspect.iscoroutinefunction(method):
-                    await method(notice)
-                else:  # a plain cleanup may take its time: not on the loop
-                    await asyncio.get_running_loop().run_in_executor(None, method, notice)
-            except asyncio.CancelledError:
-                # The cleanup did not finish: handing over now would pass on a half-cleaned
-                # resource. Keep the lock; the requestor waits out its window (a forceful one
-                # then takes the lock, recorded, and we are told we lost it).
-                log.error(
-                    "prioritylock: cleanup listener of %r was cancelled; not handing over",
-                    self._key,
-                )
-                holding.cleaning = False
-                return
-            except Exception:
-                log.exception(
-                    "prioritylock: cleanup listener of %r raised; handing over", self._key
-                )
-        released = None
-        async with self._guard():
-            try:
-                released = await self._run(flows.after_cleanup(self._st, holding))
-            except Exception:
-                log.exception("prioritylock: handover of %r after cleanup failed", self._key)
-        await self._announce_released(released)
-
-    def _retry_release_later(self, holding: flows.Holding) -> None:
-        log.warning(
-            "prioritylock: release of %r did not land; retrying in the background", self._key
-        )
-
-        async def retry() -> float | None:
-            async with self._guard():
-                return await self._run(flows.background_release(self._st, holding))
-
-        self._sched().schedule(retry, self._clock.monotonic() + 0.5, f"release {self._key}")
-
-    async def _announce_released(self, released: flows.Released | None) -> None:
-        if released is None or (self._cfg.listener is None and not signals.released.receivers):
+        notice = cleanup_notice(self._sender, cleanup)
+        send(signals.cleanup_requested, self._sender, notice=notice)
+        method = None if self._cfg.listener is None else self._cfg.listener.on_cleanup_notification
+        try:
+            if method is None:
+                pass
+            elif inspect.iscoroutinefunction(method):
+                await method(notice)
+            else:  # a plain cleanup may take its time: not on the loop
+                await asyncio.get_running_loop().run_in_executor(None, method, notice)
+        except asyncio.CancelledError:
+            # The cleanup did not finish: handing over now would pass on a half-cleaned
+            # resource. Keep the lock; the requestor waits out its window (a forceful one
+            # then takes the lock, recorded, and we are told we lost it).
+            log.error(
+                "prioritylock: cleanup listener of %r was cancelled; not handing over", self._key
+            )
+            cleanup.holding.cleaning = False
             return
-        info = LockInfo.from_lease(released.lease)
-        _lock._send(signals.released, self._sender, info=info, handed_over=released.handed_over)
-        if self._cfg.listener is not None:
-            await _call_listener(self._cfg.listener.on_released, self._sender)
+        except Exception:
+            self._cleanup_raised()
+        outcome = await self._task(lambda: self._handover_flow(cleanup.holding))()
+        await self._announce(self._released_news(outcome))
 
-    def _lose(self, holding: flows.Holding, reason: str, *, force: bool = False) -> None:
-        """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
-        if not flows.mark_lost(holding, reason, force=force):
-            return
-        if holding.entry is not None:
-            self._sched().cancel(holding.entry)
-        listener = self._cfg.listener
-        info = LockInfo.from_lease(holding.lease)
-        flows.log_lost(self._st, holding, reason)
-        self._tell(
-            signals.lock_lost,
-            {"reason": reason, "info": info},
-            None if listener is None else listener.on_lock_lost,
-            (self._sender, reason),
-        )
+    async def _announce(self, news: News | None) -> None:
+        """Tell now and await the listener (plain or ``async def``)."""
+        if news is not None:
+            news.send(self._sender)
+            if news.method is not None:
+                await _call_listener(news.method, *news.args)
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ConfigError(f"{self._key!r}: this lock object is closed")
+    def _tell(self, news: News) -> None:
+        """Tell receivers and the listener now: plain callables run at once on the loop (they
+        cannot wait on the lock's guard), an ``async def`` listener method as a task."""
+        if news.method is None or not inspect.iscoroutinefunction(news.method):
+            self._tell_now(news)
+        else:
+            news.send(self._sender)
+            self._spawn(_call_listener(news.method, *news.args))
 
 
 class _Acquiring:
@@ -698,6 +494,9 @@ class _Acquiring:
     ) -> None:
         await self._lock.__aexit__(exc_type, exc, tb)
 
+
+#: The effects a driver awaits (the others are done at once, ``LockBase._perform_effect``).
+_AWAITED = (flows.Read, flows.Put, flows.Sleep, flows.Pause)
 
 #: Tasks the library started (listener calls, cleanups): kept referenced until done.
 _background: set[asyncio.Task[None]] = set()

@@ -50,15 +50,19 @@ from prioritylock.stores._base import NOT_MODIFIED, ReadResult, Versioned
 __all__ = [
     "NOW",
     "ARM",
+    "Arm",
     "Backoff",
     "Cleanup",
     "Denied",
+    "Effect",
     "End",
     "Flow",
     "Hold",
     "Holding",
+    "Instant",
     "LockState",
     "Lose",
+    "Now",
     "Pause",
     "Put",
     "Read",
@@ -74,8 +78,8 @@ log = logging.getLogger("prioritylock")
 
 T = TypeVar("T")
 
-#: A flow: yields effects, is sent their results, returns its outcome.
-Flow = Generator[Any, Any, T]
+#: A flow: yields effects (:data:`Effect`), is sent their results, returns its outcome.
+Flow = Generator["Effect", Any, T]
 
 #: Why a holding was lost (a heartbeat that can no longer prove ownership says why in words).
 LossReason = Literal["expired", "preempted", "overridden", "forced", "superseded"]
@@ -116,14 +120,15 @@ class Put:
     unsynced: bool
 
 
-class _Now:
-    """What time is it? Result: ``(monotonic, wall)`` on the lock's clock."""
+class Now:
+    """What time is it? Result: ``(monotonic, wall)`` on the lock's clock (one instance:
+    :data:`NOW`)."""
 
     def __repr__(self) -> str:
         return "NOW"
 
 
-NOW = _Now()
+NOW = Now()
 
 
 @attrs.frozen
@@ -133,14 +138,15 @@ class Sleep:
     seconds: float
 
 
-class _Arm:
-    """Be ready to be woken by a release of this lock in this process (before reading)."""
+class Arm:
+    """Be ready to be woken by a release of this lock in this process (before reading; one
+    instance: :data:`ARM`)."""
 
     def __repr__(self) -> str:
         return "ARM"
 
 
-ARM = _Arm()
+ARM = Arm()
 
 
 @attrs.frozen
@@ -209,6 +215,13 @@ class RetryRelease:
     """A release could not land: run :func:`background_release` until it returns None."""
 
     holding: Holding
+
+
+#: Effects a driver performs at once, without waiting (``_driver.LockBase.perform_now``).
+Instant = Now | Arm | Hold | Lose | End | Cleanup | Denied | Renewed | RetryRelease
+
+#: Every effect a flow may yield: store calls, waits, and the instant ones.
+Effect = Read | Put | Sleep | Pause | Instant
 
 
 # -- state ------------------------------------------------------------------------------------
@@ -472,7 +485,7 @@ def op_deadline(st: LockState) -> Flow[float]:
     return float(mono) + st.store_timeout
 
 
-def retrying(st: LockState, effect: Any, deadline: float) -> Flow[Any]:
+def retrying(st: LockState, effect: Read, deadline: float) -> Flow[Any]:
     """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``.
     One attempt is always made."""
     backoff = Backoff(1.0, start=0.02)

@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import attrs
 
 if TYPE_CHECKING:
-    from prioritylock._alock import AsyncLock
     from prioritylock._info import LockInfo
-    from prioritylock._lock import Lock
 
 #: The lock a listener is called with: a :class:`~prioritylock.Lock` or an
 #: :class:`~prioritylock.AsyncLock`. ``Any``, so that listeners written for either (annotated
@@ -24,13 +22,14 @@ __all__ = ["CleanupNotice", "LockListener"]
 class CleanupNotice:
     """A higher-priority client asks the holder to clean up and hand over.
 
+    :ivar lock: the :class:`~prioritylock.Lock` or :class:`~prioritylock.AsyncLock` asked.
     :ivar deadline: the end of the cleanup window on the lock's clock (``lock.config.clock``;
         :meth:`seconds_left` does the arithmetic). It is counted from before the request could
         have landed, so the requestor waits at least this long.
     :ivar deadline_wall: the same moment as wall-clock seconds, for display.
     """
 
-    lock: Lock | AsyncLock
+    lock: AnyLock
     requestor_owner: str
     requestor_priority: int
     requestor_message: str
@@ -40,7 +39,7 @@ class CleanupNotice:
 
     def seconds_left(self) -> float:
         """How much of the cleanup window is left now (may be negative)."""
-        return self.deadline - self.lock.config.clock.monotonic()
+        return self.deadline - float(self.lock.config.clock.monotonic())
 
 
 class LockListener:

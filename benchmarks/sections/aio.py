@@ -38,6 +38,7 @@ from _harness import (
 )
 
 from prioritylock import AsyncLock, Lock, LockBuilder
+from prioritylock._alock import InlineRoute, Route, _io_pool
 from prioritylock.stores import ObjectStore, open_store
 from sections.handoff import handoff_threads
 
@@ -195,12 +196,12 @@ def _cycle_section(b: Bench, loop: asyncio.AbstractEventLoop) -> tuple[list[list
             on_loop = loop.run_until_complete(
                 build_async(b.builder(store, b.path("async-inline"), "bench"))
             )
-            on_loop._inline = True
+            on_loop._route = InlineRoute(_io_pool(network=False))
             # ... and with every call on the I/O pool, none on the store's quick path.
             on_pool = loop.run_until_complete(
                 build_async(b.builder(store, b.path("async-pool"), "bench"))
             )
-            on_pool._nowait = None
+            on_pool._route = Route(_io_pool(network=False))
             async_locks.extend((on_loop, on_pool))
             for suffix, what, lock in (
                 ("inline", "every call on the loop", on_loop),

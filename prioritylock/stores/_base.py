@@ -11,7 +11,7 @@ import enum
 import functools
 import re
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -20,6 +20,7 @@ from prioritylock._errors import ConfigError
 
 __all__ = [
     "ConditionalReader",
+    "KeyWatcher",
     "MAX_KEY_BYTES",
     "NOT_MODIFIED",
     "NativeAsync",
@@ -303,6 +304,23 @@ class UnsyncedWriter(Protocol):
         on disk: after an OS crash or power loss the object may be at the version before it,
         whole, never torn, never older than the last synced write.
         """
+        ...
+
+
+@runtime_checkable
+class KeyWatcher(Protocol):
+    """A store that can tell when a key may have changed (file-system notification, say).
+
+    Optional, and private to the package for now: the lock's in-process notices (``_wake``)
+    subscribe while a lock of the process waits on or holds the key, and read the document when
+    told. A notice is a hint, never a fact: it may come late, twice, or for a change that did
+    not happen, and a lost one only costs the poll's latency.
+    """
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (from any thread, with no arguments, quickly) whenever ``key`` may
+        have changed, until the returned function is called; that function may be called
+        from any thread, once."""
         ...
 
 

@@ -1,7 +1,7 @@
 """An exhaustive, bounded check of the protocol core: the real flows, every interleaving.
 
 The clients are the library's own flows (``prioritylock._flows``) on the library's own
-``LockState`` (``prioritylock._lock.new_state``); nothing of the protocol is modelled here.
+``LockState`` (``prioritylock._driver.new_state``); nothing of the protocol is modelled here.
 What is modelled is the world around them, as a driver would perform their effects:
 
 - one versioned document (create / replace-if-version / read, conditional reads answered
@@ -51,10 +51,10 @@ from prioritylock import LockBuilder
 from prioritylock import _flows as flows
 from prioritylock import _lease as lease_module
 from prioritylock import _protocol as proto
+from prioritylock._driver import new_state
 from prioritylock._errors import ConditionFailed, LockLost, PriorityLockError, StoreUnavailable
 from prioritylock._lease import Lease, decode
 from prioritylock._listener import LockListener
-from prioritylock._lock import new_state
 from prioritylock.stores import MemoryStore
 from prioritylock.stores._base import NOT_MODIFIED, Versioned
 

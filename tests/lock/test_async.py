@@ -79,7 +79,7 @@ class Injector:
         assert self._victim is not None
         self._victim.cancel()
 
-    async def _perform_and_cancel(self, effect: object) -> Any:
+    async def _perform_and_cancel(self, effect: flows.Effect) -> Any:
         if type(effect) not in AWAITING:
             return await self._perform(effect)
         self.seen.append(type(effect).__name__)

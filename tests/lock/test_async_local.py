@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from prioritylock import AsyncLock, LockBuilder
+from prioritylock._alock import Route
 from prioritylock.stores import LocalStore, _local
 
 pytestmark = pytest.mark.timeout(60)
@@ -41,7 +42,7 @@ class _RecordingPool(ThreadPoolExecutor):
 def _lock(store: LocalStore, owner: str = "a") -> tuple[AsyncLock, _RecordingPool]:
     lock = LockBuilder().store(store).path("aio", "local").owner(owner).build_async()
     pool = _RecordingPool()
-    lock._pool = pool
+    lock._route = Route(pool, store._try_nowait)
     return lock, pool
 
 

@@ -1,0 +1,533 @@
+"""What both lock drivers share, written once: everything that does no I/O.
+
+In the manner of httpx's ``BaseClient``: :class:`LockBase` holds the properties, the argument
+checks, the flows' state, the effects that need no waiting (``perform_now``: clock reads, arming,
+losses, signals and listener news), ``__repr__`` and the mapping of a flow's ``Read``/``Put`` to
+a store call (:class:`StoreCalls`). ``Lock`` (``_lock``, threads) and ``AsyncLock`` (``_alock``,
+asyncio) keep only what differs: how a store call, a pause, a heartbeat and a callback are run.
+Neither imports the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, ClassVar, Generic, TypeVar
+
+import attrs
+from blinker import Signal
+
+from prioritylock import _flows as flows
+from prioritylock import signals
+from prioritylock._config import LockConfig
+from prioritylock._errors import ConfigError, LockCancelled, LockHeld, LockLost, LockTimeout
+from prioritylock._info import LockInfo
+from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
+from prioritylock._listener import CleanupNotice
+from prioritylock._reserve import boot_id
+from prioritylock._wake import NOTICES, Waiter
+from prioritylock.stores._base import ConditionalReader, ObjectStore, UnsyncedWriter
+
+__all__ = [
+    "T",
+    "FlowRun",
+    "log",
+    "LockBase",
+    "News",
+    "StoreCall",
+    "StoreCalls",
+    "call_safely",
+    "check_force_unlock",
+    "check_timeout",
+    "document_name",
+    "new_state",
+    "send",
+]
+
+log = logging.getLogger("prioritylock")
+
+T = TypeVar("T")
+
+
+def document_name(store: object, key: str) -> tuple[str, str] | None:
+    """This document, process-wide; only on stores that name what they address (a store
+    object's id can be reused by another store once it is gone)."""
+    namespace = getattr(store, "namespace", None)
+    return (namespace, key) if isinstance(namespace, str) and namespace else None
+
+
+def new_state(config: LockConfig) -> flows.LockState:
+    """The flows' state for a lock object on ``config``."""
+    store = config.store
+    return flows.LockState(
+        config.key,
+        config,
+        name=document_name(store, config.key),
+        # Stores that can answer "unchanged" (HTTP 304) spare the body and its decoding.
+        conditional=isinstance(store, ConditionalReader),
+        # Stores that sync every write (LocalStore) may skip it where a lost write is harmless.
+        unsynced=isinstance(store, UnsyncedWriter),
+        cooperates=config.listener is not None,
+        inline=not store.capabilities.shared_across_processes,
+        boot=boot_id(),
+    )
+
+
+@attrs.frozen
+class StoreCall:
+    """One store call a ``Read`` or ``Put`` turns into: the method's name (``op``, what the
+    asyncio routes pass to a store's quick or native path), the method, and its arguments."""
+
+    op: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+    def __call__(self) -> Any:
+        return self.fn(*self.args)
+
+
+class StoreCalls:
+    """The store methods a lock object's ``Read`` and ``Put`` effects call, chosen once."""
+
+    __slots__ = ("key", "reader", "store", "unsynced")
+
+    def __init__(self, config: LockConfig) -> None:
+        store = config.store
+        self.store: ObjectStore = store
+        self.key = config.key
+        self.reader = store if isinstance(store, ConditionalReader) else None
+        self.unsynced = store if isinstance(store, UnsyncedWriter) else None
+
+    def of(self, effect: flows.Read | flows.Put) -> StoreCall:
+        key = self.key
+        match effect:
+            case flows.Read(known=str(known)) if self.reader is not None:
+                return StoreCall("read_if_changed", self.reader.read_if_changed, (key, known))
+            case flows.Read():
+                return StoreCall("read", self.store.read, (key,))
+            case flows.Put(create=True):
+                return StoreCall("create", self.store.create, (key, effect.data))
+            case flows.Put(unsynced=True) if self.unsynced is not None:
+                args = (key, effect.data, effect.version)
+                return StoreCall("replace_unsynced", self.unsynced.replace_unsynced, args)
+            case flows.Put():
+                return StoreCall("replace", self.store.replace, (key, effect.data, effect.version))
+
+
+class FlowRun(Generic[T]):
+    """One flow being driven: :meth:`next` hands out its effects (None at its end, with the
+    outcome in :attr:`result`); set :attr:`value` or :attr:`error` to what an effect gave."""
+
+    __slots__ = ("error", "flow", "result", "value")
+
+    def __init__(self, flow: Generator[flows.Effect, Any, T]) -> None:
+        self.flow = flow
+        self.value: Any = None
+        self.error: Exception | None = None
+        self.result: T
+
+    def next(self) -> flows.Effect | None:
+        value, error = self.value, self.error
+        self.value = self.error = None
+        try:
+            return self.flow.send(value) if error is None else self.flow.throw(error)
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+
+
+@attrs.frozen
+class News:
+    """What to tell about a lock: a signal with its arguments, and the listener method (if any)
+    with its arguments."""
+
+    signal: Signal
+    kwargs: dict[str, Any]
+    method: Callable[..., Any] | None = None
+    args: tuple[Any, ...] = ()
+
+    def send(self, sender: Any) -> None:
+        send(self.signal, sender, **self.kwargs)
+
+    def tell(self, sender: Any) -> None:
+        """Send the signal and call the listener method, now, on this thread."""
+        self.send(sender)
+        if self.method is not None:
+            call_safely(self.method, *self.args)
+
+
+def cleanup_notice(sender: Any, cleanup: flows.Cleanup) -> CleanupNotice:
+    """What a holder's listener is given when a higher priority asks for the lock."""
+    r = cleanup.requestor
+    return CleanupNotice(
+        lock=sender,
+        requestor_owner=r.owner,
+        requestor_priority=r.priority,
+        requestor_message=r.message,
+        forceful=r.forceful,
+        deadline=cleanup.deadline,
+        deadline_wall=cleanup.deadline_wall,
+    )
+
+
+class LockBase:
+    """Everything of a lock object that does no I/O; the drivers add how it waits and calls."""
+
+    #: The class name ``__repr__`` shows.
+    _kind: ClassVar[str]
+    #: "thread" or "task": who must not share one lock object.
+    _who: ClassVar[str]
+
+    def __init__(self, config: LockConfig) -> None:
+        self._cfg = config
+        self._store = config.store
+        self._key = config.key
+        self._clock = config.clock
+        self._st = new_state(config)
+        self._calls = StoreCalls(config)
+        self._armed: Waiter | None = None  # woken by a notice while we wait to acquire
+        self._acquiring = False
+        self._acquiring_lock = threading.Lock()
+        self._loss_lock = threading.Lock()
+        self._closed = False
+        # What signals and listeners are given as the lock (tests put a synchronous face here).
+        self._sender: Any = self
+
+    # -- public API ------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LockConfig:
+        return self._cfg
+
+    @property
+    def key(self) -> str:
+        """The store key of this lock's lease document."""
+        return self._key
+
+    def is_current_owner(self) -> bool:
+        """Whether this object holds the lock now, judged on its own clock (no request)."""
+        holding = self._st.holding
+        now = self._clock.monotonic()
+        if flows.expired(holding, now):
+            assert holding is not None
+            self._lose(holding, "expired")
+        return flows.believes(holding, now)
+
+    @property
+    def fencing_token(self) -> int:
+        """The fence of the current holding: pass it to the resource you protect.
+
+        :raises NotLockOwner: not held.
+        :raises LockLost: held and lost.
+        """
+        return self._require_holding().fence
+
+    @property
+    def lock_id(self) -> str:
+        """The unguessable id of the current holding, made by the library.
+
+        :raises NotLockOwner: not held.
+        :raises LockLost: held and lost.
+        """
+        return self._require_holding().lock_id
+
+    def __repr__(self) -> str:
+        state = "held" if self.is_current_owner() else "not held"
+        return (
+            f"<{self._kind} {self._key!r} owner={self._cfg.owner!r} "
+            f"priority={self._cfg.priority} {state}>"
+        )
+
+    # -- checks and flows the public calls share ---------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError(f"{self._key!r}: this lock object is closed")
+
+    def _check_not_held(self) -> None:
+        self._check_open()
+        if self.is_current_owner():
+            raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
+
+    def _deadline(self, timeout: float | None) -> float | None:
+        """``lock(timeout)``'s checks; its deadline on the lock's clock."""
+        self._check_open()
+        check_timeout(timeout)
+        self._check_not_held()
+        return None if timeout is None else self._clock.monotonic() + float(timeout)
+
+    def _timed_out(self, timeout: float | None) -> LockTimeout:
+        seen = self._st.seen
+        holder = flows.holder_name(seen.lease if seen is not None else None)
+        return LockTimeout(f"{self._key!r}: not acquired within {timeout} s (held by {holder})")
+
+    @contextlib.contextmanager
+    def _acquisition(self) -> Iterator[None]:
+        """While an acquire runs: a second one with this object raises ``LockHeld``."""
+        with self._acquiring_lock:
+            if self._acquiring:
+                # One lock object is one client: two callers acquiring with it would share its
+                # state. Every store behaves the same here.
+                raise LockHeld(
+                    f"{self._key!r}: another {self._who} is acquiring with this lock object "
+                    f"(use one lock object per {self._who})"
+                )
+            self._acquiring = True
+        try:
+            yield
+        finally:
+            self._acquiring = False
+
+    def _release_flow(self) -> flows.Flow[flows.Released | None]:
+        return flows.release(self._st, self._require_holding(), cleanup_done=False)
+
+    def _renew_flow(self) -> flows.Flow[None]:
+        return flows.renew_now(self._st, self._require_holding())
+
+    def _force_unlock_flow(
+        self,
+        message: str,
+        by: str | None,
+        overwrite_corrupt: bool,
+        if_fence: int | None,
+        if_owner: str | None,
+    ) -> flows.Flow[Lease | None]:
+        check_force_unlock(message, if_fence, if_owner)
+        return flows.force_unlock(
+            self._st,
+            by=by or self._cfg.owner,
+            message=message,
+            overwrite_corrupt=overwrite_corrupt,
+            if_fence=if_fence,
+            if_owner=if_owner,
+        )
+
+    def _begin_close(self) -> bool:
+        """Mark this object closed; whether it still holds a lease to release."""
+        if self._closed:
+            return False
+        self._closed = True
+        armed = self._armed
+        if armed is not None:
+            armed.notify()  # our waiter wakes and sees it closed
+        holding = self._st.holding
+        return holding is not None and not holding.ended and holding.lost is None
+
+    def _leaving_with(self, error: Exception, exc: BaseException | None) -> None:
+        """The unlock on leaving a ``with`` block raised ``error``: raise it unless the block
+        raised ``exc`` itself (then a lost lock says nothing new; anything else is logged)."""
+        if exc is None:
+            raise error
+        if not isinstance(error, LockLost):
+            log.exception("prioritylock: unlock of %r failed while leaving a with-block", self._key)
+
+    # -- effects that need no waiting ----------------------------------------------------------
+
+    def _perform_effect(self, effect: flows.Effect) -> Any:
+        """Perform one effect. A waiting one (a store call, a sleep, a pause) is handed to the
+        driver's own way of doing it (for ``AsyncLock``, what comes back is to be awaited);
+        the others need no waiting and are the same on both drivers."""
+        match effect:
+            case flows.Read() | flows.Put():
+                return self._store_call(self._calls.of(effect))
+            case flows.Sleep():
+                return self._sleep(effect.seconds)
+            case flows.Pause():
+                return self._pause(effect.seconds)
+            case flows.Now():
+                return self._clock.monotonic(), self._clock.time()
+            case flows.Arm():
+                self._armed = NOTICES.arm(self._store, self._key, self._new_waiter())
+            case flows.Hold():
+                self._hold(effect)
+            case flows.Lose(holding=holding, reason=reason, force=force):
+                self._lose(holding, reason, force=force)
+            case flows.End(holding=holding):
+                if holding.entry is not None:
+                    self._unschedule(holding.entry)
+                NOTICES.notice(self._store, self._key)
+            case flows.Renewed(holding=holding):
+                if signals.renewed.receivers:
+                    self._tell(News(signals.renewed, {"fence": holding.fence}))
+            case flows.Cleanup():
+                self._start_cleanup(effect)
+            case flows.Denied(lease=lease):
+                info = None if lease is None else LockInfo.from_lease(lease)
+                listener = self._cfg.listener
+                method = None if listener is None else listener.on_denied
+                self._tell(News(signals.denied, {"info": info}, method, (self._sender, info)))
+            case flows.RetryRelease(holding=holding):
+                log.warning(
+                    "prioritylock: release of %r did not land; retrying in the background",
+                    self._key,
+                )
+                task = self._task(lambda: flows.background_release(self._st, holding))
+                self._schedule(task, self._clock.monotonic() + 0.5, f"release {self._key}")
+        return None
+
+    def _hold(self, hold: flows.Hold) -> None:
+        """Schedule the holding's heartbeat (renew and watch)."""
+        holding = hold.holding
+        holding.entry = self._schedule(
+            self._task(lambda: flows.beat(self._st, holding)),
+            hold.due,
+            f"lease {self._key}",
+            # An in-process store answers in microseconds: run its heartbeat on the scheduler's
+            # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
+            inline=self._st.inline,
+            tolerance=hold.tolerance,
+        )
+
+    def _lose(self, holding: flows.Holding, reason: str, *, force: bool = False) -> None:
+        """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
+        with self._loss_lock:
+            if not flows.mark_lost(holding, reason, force=force):
+                return
+        if holding.entry is not None:
+            self._unschedule(holding.entry)
+        listener = self._cfg.listener
+        info = LockInfo.from_lease(holding.lease)
+        flows.log_lost(self._st, holding, reason)
+        method = None if listener is None else listener.on_lock_lost
+        self._tell(
+            News(
+                signals.lock_lost, {"reason": reason, "info": info}, method, (self._sender, reason)
+            )
+        )
+
+    def _require_holding(self) -> flows.Holding:
+        holding = self._st.holding
+        if holding is not None and not holding.ended:
+            self.is_current_owner()  # notices an expired lease
+        return flows.require_holding(self._key, holding)
+
+    # -- news ----------------------------------------------------------------------------------
+
+    def _acquired_news(self) -> News | None:
+        holding = self._st.holding
+        listener = self._cfg.listener
+        if holding is None or (listener is None and not signals.acquired.receivers):
+            return None
+        info = LockInfo.from_lease(holding.lease)
+        method = None if listener is None else listener.on_acquired
+        kwargs = {"info": info, "fence": holding.fence}
+        return News(signals.acquired, kwargs, method, (self._sender, info))
+
+    def _released_news(self, released: flows.Released | None) -> News | None:
+        listener = self._cfg.listener
+        if released is None or (listener is None and not signals.released.receivers):
+            return None
+        info = LockInfo.from_lease(released.lease)
+        kwargs = {"info": info, "handed_over": released.handed_over}
+        method = None if listener is None else listener.on_released
+        return News(signals.released, kwargs, method, (self._sender,))
+
+    def _cleanup_raised(self) -> None:
+        log.exception("prioritylock: cleanup listener of %r raised; handing over", self._key)
+
+    def _call_cleanup(
+        self, method: Callable[[CleanupNotice], object], notice: CleanupNotice
+    ) -> None:
+        """Call a plain cleanup listener; one that raises is logged, and the lock handed over."""
+        try:
+            method(notice)
+        except Exception:
+            self._cleanup_raised()
+
+    def _handover_flow(self, holding: flows.Holding) -> flows.Flow[flows.Released | None]:
+        """The holder's cleanup returned: hand over (a failure is logged, never raised: nobody
+        waits for it but the heartbeat, which goes on)."""
+        try:
+            return (yield from flows.after_cleanup(self._st, holding))
+        except Exception:
+            log.exception("prioritylock: handover of %r after cleanup failed", self._key)
+            return None
+
+    def _tell_now(self, news: News | None) -> None:
+        """Tell now, on this thread: send the signal, call the listener method."""
+        if news is not None:
+            news.tell(self._sender)
+
+    def _acquire_flow(
+        self, lock_id: str, blocking: bool, deadline: float | None
+    ) -> flows.Flow[bool]:
+        return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
+
+    def _cancelled(self) -> LockCancelled:
+        return LockCancelled(f"{self._key!r}: the wait for the lock was cancelled")
+
+    # -- what each driver does its own way -------------------------------------------------------
+
+    def _store_call(self, call: StoreCall) -> Any:
+        raise NotImplementedError
+
+    def _sleep(self, seconds: float) -> Any:
+        raise NotImplementedError
+
+    def _pause(self, seconds: float) -> Any:
+        """Wait between attempts to acquire, woken early by a notice; answers whether the wait
+        is to end (cancelled, or this object closed)."""
+        raise NotImplementedError
+
+    def _new_waiter(self) -> Waiter:
+        raise NotImplementedError
+
+    def _task(self, make: Callable[[], flows.Flow[Any]]) -> Any:
+        """A scheduler task that runs the flow ``make()`` under the lock object's guard."""
+        raise NotImplementedError
+
+    def _schedule(self, task: Any, when: float, name: str, **how: Any) -> Any:
+        raise NotImplementedError
+
+    def _unschedule(self, entry: Any) -> None:
+        raise NotImplementedError
+
+    def _tell(self, news: News) -> None:
+        """Tell receivers and the listener, never under the lock's own locks."""
+        raise NotImplementedError
+
+    def _start_cleanup(self, cleanup: flows.Cleanup) -> None:
+        raise NotImplementedError
+
+
+def check_timeout(timeout: object) -> None:
+    """A ``lock(timeout=...)`` argument: None or a non-negative number of seconds."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+    ):
+        raise ConfigError(
+            f"timeout: must be None or a non-negative number, got {timeout!r}", option="timeout"
+        )
+
+
+def check_force_unlock(message: object, if_fence: object, if_owner: object) -> None:
+    """``force_unlock``'s arguments: a message saying why, and guards that are a fence / an
+    owner."""
+    if not isinstance(message, str) or not message.strip() or len(message) > MAX_MESSAGE_CHARS:
+        raise ConfigError("message: force_unlock needs a message saying why", option="message")
+    if if_fence is not None and (
+        isinstance(if_fence, bool) or not isinstance(if_fence, int) or if_fence < 0
+    ):
+        raise ConfigError(
+            f"if_fence: must be a non-negative integer, got {if_fence!r}", option="if_fence"
+        )
+    if if_owner is not None and (not isinstance(if_owner, str) or not if_owner):
+        raise ConfigError("if_owner: must be a non-empty string", option="if_owner")
+
+
+def send(signal: Signal, sender: Any, **kwargs: Any) -> None:
+    """Send a signal; a receiver that raises is logged, the others still run."""
+    for receiver in signal.receivers_for(sender):
+        try:
+            receiver(sender, **kwargs)
+        except Exception:
+            log.exception("prioritylock: a signal receiver raised; ignored")
+
+
+def call_safely(fn: Callable[..., object], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        log.exception("prioritylock: a listener raised; ignored")

@@ -1,0 +1,214 @@
+"""In-process change notices: a write to a lease document tells the other locks of this process
+that wait on it or hold it to read it now.
+
+One process-wide :data:`NOTICES` board, used by both drivers, for every store. A notice is only
+a hint: it moves a read earlier and decides nothing (the flows decide on what the read returns),
+so a lost, late, duplicated or reordered notice costs latency, never safety. Notices for one
+document coalesce: a waiter is woken once (its event stays set until it reads), a holder's watch
+is brought forward once (the scheduler keeps one due time per lease).
+
+Two kinds of interest, both keyed by the document's *location* (the store's ``namespace``, or the
+store object itself when it names nothing, and the key):
+
+- a **waiter** (:meth:`Notices.arm`) is woken by the next notice and then forgotten: a lock
+  between attempts to acquire arms before it reads, then pauses on the waiter; a notice that
+  lands after the read ends the pause at once. Waiters are held weakly: a lock that stops
+  waiting just drops its waiter.
+- a **watcher** (:meth:`Notices.watch`) is called on every notice until it is removed: a holder's
+  heartbeat, whose watch read the scheduler then brings forward.
+
+Each is told from the notifying thread: a waiter or watcher that lives on an event loop hands
+the call to its loop (:class:`LoopWaiter`, and the async scheduler's ``poke``).
+
+A store that can tell when a key may have changed (``stores._base.KeyWatcher``: ``watch_key``,
+e.g. file-system notification) feeds the same board: the first interest in a location of such a
+store subscribes, and the subscription ends when a notice finds nobody interested any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from prioritylock.stores._base import KeyWatcher
+
+__all__ = ["NOTICES", "LoopWaiter", "Notices", "ThreadWaiter", "Waiter", "location"]
+
+#: A document, process-wide: (what the store addresses, key).
+Location = tuple[object, str]
+
+
+def location(store: object, key: str) -> Location:
+    """The document ``key`` of ``store``, process-wide: stores that know what they address (a
+    directory, a bucket) say so in ``namespace``, so lock objects with separate store objects on
+    the same data hear each other."""
+    return (getattr(store, "namespace", None) or id(store), key)
+
+
+class Waiter:
+    """One wait for a notice; :meth:`notify` may be called from any thread, more than once."""
+
+    __slots__ = ("__weakref__", "owner")
+
+    def __init__(self, owner: object) -> None:
+        self.owner = owner  # the lock object waiting: its own writes don't wake it
+
+    def notify(self) -> None:
+        raise NotImplementedError
+
+
+class ThreadWaiter(Waiter):
+    """A waiter a thread waits on (``Clock.wait(waiter.event, timeout)``)."""
+
+    __slots__ = ("event",)
+
+    def __init__(self, owner: object) -> None:
+        super().__init__(owner)
+        self.event = threading.Event()
+
+    def notify(self) -> None:
+        self.event.set()
+
+
+class LoopWaiter(Waiter):
+    """A waiter a task awaits (``waiter.event.wait()``) on the loop that made it."""
+
+    __slots__ = ("event", "loop")
+
+    def __init__(self, owner: object) -> None:
+        super().__init__(owner)
+        self.loop = asyncio.get_running_loop()
+        self.event = asyncio.Event()
+
+    def notify(self) -> None:
+        on_loop(self.loop, self.event.set)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
+    """Call ``fn`` on ``loop``: at once when called from it, else handed over (a closed loop
+    has nobody left to tell)."""
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if loop is running:
+        fn()
+    elif not loop.is_closed():
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(fn)
+
+
+class _Watcher:
+    __slots__ = ("callback", "owner")
+
+    def __init__(self, owner: object, callback: Callable[[], None]) -> None:
+        self.owner = owner
+        self.callback = callback
+
+
+class Notices:
+    """The process's board of notices (use :data:`NOTICES`). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[Location, weakref.WeakSet[Waiter]] = {}
+        self._watchers: dict[Location, list[_Watcher]] = {}
+        self._feeds: dict[Location, Callable[[], None]] = {}
+        #: False: notices are dropped (tests show the locks are correct without them).
+        self.enabled = True
+
+    # -- interest ----------------------------------------------------------------------------
+
+    def arm(self, store: object, key: str, waiter: Waiter) -> Waiter:
+        """Wake ``waiter`` at the next notice for ``key`` of ``store`` (once)."""
+        where = location(store, key)
+        with self._lock:
+            self._waiters.setdefault(where, weakref.WeakSet()).add(waiter)
+        self._feed(store, key, where)
+        return waiter
+
+    def watch(self, store: object, key: str, owner: object, callback: Callable[[], None]) -> Any:
+        """Call ``callback`` (from any thread) at every notice for ``key`` of ``store`` that
+        ``owner`` did not send, until :meth:`unwatch` is given the handle returned."""
+        where = location(store, key)
+        watcher = _Watcher(owner, callback)
+        with self._lock:
+            self._watchers.setdefault(where, []).append(watcher)
+        self._feed(store, key, where)
+        return (where, watcher)
+
+    def unwatch(self, handle: Any) -> None:
+        where, watcher = handle
+        with self._lock:
+            watchers = self._watchers.get(where)
+            if watchers is not None:
+                with contextlib.suppress(ValueError):
+                    watchers.remove(watcher)
+                if not watchers:
+                    del self._watchers[where]
+        self._unfeed_if_idle(where)
+
+    # -- notices -----------------------------------------------------------------------------
+
+    def notice(self, store: object, key: str, *, source: object = None) -> None:
+        """``key`` of ``store`` may have changed (``source``, the lock object that wrote, if
+        any, is not told): wake its waiters, poke its watchers."""
+        self.notice_at(location(store, key), source=source)
+
+    def notice_at(self, where: Location, *, source: object = None) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            waiting = self._waiters.get(where)
+            woken: list[Waiter] = []
+            if waiting:
+                woken = [w for w in waiting if w.owner is not source]
+                for waiter in woken:
+                    waiting.discard(waiter)
+                if not waiting:
+                    del self._waiters[where]
+            watchers = [w for w in self._watchers.get(where, ()) if w.owner is not source]
+        for waiter in woken:
+            waiter.notify()
+        for watcher in watchers:
+            watcher.callback()
+        if not woken and not watchers:
+            self._unfeed_if_idle(where)
+
+    # -- stores that notice changes themselves -------------------------------------------------
+
+    def _feed(self, store: object, key: str, where: Location) -> None:
+        if not isinstance(store, KeyWatcher):
+            return
+        with self._lock:
+            if where in self._feeds:
+                return
+            self._feeds[where] = _nothing  # taken: subscribe outside the lock
+        try:
+            unsubscribe = store.watch_key(key, lambda: self.notice_at(where))
+        except Exception:
+            with self._lock:
+                self._feeds.pop(where, None)
+            raise
+        with self._lock:
+            self._feeds[where] = unsubscribe
+
+    def _unfeed_if_idle(self, where: Location) -> None:
+        with self._lock:
+            if where in self._waiters or where in self._watchers:
+                return
+            unsubscribe = self._feeds.pop(where, None)
+        if unsubscribe is not None:
+            unsubscribe()
+
+
+def _nothing() -> None:
+    pass
+
+
+#: The process's notices, shared by every lock object, sync and async.
+NOTICES = Notices()
