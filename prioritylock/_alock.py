@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, ClassVar
 
+from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTask, loop_scheduler
@@ -48,7 +49,7 @@ from prioritylock._driver import (
 from prioritylock._errors import NotLockOwner
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
-from prioritylock._wake import NOTICES, LoopWaiter, Waiter
+from prioritylock._wake import NOTICES, LoopWaiter, Waiter, on_loop
 from prioritylock.stores._base import WOULD_BLOCK
 
 __all__ = ["AsyncLock"]
@@ -157,6 +158,7 @@ class AsyncLock(LockBase):
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
         self._inflight: asyncio.Future[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -290,7 +292,7 @@ class AsyncLock(LockBase):
             self._scheduler = loop_scheduler(self._clock)
         return self._scheduler
 
-    async def _run(self, flow: flows.Flow[T]) -> T:
+    async def _run(self, flow: effects.Flow[T]) -> T:
         """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go."""
         stepper = FlowRun(flow)
         try:
@@ -303,7 +305,7 @@ class AsyncLock(LockBase):
             flow.close()
         return stepper.result
 
-    async def _perform(self, effect: flows.Effect) -> Any:
+    async def _perform(self, effect: effects.Effect) -> Any:
         done = self._perform_effect(effect)
         return await done if isinstance(effect, _AWAITED) else done
 
@@ -313,10 +315,17 @@ class AsyncLock(LockBase):
     async def _call(self, call: StoreCall) -> Any:
         """A store call by the route chosen for this lock. If the task is cancelled meanwhile,
         the call still finishes (``_inflight``) before anything is settled."""
-        done = self._route.now(call)
+        try:
+            done = self._route.now(call)
+        except Exception as exc:
+            self._after_write(call, exc)
+            raise
         if done is not WOULD_BLOCK:
+            self._after_write(call, None)
             return done
         future = asyncio.ensure_future(self._route.later(call))
+        if call.notify:  # told when it ends, even if this task was cancelled meanwhile
+            future.add_done_callback(lambda f: self._after_write(call, _outcome(f)))
         self._inflight = future
         try:
             return await asyncio.shield(future)
@@ -417,7 +426,7 @@ class AsyncLock(LockBase):
 
     # -- holding -----------------------------------------------------------------------------------
 
-    def _task(self, make: Callable[[], flows.Flow[T]]) -> Callable[[], Awaitable[T]]:
+    def _task(self, make: Callable[[], effects.Flow[T]]) -> Callable[[], Awaitable[T]]:
         async def run() -> T:
             async with self._guard():
                 return await self._run(make())
@@ -425,15 +434,21 @@ class AsyncLock(LockBase):
         return run
 
     def _schedule(self, task: AsyncTask, when: float, name: str, **how: Any) -> ScheduledAsyncTask:
+        self._loop = asyncio.get_running_loop()  # where notices from other threads are sent
         return self._sched().schedule(task, when, name, **how)
 
     def _unschedule(self, entry: ScheduledAsyncTask) -> None:
         self._sched().cancel(entry)
 
-    def _start_cleanup(self, cleanup: flows.Cleanup) -> None:
+    def _bring_forward(self, entry: ScheduledAsyncTask) -> None:
+        scheduler, loop = self._sched(), self._loop
+        if loop is not None:
+            on_loop(loop, lambda: scheduler.reschedule(entry, self._clock.monotonic()))
+
+    def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         self._spawn(self._cleanup(cleanup))
 
-    async def _cleanup(self, cleanup: flows.Cleanup) -> None:
+    async def _cleanup(self, cleanup: effects.Cleanup) -> None:
         notice = cleanup_notice(self._sender, cleanup)
         send(signals.cleanup_requested, self._sender, notice=notice)
         method = None if self._cfg.listener is None else self._cfg.listener.on_cleanup_notification
@@ -496,10 +511,15 @@ class _Acquiring:
 
 
 #: The effects a driver awaits (the others are done at once, ``LockBase._perform_effect``).
-_AWAITED = (flows.Read, flows.Put, flows.Sleep, flows.Pause)
+_AWAITED = (effects.Read, effects.Put, effects.Sleep, effects.Pause)
 
 #: Tasks the library started (listener calls, cleanups): kept referenced until done.
 _background: set[asyncio.Task[None]] = set()
+
+
+def _outcome(future: asyncio.Future[Any]) -> BaseException | None:
+    """What a finished store call raised (a cancelled one: unknown, as if it had failed)."""
+    return asyncio.CancelledError() if future.cancelled() else future.exception()
 
 
 async def _shielded(coro: Awaitable[T]) -> T:

@@ -74,6 +74,13 @@ class AsyncScheduler:
             self._runner = asyncio.get_running_loop().create_task(self._loop(), name="prioritylock")
         return entry
 
+    def reschedule(self, entry: ScheduledAsyncTask, when: float) -> None:
+        """Run ``entry`` at ``when`` (exactly, not on its tolerance's grid) instead, if that is
+        sooner than planned; call from the scheduler's loop. A run in progress is left alone."""
+        if entry.cancelled or entry.running or when >= entry.when:
+            return
+        self._push(entry, when, exact=True)
+
     def cancel(self, entry: ScheduledAsyncTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
         self._heap.cancel(entry)
@@ -83,8 +90,8 @@ class AsyncScheduler:
         """How many tasks are scheduled."""
         return self._heap.pending()
 
-    def _push(self, entry: ScheduledAsyncTask, when: float) -> None:
-        when = self._heap.push(entry, when)
+    def _push(self, entry: ScheduledAsyncTask, when: float, *, exact: bool = False) -> None:
+        when = self._heap.push(entry, when, exact=exact)
         if self._wake is not None and (self._sleeping_until is None or when < self._sleeping_until):
             self._wake.set()
 

@@ -19,10 +19,19 @@ from typing import Any, ClassVar, Generic, TypeVar
 import attrs
 from blinker import Signal
 
+from prioritylock import _effects as effects
 from prioritylock import _flows as flows
+from prioritylock import _state as lockstate
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._errors import ConfigError, LockCancelled, LockHeld, LockLost, LockTimeout
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    LockCancelled,
+    LockHeld,
+    LockLost,
+    LockTimeout,
+)
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
 from prioritylock._listener import CleanupNotice
@@ -58,10 +67,40 @@ def document_name(store: object, key: str) -> tuple[str, str] | None:
     return (namespace, key) if isinstance(namespace, str) and namespace else None
 
 
-def new_state(config: LockConfig) -> flows.LockState:
+class DecodedCache:
+    """The document each lock of this process last read or wrote, decoded, with its version.
+
+    A lock object that has not seen its document yet reads it conditionally against this
+    version: when nothing changed (HTTP 304 on the cloud stores) it takes the decoded lease from
+    here instead of receiving and decoding the body. Still one read: only a lock object's own
+    knowledge lets it skip the read. Bounded: emptied when full. Keyed by the store's
+    ``namespace``, within which versions never repeat.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._items: dict[tuple[str, str], lockstate.Seen] = {}
+
+    def get(self, name: tuple[str, str] | None) -> lockstate.Seen | None:
+        return None if name is None else self._items.get(name)
+
+    def put(self, name: tuple[str, str] | None, seen: lockstate.Seen) -> None:
+        if name is None:
+            return
+        items = self._items
+        if len(items) >= self._size:
+            items.clear()
+        items[name] = seen
+
+
+#: Shared by every lock object of the process, sync and async.
+DECODED = DecodedCache()
+
+
+def new_state(config: LockConfig) -> lockstate.LockState:
     """The flows' state for a lock object on ``config``."""
     store = config.store
-    return flows.LockState(
+    return lockstate.LockState(
         config.key,
         config,
         name=document_name(store, config.key),
@@ -72,6 +111,7 @@ def new_state(config: LockConfig) -> flows.LockState:
         cooperates=config.listener is not None,
         inline=not store.capabilities.shared_across_processes,
         boot=boot_id(),
+        shared=DECODED,
     )
 
 
@@ -83,6 +123,8 @@ class StoreCall:
     op: str
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    #: A write the other locks of the process are to notice (``Put.quiet`` unset).
+    notify: bool = False
 
     def __call__(self) -> Any:
         return self.fn(*self.args)
@@ -100,20 +142,22 @@ class StoreCalls:
         self.reader = store if isinstance(store, ConditionalReader) else None
         self.unsynced = store if isinstance(store, UnsyncedWriter) else None
 
-    def of(self, effect: flows.Read | flows.Put) -> StoreCall:
+    def of(self, effect: effects.Read | effects.Put) -> StoreCall:
         key = self.key
         match effect:
-            case flows.Read(known=str(known)) if self.reader is not None:
+            case effects.Read(known=str(known)) if self.reader is not None:
                 return StoreCall("read_if_changed", self.reader.read_if_changed, (key, known))
-            case flows.Read():
+            case effects.Read():
                 return StoreCall("read", self.store.read, (key,))
-            case flows.Put(create=True):
-                return StoreCall("create", self.store.create, (key, effect.data))
-            case flows.Put(unsynced=True) if self.unsynced is not None:
+            case effects.Put(create=True):
+                return StoreCall("create", self.store.create, (key, effect.data), not effect.quiet)
+            case effects.Put(unsynced=True) if self.unsynced is not None:
                 args = (key, effect.data, effect.version)
-                return StoreCall("replace_unsynced", self.unsynced.replace_unsynced, args)
-            case flows.Put():
-                return StoreCall("replace", self.store.replace, (key, effect.data, effect.version))
+                fn = self.unsynced.replace_unsynced
+                return StoreCall("replace_unsynced", fn, args, not effect.quiet)
+            case effects.Put():
+                args = (key, effect.data, effect.version)
+                return StoreCall("replace", self.store.replace, args, not effect.quiet)
 
 
 class FlowRun(Generic[T]):
@@ -122,13 +166,13 @@ class FlowRun(Generic[T]):
 
     __slots__ = ("error", "flow", "result", "value")
 
-    def __init__(self, flow: Generator[flows.Effect, Any, T]) -> None:
+    def __init__(self, flow: Generator[effects.Effect, Any, T]) -> None:
         self.flow = flow
         self.value: Any = None
         self.error: Exception | None = None
         self.result: T
 
-    def next(self) -> flows.Effect | None:
+    def next(self) -> effects.Effect | None:
         value, error = self.value, self.error
         self.value = self.error = None
         try:
@@ -158,7 +202,7 @@ class News:
             call_safely(self.method, *self.args)
 
 
-def cleanup_notice(sender: Any, cleanup: flows.Cleanup) -> CleanupNotice:
+def cleanup_notice(sender: Any, cleanup: effects.Cleanup) -> CleanupNotice:
     """What a holder's listener is given when a higher priority asks for the lock."""
     r = cleanup.requestor
     return CleanupNotice(
@@ -210,10 +254,10 @@ class LockBase:
         """Whether this object holds the lock now, judged on its own clock (no request)."""
         holding = self._st.holding
         now = self._clock.monotonic()
-        if flows.expired(holding, now):
+        if lockstate.expired(holding, now):
             assert holding is not None
             self._lose(holding, "expired")
-        return flows.believes(holding, now)
+        return lockstate.believes(holding, now)
 
     @property
     def fencing_token(self) -> int:
@@ -260,7 +304,7 @@ class LockBase:
 
     def _timed_out(self, timeout: float | None) -> LockTimeout:
         seen = self._st.seen
-        holder = flows.holder_name(seen.lease if seen is not None else None)
+        holder = lockstate.holder_name(seen.lease if seen is not None else None)
         return LockTimeout(f"{self._key!r}: not acquired within {timeout} s (held by {holder})")
 
     @contextlib.contextmanager
@@ -280,10 +324,10 @@ class LockBase:
         finally:
             self._acquiring = False
 
-    def _release_flow(self) -> flows.Flow[flows.Released | None]:
+    def _release_flow(self) -> effects.Flow[lockstate.Released | None]:
         return flows.release(self._st, self._require_holding(), cleanup_done=False)
 
-    def _renew_flow(self) -> flows.Flow[None]:
+    def _renew_flow(self) -> effects.Flow[None]:
         return flows.renew_now(self._st, self._require_holding())
 
     def _force_unlock_flow(
@@ -293,7 +337,7 @@ class LockBase:
         overwrite_corrupt: bool,
         if_fence: int | None,
         if_owner: str | None,
-    ) -> flows.Flow[Lease | None]:
+    ) -> effects.Flow[Lease | None]:
         check_force_unlock(message, if_fence, if_owner)
         return flows.force_unlock(
             self._st,
@@ -325,40 +369,39 @@ class LockBase:
 
     # -- effects that need no waiting ----------------------------------------------------------
 
-    def _perform_effect(self, effect: flows.Effect) -> Any:
+    def _perform_effect(self, effect: effects.Effect) -> Any:
         """Perform one effect. A waiting one (a store call, a sleep, a pause) is handed to the
         driver's own way of doing it (for ``AsyncLock``, what comes back is to be awaited);
         the others need no waiting and are the same on both drivers."""
         match effect:
-            case flows.Read() | flows.Put():
+            case effects.Read() | effects.Put():
                 return self._store_call(self._calls.of(effect))
-            case flows.Sleep():
+            case effects.Sleep():
                 return self._sleep(effect.seconds)
-            case flows.Pause():
+            case effects.Pause():
                 return self._pause(effect.seconds)
-            case flows.Now():
+            case effects.Now():
                 return self._clock.monotonic(), self._clock.time()
-            case flows.Arm():
+            case effects.Arm():
                 self._armed = NOTICES.arm(self._store, self._key, self._new_waiter())
-            case flows.Hold():
+            case effects.Hold():
                 self._hold(effect)
-            case flows.Lose(holding=holding, reason=reason, force=force):
+            case effects.Lose(holding=holding, reason=reason, force=force):
                 self._lose(holding, reason, force=force)
-            case flows.End(holding=holding):
-                if holding.entry is not None:
-                    self._unschedule(holding.entry)
-                NOTICES.notice(self._store, self._key)
-            case flows.Renewed(holding=holding):
+            case effects.End(holding=holding):
+                # The release (or handover) write told the others (``_after_write``).
+                self._stop_heartbeat(holding)
+            case effects.Renewed(holding=holding):
                 if signals.renewed.receivers:
                     self._tell(News(signals.renewed, {"fence": holding.fence}))
-            case flows.Cleanup():
+            case effects.Cleanup():
                 self._start_cleanup(effect)
-            case flows.Denied(lease=lease):
+            case effects.Denied(lease=lease):
                 info = None if lease is None else LockInfo.from_lease(lease)
                 listener = self._cfg.listener
                 method = None if listener is None else listener.on_denied
                 self._tell(News(signals.denied, {"info": info}, method, (self._sender, info)))
-            case flows.RetryRelease(holding=holding):
+            case effects.RetryRelease(holding=holding):
                 log.warning(
                     "prioritylock: release of %r did not land; retrying in the background",
                     self._key,
@@ -367,7 +410,7 @@ class LockBase:
                 self._schedule(task, self._clock.monotonic() + 0.5, f"release {self._key}")
         return None
 
-    def _hold(self, hold: flows.Hold) -> None:
+    def _hold(self, hold: effects.Hold) -> None:
         """Schedule the holding's heartbeat (renew and watch)."""
         holding = hold.holding
         holding.entry = self._schedule(
@@ -379,17 +422,39 @@ class LockBase:
             inline=self._st.inline,
             tolerance=hold.tolerance,
         )
+        # A write to the document by another lock of the process (a request, an override, a
+        # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
+        holding.watching = NOTICES.watch(self._store, self._key, self, lambda: self._poke(holding))
 
-    def _lose(self, holding: flows.Holding, reason: str, *, force: bool = False) -> None:
-        """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
-        with self._loss_lock:
-            if not flows.mark_lost(holding, reason, force=force):
-                return
+    def _poke(self, holding: lockstate.Holding) -> None:
+        """A notice for a holding's document (any thread): read it at once."""
+        holding.poked = True
+        entry = holding.entry
+        if entry is not None and holding.active:
+            self._bring_forward(entry)
+
+    def _stop_heartbeat(self, holding: lockstate.Holding) -> None:
         if holding.entry is not None:
             self._unschedule(holding.entry)
+        watching, holding.watching = holding.watching, None
+        if watching is not None:
+            NOTICES.unwatch(watching)
+
+    def _after_write(self, call: StoreCall, error: BaseException | None) -> None:
+        """A store call returned or raised: a write that may have landed (any outcome but
+        ``ConditionFailed``) is a notice to the other locks of the process on the document."""
+        if call.notify and not isinstance(error, ConditionFailed):
+            NOTICES.notice(self._store, self._key, source=self)
+
+    def _lose(self, holding: lockstate.Holding, reason: str, *, force: bool = False) -> None:
+        """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
+        with self._loss_lock:
+            if not lockstate.mark_lost(holding, reason, force=force):
+                return
+        self._stop_heartbeat(holding)
         listener = self._cfg.listener
         info = LockInfo.from_lease(holding.lease)
-        flows.log_lost(self._st, holding, reason)
+        lockstate.log_lost(self._st, holding, reason)
         method = None if listener is None else listener.on_lock_lost
         self._tell(
             News(
@@ -397,11 +462,11 @@ class LockBase:
             )
         )
 
-    def _require_holding(self) -> flows.Holding:
+    def _require_holding(self) -> lockstate.Holding:
         holding = self._st.holding
         if holding is not None and not holding.ended:
             self.is_current_owner()  # notices an expired lease
-        return flows.require_holding(self._key, holding)
+        return lockstate.require_holding(self._key, holding)
 
     # -- news ----------------------------------------------------------------------------------
 
@@ -415,7 +480,7 @@ class LockBase:
         kwargs = {"info": info, "fence": holding.fence}
         return News(signals.acquired, kwargs, method, (self._sender, info))
 
-    def _released_news(self, released: flows.Released | None) -> News | None:
+    def _released_news(self, released: lockstate.Released | None) -> News | None:
         listener = self._cfg.listener
         if released is None or (listener is None and not signals.released.receivers):
             return None
@@ -436,7 +501,7 @@ class LockBase:
         except Exception:
             self._cleanup_raised()
 
-    def _handover_flow(self, holding: flows.Holding) -> flows.Flow[flows.Released | None]:
+    def _handover_flow(self, holding: lockstate.Holding) -> effects.Flow[lockstate.Released | None]:
         """The holder's cleanup returned: hand over (a failure is logged, never raised: nobody
         waits for it but the heartbeat, which goes on)."""
         try:
@@ -452,7 +517,7 @@ class LockBase:
 
     def _acquire_flow(
         self, lock_id: str, blocking: bool, deadline: float | None
-    ) -> flows.Flow[bool]:
+    ) -> effects.Flow[bool]:
         return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
 
     def _cancelled(self) -> LockCancelled:
@@ -474,7 +539,7 @@ class LockBase:
     def _new_waiter(self) -> Waiter:
         raise NotImplementedError
 
-    def _task(self, make: Callable[[], flows.Flow[Any]]) -> Any:
+    def _task(self, make: Callable[[], effects.Flow[Any]]) -> Any:
         """A scheduler task that runs the flow ``make()`` under the lock object's guard."""
         raise NotImplementedError
 
@@ -484,11 +549,15 @@ class LockBase:
     def _unschedule(self, entry: Any) -> None:
         raise NotImplementedError
 
+    def _bring_forward(self, entry: Any) -> None:
+        """Run the scheduled heartbeat ``entry`` now (called from any thread)."""
+        raise NotImplementedError
+
     def _tell(self, news: News) -> None:
         """Tell receivers and the listener, never under the lock's own locks."""
         raise NotImplementedError
 
-    def _start_cleanup(self, cleanup: flows.Cleanup) -> None:
+    def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         raise NotImplementedError
 
 

@@ -60,9 +60,10 @@ class DueHeap(Generic[E]):
         # Cancellations since the heap was last compacted (an upper bound of the dead entries).
         self._cancelled = 0
 
-    def push(self, entry: E, when: float) -> float:
-        """Schedule ``entry`` at ``when`` rounded up to its tolerance; returns that time."""
-        if entry.tolerance > 0:
+    def push(self, entry: E, when: float, *, exact: bool = False) -> float:
+        """Schedule ``entry`` at ``when`` rounded up to its tolerance (unless ``exact``: a run
+        brought forward by a notice waits for no grid); returns that time."""
+        if entry.tolerance > 0 and not exact:
             when = math.ceil(when / entry.tolerance) * entry.tolerance
         entry.when = when
         heapq.heappush(self._heap, (when, next(self._seq), entry))

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
@@ -185,7 +186,7 @@ class Lock(LockBase):
 
     # -- the driver --------------------------------------------------------------------------------
 
-    def _run(self, flow: flows.Flow[T]) -> T:
+    def _run(self, flow: effects.Flow[T]) -> T:
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
         throw in the store's error). The caller holds ``_io``; pauses let go of it."""
         run = FlowRun(flow)
@@ -200,7 +201,13 @@ class Lock(LockBase):
     _perform = LockBase._perform_effect
 
     def _store_call(self, call: StoreCall) -> Any:
-        return call()
+        try:
+            result = call()
+        except Exception as exc:
+            self._after_write(call, exc)
+            raise
+        self._after_write(call, None)
+        return result
 
     def _sleep(self, seconds: float) -> None:
         self._clock.sleep(seconds)
@@ -263,7 +270,7 @@ class Lock(LockBase):
 
     # -- holding -----------------------------------------------------------------------------------
 
-    def _task(self, make: Callable[[], flows.Flow[T]]) -> Callable[[], T]:
+    def _task(self, make: Callable[[], effects.Flow[T]]) -> Callable[[], T]:
         def run() -> T:
             with self._io:
                 return self._run(make())
@@ -276,7 +283,10 @@ class Lock(LockBase):
     def _unschedule(self, entry: ScheduledTask) -> None:
         self._hb.cancel(entry)
 
-    def _start_cleanup(self, cleanup: flows.Cleanup) -> None:
+    def _bring_forward(self, entry: ScheduledTask) -> None:
+        self._hb.reschedule(entry, self._clock.monotonic())
+
+    def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         notice = cleanup_notice(self, cleanup)
         listener = self._cfg.listener
         hand_over = self._task(lambda: self._handover_flow(cleanup.holding))

@@ -95,19 +95,21 @@ class Scheduler:
         return entry
 
     def reschedule(self, entry: ScheduledTask, when: float) -> None:
-        """Run ``entry`` at ``when`` instead, if that is sooner than planned."""
+        """Run ``entry`` at ``when`` (exactly, not on its tolerance's grid) instead, if that is
+        sooner than planned. Any thread may call it; a run in progress is left alone (the task
+        itself tells when it wants to run again)."""
         with self._cond:
             if entry.cancelled or entry.running or when >= entry.when:
                 return
-            self._push(entry, when)
+            self._push(entry, when, exact=True)
 
     def cancel(self, entry: ScheduledTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
         with self._cond:
             self._heap.cancel(entry)
 
-    def _push(self, entry: ScheduledTask, when: float) -> None:
-        when = self._heap.push(entry, when)
+    def _push(self, entry: ScheduledTask, when: float, *, exact: bool = False) -> None:
+        when = self._heap.push(entry, when, exact=exact)
         # Wake the loop only if it sleeps past this entry's time: waking it costs the caller
         # the GIL, on every acquire.
         if self._sleeping_until is None or when < self._sleeping_until:

@@ -25,7 +25,7 @@ from typing import Any, TypeVar, get_args
 
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._errors import ConditionFailed, StoreAccessError, StoreUnavailable
-from prioritylock._flows import LossReason
+from prioritylock._state import LossReason
 from prioritylock.stores._base import ObjectStore
 from prioritylock.testing import DelegatingStore
 

@@ -280,7 +280,7 @@ class AzureBlobStore(CloudStore):
     def _repr_fields(self) -> list[str]:
         return [f"account={self._account!r}", *super()._repr_fields()]
 
-    def _where_suffix(self) -> str:
+    def _location_detail(self) -> str:
         return f" of account {self._account!r}" if self._account else ""
 
     def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
@@ -290,7 +290,7 @@ class AzureBlobStore(CloudStore):
         are never copied into ours.
         """
         write = op in WRITES
-        what = self._what(op, key)
+        what = self._describe_call(op, key)
         if isinstance(exc, DecodeError):  # the body was cut short or unreadable
             return StoreUnavailable(
                 f"{what}: the response could not be read ({type(exc).__name__})",

@@ -255,10 +255,10 @@ class CloudStore(abc.ABC):
         name = self._object_name(key)
         # A token that can't be a version names no object: a plain read answers the same.
         known = None if version is None else self._read_condition(version)
-        found = self._call("read", key, lambda: self._fetch(key, name, known), said=False)
-        return self._got(key, version, known, found)
+        found = self._call("read", key, lambda: self._fetch(key, name, known), log_result=False)
+        return self._read_answer(key, version, known, found)
 
-    def _got(
+    def _read_answer(
         self, key: str, version: str | None, known: str | None, found: ReadResult
     ) -> ReadResult:
         """What a read of ``key`` that was sent ``known`` answers, counted and logged."""
@@ -272,29 +272,29 @@ class CloudStore(abc.ABC):
             log.debug("%r %s %r: %s", self, op, key, describe_result(found))
         return found
 
-    def _call(self, op: str, key: str, send: Callable[[], _T], *, said: bool = True) -> _T:
+    def _call(self, op: str, key: str, send: Callable[[], _T], *, log_result: bool = True) -> _T:
         """Send one request of ``op`` on ``key``: count it, translate and chain what the SDK
         raises, and log the request and its outcome at DEBUG (a failure always; a result if
-        ``said``, else the caller logs it)."""
+        ``log_result``, else the caller logs it)."""
         try:
             with self._counting(op + "s"):
                 result = send()
         except self._SDK_ERRORS as exc:
             raise self._failed(op, key, exc) from exc
         except PriorityLockError as error:  # a check of the store's own, e.g. a missing version
-            self._said(op, key, error)
+            self._log_outcome(op, key, error)
             raise
-        if said:
-            self._said(op, key, result)
+        if log_result:
+            self._log_outcome(op, key, result)
         return result
 
     def _failed(self, op: str, key: str, exc: Exception) -> PriorityLockError:
         """Our error for what the client raised during ``op`` on ``key``, logged."""
         error = self._translate(exc, op, key)
-        self._said(op, key, error)
+        self._log_outcome(op, key, error)
         return error
 
-    def _said(self, op: str, key: str, outcome: object) -> None:
+    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
         if log.isEnabledFor(logging.DEBUG):
             if isinstance(outcome, PriorityLockError):
                 log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
@@ -327,8 +327,10 @@ class CloudStore(abc.ABC):
     async def _aget(self, native: NativeIO, key: str, version: str | None) -> ReadResult:
         name = self._object_name(key)
         known = None if version is None else self._read_condition(version)
-        found = await self._acall(native, "read", key, native.fetch(key, name, known), said=False)
-        return self._got(key, version, known, found)
+        found = await self._acall(
+            native, "read", key, native.fetch(key, name, known), log_result=False
+        )
+        return self._read_answer(key, version, known, found)
 
     async def _aput(
         self, native: NativeIO, op: str, key: str, data: bytes, version: str | None
@@ -339,7 +341,7 @@ class CloudStore(abc.ABC):
         return await self._acall(native, op, key, native.put(op, key, name, payload, token))
 
     async def _acall(
-        self, native: NativeIO, op: str, key: str, send: Awaitable[_T], *, said: bool = True
+        self, native: NativeIO, op: str, key: str, send: Awaitable[_T], *, log_result: bool = True
     ) -> _T:
         """:meth:`_call` for a request on the native client (which never retries: one count)."""
         self._stats.count(op + "s")
@@ -348,11 +350,11 @@ class CloudStore(abc.ABC):
         except native.errors as exc:
             failed, cause = self._failed(op, key, exc), native.cleaned(exc)
         except PriorityLockError as error:
-            self._said(op, key, error)
+            self._log_outcome(op, key, error)
             raise
         else:
-            if said:
-                self._said(op, key, result)
+            if log_result:
+                self._log_outcome(op, key, result)
             return result
         # Raised here, outside the handler, so that obstore's error is not kept as the context.
         raise failed from cause
@@ -374,30 +376,32 @@ class CloudStore(abc.ABC):
         """An answer without the version token: a write (if any) landed, but at a version
         unknown, so its outcome is unknown and the lock reads it back."""
         return StoreUnavailable(
-            f"{self._what(op, key)} returned no {token}", outcome_unknown=op in WRITES
+            f"{self._describe_call(op, key)} returned no {token}", outcome_unknown=op in WRITES
         )
 
     def _not_sent(self, op: str, key: str, exc: BaseException) -> StoreUnavailable:
         """The request never left this host: even a write certainly did not land."""
-        return StoreUnavailable(f"{self._what(op, key)}: could not connect ({type(exc).__name__})")
+        return StoreUnavailable(
+            f"{self._describe_call(op, key)}: could not connect ({type(exc).__name__})"
+        )
 
     def _lost(self, op: str, key: str, exc: BaseException) -> StoreUnavailable:
         """Timeout or connection lost mid-request: the store may have applied a write."""
         return StoreUnavailable(
-            f"{self._what(op, key)}: the response was lost ({type(exc).__name__})",
+            f"{self._describe_call(op, key)}: the response was lost ({type(exc).__name__})",
             outcome_unknown=op in WRITES,
         )
 
-    def _what(self, op: str, key: str) -> str:
-        return f"{self._LABEL} {op} of {key!r} in {self._where()}"
+    def _describe_call(self, op: str, key: str) -> str:
+        return f"{self._LABEL} {op} of {key!r} in {self._location()}"
 
-    def _where(self) -> str:
+    def _location(self) -> str:
         where = f"{self._HOLDER} {self._holder!r}"
         if self._prefix:
             where += f" (prefix {self._prefix!r})"
-        return where + self._where_suffix()
+        return where + self._location_detail()
 
-    def _where_suffix(self) -> str:
+    def _location_detail(self) -> str:
         return ""
 
     def _http_error(
@@ -406,7 +410,7 @@ class CloudStore(abc.ABC):
         """Our error for an HTTP answer: ``label`` is what to show of it (code and status);
         ``detail`` says how a failed condition failed."""
         write = op in WRITES
-        what = self._what(op, key)
+        what = self._describe_call(op, key)
         if exc_outcome is Outcome.CONDITION_FAILED:
             return ConditionFailed(key, detail)
         if exc_outcome is Outcome.ACCESS:

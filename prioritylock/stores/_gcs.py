@@ -264,7 +264,7 @@ class GCSStore(CloudStore):
         Server messages are never copied into ours (they are not needed, and are not ours to vet).
         """
         write = op in WRITES
-        what = self._what(op, key)
+        what = self._describe_call(op, key)
         if isinstance(exc, api_exceptions.GoogleAPICallError):
             status = int(exc.code or 0)
             outcome = self._CLASSIFIER.outcome(status, "", write=write)

@@ -401,7 +401,7 @@ class S3Store(CloudStore):
         endpoint = [f"endpoint={self._endpoint!r}"] if self._endpoint else []
         return [*super()._repr_fields(), *endpoint]
 
-    def _where_suffix(self) -> str:
+    def _location_detail(self) -> str:
         return f" at {self._endpoint}" if self._endpoint else ""
 
     @contextlib.contextmanager
@@ -432,7 +432,7 @@ class S3Store(CloudStore):
     ) -> PriorityLockError:
         """Our error for an HTTP answer ``status`` with S3 error ``code`` ("" if none), after
         ``retries`` retries of the request by the SDK."""
-        what = self._what(op, key)
+        what = self._describe_call(op, key)
         outcome = self._CLASSIFIER.outcome(status, code, write=op in WRITES)
         if outcome is Outcome.CONDITION_FAILED and retries:
             # An earlier attempt of this very write may have landed and made the condition
@@ -460,7 +460,7 @@ class S3Store(CloudStore):
         """The one place where boto3/botocore errors become prioritylock errors: the S3 codes,
         and what a failure of each kind of the SDK's says about a write's outcome."""
         write = op in WRITES
-        what = self._what(op, key)
+        what = self._describe_call(op, key)
         if isinstance(exc, botocore.exceptions.ClientError):
             return self._answered(
                 op, key, _http_status(exc), _error_code(exc), _retry_attempts(exc)

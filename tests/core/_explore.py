@@ -48,9 +48,11 @@ from typing import Any
 import attrs
 
 from prioritylock import LockBuilder
+from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import _lease as lease_module
 from prioritylock import _protocol as proto
+from prioritylock import _state as lockstate
 from prioritylock._driver import new_state
 from prioritylock._errors import ConditionFailed, LockLost, PriorityLockError, StoreUnavailable
 from prioritylock._lease import Lease, decode
@@ -138,10 +140,10 @@ def _config(spec: Client, b: Bounds) -> Any:
     return builder.config()
 
 
-_STATES: dict[tuple[Client, Bounds], tuple[Any, flows.LockState]] = {}
+_STATES: dict[tuple[Client, Bounds], tuple[Any, lockstate.LockState]] = {}
 
 
-def _state(spec: Client, b: Bounds) -> flows.LockState:
+def _state(spec: Client, b: Bounds) -> lockstate.LockState:
     """A fresh LockState for the client, as ``new_state`` makes it (the config is built and
     validated once per client and reused)."""
     made = _STATES.get((spec, b))
@@ -149,7 +151,7 @@ def _state(spec: Client, b: Bounds) -> flows.LockState:
         cfg = _config(spec, b)
         made = _STATES[spec, b] = (cfg, new_state(cfg))
     cfg, template = made
-    return flows.LockState(
+    return lockstate.LockState(
         cfg.key,
         cfg,
         name=None,  # separate processes: nothing is shared but the document
@@ -210,7 +212,7 @@ class Proc:
     """A client as the scheduler sees it."""
 
     spec: Client
-    st: flows.LockState
+    st: lockstate.LockState
     rate: float
     pc: int = 0  # next operation of the program
     flow: Any = None
@@ -218,10 +220,10 @@ class Proc:
     pending: Any = None  # the effect the flow waits on
     until: float | None = None  # blocked until this local time (Sleep, Pause)
     due: float | None = None  # heartbeat due (local time)
-    cleanups: list[flows.Holding] = field(default_factory=list)
-    bg: tuple[flows.Holding, float] | None = None
+    cleanups: list[lockstate.Holding] = field(default_factory=list)
+    bg: tuple[lockstate.Holding, float] | None = None
     ids: int = 0
-    released: list[flows.Holding] = field(default_factory=list)
+    released: list[lockstate.Holding] = field(default_factory=list)
     landed: bool = False  # the running unlock's release is in the document
 
     def mono(self, t: float) -> float:
@@ -242,7 +244,7 @@ class World:
         self.break_glass: set[int] = set()
         self.max_holder_fence = 0
         self.told: dict[int, int] = {}
-        self.holdings: list[flows.Holding] = []
+        self.holdings: list[lockstate.Holding] = []
         self.tracing = False
         self.kinds: set[str] = set()  # events written (what the search reached)
         self.trace: list[str] = []
@@ -261,7 +263,7 @@ class World:
             # what it reads): when a client is about to read it, that is the only step offered
             # besides time passing, which loses no behaviour and spares the interleavings.
             awake = p.until is None or p.mono(self.t) >= p.until
-            if p.flow is not None and p.pending is flows.NOW and awake:
+            if p.flow is not None and p.pending is effects.NOW and awake:
                 return [("step", i, "ok"), *ticks]
         faults_left = self.faults < self.b.max_faults
         for i, p in enumerate(self.procs):
@@ -270,11 +272,11 @@ class World:
                 if p.until is not None and now < p.until:
                     continue
                 eff = p.pending
-                if isinstance(eff, flows.Put):
+                if isinstance(eff, effects.Put):
                     out.append(("step", i, "ok"))
                     if faults_left:
                         out += [("step", i, "lost"), ("step", i, "412"), ("step", i, "5xx")]
-                elif isinstance(eff, flows.Read):
+                elif isinstance(eff, effects.Read):
                     out.append(("step", i, "ok"))
                     if faults_left:
                         out.append(("step", i, "5xx"))
@@ -348,7 +350,7 @@ class World:
         h = st.holding
         flow: Any
         if op in ("try_lock", "lock"):
-            if flows.believes(h, now):
+            if lockstate.believes(h, now):
                 if self.tracing:
                     self._say(p, f"{op}: skipped (holds the lock)")
                 return
@@ -361,11 +363,11 @@ class World:
             self._run(p, op, flow)
         elif op == "unlock":
             # Lock.unlock: _require_holding notices an expired lease first.
-            if flows.expired(h, now):
+            if lockstate.expired(h, now):
                 assert h is not None
                 self._lose(p, h, "expired", False)
             try:
-                held = flows.require_holding(st.key, h)
+                held = lockstate.require_holding(st.key, h)
             except PriorityLockError as exc:
                 if p.kind == "unlock" and isinstance(exc, LockLost) and p.landed:
                     raise Violation(
@@ -419,10 +421,10 @@ class World:
                     self._say(p, f"{p.kind} CRASHED {type(exc).__name__}: {exc}")
                 raise Violation(f"{p.spec.name}'s {p.kind} raised {exc!r}") from exc
             value = error = None
-            if eff is flows.NOW or isinstance(eff, flows.Read | flows.Put):
+            if eff is effects.NOW or isinstance(eff, effects.Read | effects.Put):
                 p.pending = eff
                 return
-            if isinstance(eff, flows.Sleep | flows.Pause):
+            if isinstance(eff, effects.Sleep | effects.Pause):
                 if self.tracing:
                     self._say(p, f"{type(eff).__name__}({eff.seconds:.3f})")
                 p.until = p.mono(self.t) + eff.seconds
@@ -430,38 +432,38 @@ class World:
             self._local(p, eff)
 
     def _local(self, p: Proc, eff: Any) -> None:
-        if eff is flows.ARM or isinstance(eff, flows.Renewed):
+        if eff is effects.ARM or isinstance(eff, effects.Renewed):
             return
-        if isinstance(eff, flows.Hold):
+        if isinstance(eff, effects.Hold):
             h = eff.holding
             self.holdings.append(h)
             self.told.setdefault(id(h), 0)
             p.due = eff.due
             if self.tracing:
                 self._say(p, f"holds fence {h.fence} until {h.deadline:.2f}")
-        elif isinstance(eff, flows.Lose):
+        elif isinstance(eff, effects.Lose):
             self._lose(p, eff.holding, eff.reason, eff.force)
-        elif isinstance(eff, flows.End):
+        elif isinstance(eff, effects.End):
             if self.tracing:
                 self._say(p, f"holding of fence {eff.holding.fence} ended")
             if p.st.holding is eff.holding:
                 p.due = None
-        elif isinstance(eff, flows.Cleanup):
+        elif isinstance(eff, effects.Cleanup):
             if self.tracing:
                 self._say(p, f"cleanup requested by {eff.requestor.owner}")
             p.cleanups.append(eff.holding)
-        elif isinstance(eff, flows.Denied):
+        elif isinstance(eff, effects.Denied):
             if self.tracing:
                 self._say(p, "request denied")
-        elif isinstance(eff, flows.RetryRelease):
+        elif isinstance(eff, effects.RetryRelease):
             if self.tracing:
                 self._say(p, "release retried in the background")
             p.bg = (eff.holding, p.mono(self.t) + 0.5)
         else:  # pragma: no cover
             raise Violation(f"unknown effect {eff!r}")
 
-    def _lose(self, p: Proc, h: flows.Holding, reason: str, force: bool) -> None:
-        if flows.mark_lost(h, reason, force=force):
+    def _lose(self, p: Proc, h: lockstate.Holding, reason: str, force: bool) -> None:
+        if lockstate.mark_lost(h, reason, force=force):
             self.told[id(h)] = self.told.get(id(h), 0) + 1
             if self.tracing:
                 self._say(p, f"told: lost fence {h.fence} ({reason})")
@@ -486,14 +488,14 @@ class World:
         eff = p.pending
         p.pending = None
         p.until = None
-        if eff is flows.NOW:
+        if eff is effects.NOW:
             if self.tracing:
                 self._say(p, "reads its clock")
             self._advance(p, (p.mono(self.t), p.wall(self.t)), None)
             return
         if outcome != "ok":
             self.faults += 1
-        if isinstance(eff, flows.Read):
+        if isinstance(eff, effects.Read):
             if outcome == "5xx":
                 if self.tracing:
                     self._say(p, "read -> 5xx")
@@ -509,7 +511,7 @@ class World:
                 self._say(p, f"read -> {_show(self.doc)}")
             self._advance(p, found, None)
             return
-        assert isinstance(eff, flows.Put)
+        assert isinstance(eff, effects.Put)
         if outcome == "5xx":
             if self.tracing:
                 self._say(p, "write -> 5xx (not applied)")
@@ -569,7 +571,7 @@ class World:
         believers = []
         for p in self.procs:
             h = p.st.holding
-            if flows.believes(h, p.mono(self.t)):
+            if lockstate.believes(h, p.mono(self.t)):
                 assert h is not None
                 believers.append((p, h))
         for (p, h), (q, g) in itertools.combinations(believers, 2):
@@ -636,14 +638,18 @@ def _show(doc: tuple[bytes, str] | None) -> str:
 def _norm(v: Any) -> Any:
     if v is None or isinstance(v, bool | int | float | str | bytes):
         return v
-    if isinstance(v, flows.LockState):
+    if isinstance(v, lockstate.LockState):
         return "st"
     if isinstance(v, flows.Backoff):
         return ("Backoff", v._cap, v._next)
-    if isinstance(v, flows.Holding):
+    if isinstance(v, lockstate.Holding):
         return (
             "Holding",
-            *(_norm(getattr(v, f.name)) for f in attrs.fields(flows.Holding) if f.name != "entry"),
+            *(
+                _norm(getattr(v, f.name))
+                for f in attrs.fields(lockstate.Holding)
+                if f.name != "entry"
+            ),
         )
     if attrs.has(type(v)):
         return (type(v).__name__, *(_norm(getattr(v, f.name)) for f in attrs.fields(type(v))))

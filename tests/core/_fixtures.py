@@ -12,8 +12,8 @@ from typing import Any
 import attrs
 
 from prioritylock import _protocol as proto
-from prioritylock._flows import LockState
 from prioritylock._lease import Event, Holder, Lease, Requestor, Reserve
+from prioritylock._state import LockState
 
 NAME = "jobs/a"
 

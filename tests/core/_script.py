@@ -14,8 +14,9 @@ from typing import Any
 
 import attrs
 
-from prioritylock._flows import NOW, Flow, Lose, Put, mark_lost
+from prioritylock._effects import NOW, Flow, Lose, Put
 from prioritylock._lease import Lease, decode
+from prioritylock._state import mark_lost
 
 __all__ = ["Step", "drive", "last_put", "lose", "now", "put_lease"]
 

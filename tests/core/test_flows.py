@@ -11,26 +11,25 @@ from typing import Any
 
 import pytest
 
+from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import _protocol as proto
-from prioritylock._errors import ConditionFailed, PreemptionTimeout, StoreUnavailable
-from prioritylock._flows import (
+from prioritylock import _state as lockstate
+from prioritylock._effects import (
     ARM,
     NOW,
     End,
     Hold,
-    Holding,
     Pause,
     Put,
     Read,
-    Released,
     Renewed,
     RetryRelease,
-    Seen,
     Sleep,
-    Written,
 )
+from prioritylock._errors import ConditionFailed, PreemptionTimeout, StoreUnavailable
 from prioritylock._lease import Event, EventKind, Lease, encode
+from prioritylock._state import Holding, Released, Seen, Written
 from prioritylock.stores._base import Versioned
 
 from ._fixtures import holder, lease, requestor, state
@@ -270,7 +269,7 @@ def test_a_non_forceful_request_withdraws_at_its_deadline_and_raises() -> None:
 def test_a_displaced_request_is_told_denied_and_try_lock_gives_up() -> None:
     st = state()
     displaced = BEFORE.rewritten(requestor=requestor("q", priority=8))
-    denied = Step(lambda e: isinstance(e, flows.Denied) and e.lease == displaced)
+    denied = Step(lambda e: isinstance(e, effects.Denied) and e.lease == displaced)
     script = [
         now(0.0),
         Step(Read, doc(BEFORE, "v1")),
@@ -350,7 +349,7 @@ def test_examine_asks_for_cleanup_once_per_requestor() -> None:
     # The requestor waits min(6 s, our 4 s cleanup) from after quiet_since (10); less the drift.
     cleanup = Step(
         lambda e: (
-            isinstance(e, flows.Cleanup)
+            isinstance(e, effects.Cleanup)
             and e.requestor.requestor_id == "r"
             and (e.deadline, e.deadline_wall) == (13.0, 1013.0)
         )
@@ -359,7 +358,7 @@ def test_examine_asks_for_cleanup_once_per_requestor() -> None:
     held.cleaning = False  # the cleanup returned; not cooperating, we keep the lock
     assert drive(flows.examine(st, held, Seen(asked, "v2")), [now(12.5)])[0] is True
     again = asked.rewritten(requestor=requestor("q", priority=8))
-    ask_q = Step(lambda e: isinstance(e, flows.Cleanup) and e.requestor.requestor_id == "q")
+    ask_q = Step(lambda e: isinstance(e, effects.Cleanup) and e.requestor.requestor_id == "q")
     assert drive(flows.examine(st, held, Seen(again, "v3")), [now(12.6), ask_q])[0] is True
 
 
@@ -381,7 +380,7 @@ def test_cleanup_deadline_never_before_quiet_since() -> None:
     st = state()
     held = holding_of(MINE, st)
     short = MINE.rewritten(requestor=requestor("r", waiting_timeout=0.5))
-    assert flows.cleanup_deadline(held, short, 1.0) == 10.0
+    assert lockstate.cleanup_deadline(held, short, 1.0) == 10.0
 
 
 # -- releasing ------------------------------------------------------------------------------------

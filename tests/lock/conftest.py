@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
+from prioritylock._wake import NOTICES
 from tests.lock import helpers
 
 
@@ -17,3 +19,24 @@ def driver(request: pytest.FixtureRequest) -> Iterator[str]:
         yield helpers.DRIVER[0]
     finally:
         helpers.DRIVER[0] = "sync"
+
+
+#: ``PRIORITYLOCK_NOTICES=off`` runs the lock suites with in-process notices dropped (``_wake``):
+#: notices are hints, so every behaviour must hold without them, only slower.
+NOTICES_OFF = os.environ.get("PRIORITYLOCK_NOTICES", "").strip().lower() == "off"
+
+
+@pytest.fixture(autouse=True)
+def _notices_mode() -> Iterator[None]:
+    NOTICES.enabled = not NOTICES_OFF
+    try:
+        yield
+    finally:
+        NOTICES.enabled = True
+
+
+@pytest.fixture
+def notices() -> None:
+    """For a test that measures how fast a notice arrives: skipped when notices are dropped."""
+    if NOTICES_OFF:
+        pytest.skip("in-process notices are dropped (PRIORITYLOCK_NOTICES=off)")

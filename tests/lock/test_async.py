@@ -23,7 +23,7 @@ from prioritylock import (
     PreemptionTimeout,
 )
 from prioritylock import _alock as alock_module
-from prioritylock import _flows as flows
+from prioritylock import _effects as effects
 from prioritylock.stores import ObjectStore
 from tests.conftest import StoreFactory, selected_kinds
 from tests.lock.helpers import builder
@@ -36,7 +36,7 @@ T = TypeVar("T")
 Scenario = Callable[[list[str] | None, int | None, bool], Coroutine[Any, Any, None]]
 
 #: Effects at which the async driver may suspend.
-AWAITING = (flows.Put, flows.Read, flows.Sleep, flows.Pause)
+AWAITING = (effects.Put, effects.Read, effects.Sleep, effects.Pause)
 
 
 @pytest.fixture(params=selected_kinds(["memory", "local", "gcs"]))
@@ -79,7 +79,7 @@ class Injector:
         assert self._victim is not None
         self._victim.cancel()
 
-    async def _perform_and_cancel(self, effect: flows.Effect) -> Any:
+    async def _perform_and_cancel(self, effect: effects.Effect) -> Any:
         if type(effect) not in AWAITING:
             return await self._perform(effect)
         self.seen.append(type(effect).__name__)

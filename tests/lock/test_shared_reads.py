@@ -1,6 +1,7 @@
 """A new lock object reads conditionally against what another lock object of the process last
-read or wrote (``_flows.DecodedCache``): when nothing changed, it takes the decoded lease instead of
-the body. Still 2 requests for its first acquire, on every store; never a stale decision."""
+read or wrote (``_driver.DecodedCache``): when nothing changed, it takes the decoded lease
+instead of the body. Still 2 requests for its first acquire, on every store; never a stale
+decision."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from prioritylock import _flows, _lease
+from prioritylock import _driver, _flows, _lease, _state
 from prioritylock.stores import MemoryStore
 from tests.conftest import StoreFactory
 from tests.lock.helpers import make
@@ -92,8 +93,8 @@ def test_stores_without_a_namespace_do_not_share(decodes: list[str]) -> None:
 
 
 def test_the_cache_is_bounded() -> None:
-    cache = _flows.DecodedCache(size=4)
-    seen = _flows.Seen(None, None)
+    cache = _driver.DecodedCache(size=4)
+    seen = _state.Seen(None, None)
     for i in range(10):
         cache.put(("ns", f"k{i}"), seen)
         assert len(cache._items) <= 4
