@@ -106,13 +106,21 @@ class _Notifier:
         self._thread = threading.Thread(target=self._run, name="prioritylock-fsnotify", daemon=True)
         self._thread.start()
 
-    def subscribe(self, sub: _Sub) -> None:
+    def watch(self, root: str, path: str, callback: Callable[[], None]) -> Unsubscribe:
+        """See :func:`watch`."""
+        relative = os.path.relpath(path, root).split(os.sep)
+        dirs = [root]
+        for segment in relative[:-1]:
+            dirs.append(os.path.join(dirs[-1], segment))
+        sub = _Sub(callback, dirs, relative)
         with self._lock:
             self._place(sub)
 
-    def unsubscribe(self, sub: _Sub) -> None:
-        with self._lock:
-            self._unplace(sub)
+        def unsubscribe() -> None:
+            with self._lock:
+                self._unplace(sub)
+
+        return unsubscribe
 
     def watch_count(self) -> int:
         with self._lock:
@@ -289,13 +297,7 @@ def watch(root: str, path: str, callback: Callable[[], None]) -> Unsubscribe:
     notifier = _get()
     if notifier is None:
         return _nothing
-    relative = os.path.relpath(path, root).split(os.sep)
-    dirs = [root]
-    for segment in relative[:-1]:
-        dirs.append(os.path.join(dirs[-1], segment))
-    sub = _Sub(callback, dirs, relative)
-    notifier.subscribe(sub)
-    return lambda: notifier.unsubscribe(sub)
+    return notifier.watch(root, path, callback)
 
 
 def active() -> bool:
