@@ -86,11 +86,11 @@ class _Sub:
 class _Dir:
     """One watched directory: its watch descriptor and its subscribers by file name."""
 
-    __slots__ = ("names", "path", "wd")
+    __slots__ = ("names", "paths", "wd")
 
-    def __init__(self, wd: int, path: str) -> None:
+    def __init__(self, wd: int) -> None:
         self.wd = wd
-        self.path = path
+        self.paths: list[str] = []  # more than one: the same directory through a symlink
         self.names: dict[str, set[_Sub]] = {}
 
 
@@ -164,10 +164,10 @@ class _Notifier:
                     " watched are polled"
                 )
             return None
-        if wd in self._by_wd:  # the same directory under another path (a symlink)
-            found = self._by_wd[wd]
-        else:
-            found = self._by_wd[wd] = _Dir(wd, path)
+        found = self._by_wd.get(wd)
+        if found is None:
+            found = self._by_wd[wd] = _Dir(wd)
+        found.paths.append(path)
         self._dirs[path] = found
         return found
 
@@ -190,8 +190,9 @@ class _Notifier:
                 self._inotify.rm_watch(found.wd)
 
     def _drop(self, found: _Dir) -> None:
-        for path in [p for p, d in self._dirs.items() if d is found]:
-            del self._dirs[path]
+        for path in found.paths:
+            if self._dirs.get(path) is found:
+                del self._dirs[path]
         self._by_wd.pop(found.wd, None)
 
     # -- the thread ------------------------------------------------------------------------
