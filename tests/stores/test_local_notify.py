@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from prioritylock._errors import ConfigError
 from prioritylock.stores import LocalStore, _fsnotify
 
 pytestmark = [
@@ -261,6 +262,12 @@ def test_a_callback_that_raises_is_logged_and_the_thread_goes_on(
     for stop in stops:
         stop()
     assert "change callback raised" in caplog.text
+
+
+@pytest.mark.parametrize("key", ["", "/a", "a//b", "x" * 300])
+def test_an_invalid_key_is_refused(store: LocalStore, key: str) -> None:
+    with pytest.raises(ConfigError):
+        store.watch_key(key, Calls())
 
 
 @pytest.fixture
