@@ -79,6 +79,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock.stores import _fsnotify
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     WOULD_BLOCK,
@@ -364,6 +365,19 @@ class LocalStore:
             except OSError as exc:
                 raise self._error(exc, "list", prefix) from exc
         return sorted(found)
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``key`` may have changed, written by any process of this machine
+        (inotify on Linux); return a function that stops the calls.
+
+        A hint, not a fact: a call may come late, twice, or with nothing changed, and comes from
+        another thread; where the platform can't notify, none comes (the lock polls). One
+        thread and one inotify instance serve every store of the process.
+
+        :raises ConfigError: invalid key.
+        """
+        path, _ = _key_paths(self._root, key)
+        return _fsnotify.watch(self._root, path, callback)
 
     def close(self) -> None:
         """Nothing to release: every operation opens and closes its own files."""
