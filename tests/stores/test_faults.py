@@ -1,7 +1,8 @@
 """Transport faults on every cloud store, one suite: 5xx and throttling, lost answers, timeouts.
 
-Each test runs against the real server of every cloud kind (moto, SeaweedFS, fake-gcs-server,
-Azurite; narrowed by ``PRIORITYLOCK_STORES``), with faults injected where the SDK meets the
+A write that lands runs against the real server of every cloud kind (moto, SeaweedFS,
+fake-gcs-server, Azurite; narrowed by ``PRIORITYLOCK_STORES``); a fault that never reaches the
+server, against one server per SDK (moto for S3). Faults are injected where the SDK meets the
 network (``tests/lock/_cloud_faults.py``: a botocore ``before-send`` hook for S3, a requests
 transport adapter for GCS and Azure). What a store must say is the same on every cloud: a
 throttled or failed request is :class:`StoreUnavailable`, its outcome unknown exactly when it was
@@ -23,6 +24,11 @@ from tests.conftest import CLOUD_KINDS, StoreFactory, selected_kinds
 from tests.lock._cloud_faults import Fault, Injector, Op, open_injector
 
 pytestmark = [pytest.mark.timeout(60)]
+
+#: Faults that never reach the server are the SDK's and the store's alone: one server per SDK.
+one_per_sdk = pytest.mark.parametrize(
+    "store_kind", selected_kinds(["s3-moto", "gcs", "azure"]), indirect=True
+)
 
 KEY = "team/resource"
 WRITES = ("create", "replace", "delete")
@@ -117,6 +123,7 @@ def _run(store: ObjectStore, operation: str, key: str, version: str) -> object:
 # -- the request was refused: nothing changed -----------------------------------------------------
 
 
+@one_per_sdk
 @pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_throttling_and_5xx_are_unavailable_after_one_attempt_unknown_for_writes(
@@ -137,6 +144,7 @@ def test_throttling_and_5xx_are_unavailable_after_one_attempt_unknown_for_writes
     assert store.read(key) == before, "the refused request changed the object"
 
 
+@one_per_sdk
 @pytest.mark.parametrize("lose", ["timeout", "reset"])
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_a_lost_answer_is_unavailable_and_unknown_for_writes(
@@ -156,6 +164,7 @@ def test_a_lost_answer_is_unavailable_and_unknown_for_writes(
     assert store.read(key) == before
 
 
+@one_per_sdk
 def test_connection_refused_is_unavailable_with_a_known_outcome(
     request: pytest.FixtureRequest, store_kind: str, store_factory: StoreFactory
 ) -> None:
