@@ -236,6 +236,7 @@ def _report(what: str, runs: list[list[float]]) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.timeout(180)
 def test_the_loop_never_stalls_while_a_thousand_leases_renew(tmp_path: Path) -> None:
     """1,000 leases on the local store, renewed every second, with a probe sleeping 5 ms at a
@@ -259,6 +260,7 @@ def test_the_loop_never_stalls_while_a_thousand_leases_renew(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", selected_kinds(["s3-moto"]))
 def test_the_loop_never_stalls_while_a_thousand_leases_renew_on_moto(

@@ -169,15 +169,10 @@ def test_no_doc_points_outside_the_repository() -> None:
     found = [
         f"{page.relative_to(ROOT)}:{n}"
         for page in pages
-        if page.name not in _OUTSIDE_PENDING
         for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
         if outside.search(line)
     ]
     assert not found, f"lines that point outside the repository: {found}"
-
-
-#: Pages another branch is rewriting (issue 13): drop the name once it has landed.
-_OUTSIDE_PENDING: set[str] = set()
 
 
 def test_no_docstring_points_outside_the_repository() -> None:
@@ -187,16 +182,10 @@ def test_no_docstring_points_outside_the_repository() -> None:
     found = [
         f"{source.relative_to(ROOT)}:{n}"
         for source in sources
-        if source.relative_to(ROOT).as_posix() not in _DOCSTRINGS_PENDING
         for n, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1)
         if outside.search(line)
     ]
     assert not found, f"lines that point outside the repository: {found}"
-
-
-#: Files outside this change's reach (issue 13): the lead's protocol module, and the emulator
-#: launcher that is moving to the test tree. Drop each name once it is fixed.
-_DOCSTRINGS_PENDING: set[str] = set()
 
 
 #: A URL in a shell command: quoted, it survives the shell's globbing of "?" and "&".

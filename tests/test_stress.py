@@ -38,11 +38,13 @@ import pytest
 
 from prioritylock import LockBuilder, LockTimeout
 from prioritylock.stores import LocalStore, MemoryStore
+from tests._soak import size
 
 HELPERS = Path(__file__).parent / "_helpers"
 LEASE_TIMEOUT = 30.0
 MAX_HOLD = 0.005  # seconds: each holder sleeps a random 0-5 ms (the workload)
-RUN_SECONDS = 10.0
+#: Seconds of contention: hundreds of handovers in CI; minutes of them under scripts/soak.
+RUN_SECONDS = size(4.0, 120.0)
 
 THREADS = 1000
 THREAD_STACK_BYTES = 512 * 1024  # 1,000 threads x the 8 MiB default would be 8 GiB of address space
@@ -159,7 +161,8 @@ def test_checker_catches_overlaps_and_fence_errors() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.soak
+@pytest.mark.timeout(RUN_SECONDS + 60)
 def test_thousand_threads_on_memory_store() -> None:
     store = MemoryStore("stress-threads")
     occupancy = Occupancy()
@@ -274,7 +277,8 @@ def _read_results(path: Path, who: str) -> tuple[list[Section], int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.soak
+@pytest.mark.timeout(RUN_SECONDS + 60)
 def test_eight_processes_on_local_store(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     procs: list[subprocess.Popen[str]] = []

@@ -31,11 +31,12 @@ import pytest
 
 from prioritylock import Lock, LockTimeout
 from prioritylock.stores import ObjectStore
+from tests._soak import size
 from tests.conftest import CLOUD_KINDS, StoreFactory, selected_kinds
 from tests.lock.helpers import make
 from tests.test_stress import Occupancy, Section, check_sections
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("driver")]
+pytestmark = [pytest.mark.slow, pytest.mark.soak, pytest.mark.usefixtures("driver")]
 
 PATH = "contention/one-lock"
 LEASE_TIMEOUT = 30.0
@@ -46,7 +47,7 @@ MIN_ACQUISITIONS = 20
 # Clients per store kind, and how long they race. SeaweedFS is slow under contention on one key
 # (docs: EMULATORS): fewer clients there.
 CLIENTS = {"s3-moto": 8, "s3-seaweedfs": 6, "gcs": 8, "azure": 8}
-RUN_SECONDS = 5.0
+RUN_SECONDS = size(3.5, 60.0)
 # A lock() call may overrun its timeout by one slow request: how long to wait for stragglers.
 JOIN_GRACE = 5.0
 
@@ -72,7 +73,7 @@ def _closing(locks: list[Lock]) -> Iterator[None]:
                 lock.close()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(RUN_SECONDS + 60)
 def test_clients_racing_on_one_lock(store_kind: str, store_factory: StoreFactory) -> None:
     clients = CLIENTS[store_kind]
     stores = [store_factory() for _ in range(clients)]

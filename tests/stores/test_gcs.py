@@ -21,16 +21,14 @@ from prioritylock import (
     ConfigError,
     StoreAccessError,
     StoreError,
-    StoreUnavailable,
 )
 from prioritylock.stores import NOT_MODIFIED, ConditionalReader, Versioned, open_store
 from prioritylock.stores._gcs import EMULATOR_ENV, MAX_OBJECT_BYTES, GCSStore
-from tests._servers.gcs import FakeGCSServer, FaultyAdapter, free_port, gcs_error_body
+from tests._servers.gcs import FakeGCSServer, FaultyAdapter, gcs_error_body
 
 pytestmark = [pytest.mark.timeout(60)]
 
 KEY = "team/resource"
-WRITES = ("create", "replace", "delete")
 
 
 @dataclass
@@ -301,83 +299,7 @@ def test_no_credentials_is_an_access_error_saying_what_to_set(
     assert caught.value.__cause__ is not None
 
 
-# -- transient failures and unknown outcomes ----------------------------------------------------
-
-_METHODS = {
-    "read": "GET",
-    "read_if_changed": "GET",
-    "create": "POST",
-    "replace": "POST",
-    "delete": "DELETE",
-    "list": "GET",
-}
-
-
-@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
-@pytest.mark.parametrize("operation", list(_METHODS))
-def test_throttling_and_5xx_are_unavailable_unknown_outcome_for_writes(
-    faulty: Faulty, status: int, operation: str
-) -> None:
-    version = faulty.store.create(KEY, b"before")
-    faulty.adapter.fail_next(_METHODS[operation], status=status)
-    with pytest.raises(StoreUnavailable) as caught:
-        _call(faulty.store, operation, version)
-    assert caught.value.outcome_unknown is (operation in WRITES)
-    assert isinstance(caught.value.__cause__, api_exceptions.GoogleAPICallError)
-    assert faulty.store.read(KEY) == Versioned(b"before", version), "the request never left"
-
-
-@pytest.mark.parametrize("fault", ["lose_response", "timeout", "status"])
-def test_a_write_that_landed_but_whose_response_was_lost_is_unknown_and_did_change(
-    faulty: Faulty, fault: str
-) -> None:
-    store = faulty.store
-    first = store.create(KEY, b"one")
-    how = {"lose_response": {"lose_response": True}, "timeout": {"timeout": True}}
-    faulty.adapter.fail_next("POST", deliver=True, **how.get(fault, {"status": 503}))
-    with pytest.raises(StoreUnavailable) as caught:
-        store.replace(KEY, b"two", first)
-    assert caught.value.outcome_unknown
-    landed = store.read(KEY)
-    assert landed is not None and landed.data == b"two" and landed.version != first
-    # Retrying blindly now fails the condition against our own write: only a read-back tells.
-    with pytest.raises(ConditionFailed):
-        store.replace(KEY, b"two", first)
-
-
-def test_a_create_and_a_delete_whose_responses_were_lost(faulty: Faulty) -> None:
-    store = faulty.store
-    faulty.adapter.fail_next("POST", deliver=True, lose_response=True)
-    with pytest.raises(StoreUnavailable) as caught:
-        store.create(KEY, b"mine")
-    assert caught.value.outcome_unknown
-    landed = store.read(KEY)
-    assert landed is not None and landed.data == b"mine"
-    faulty.adapter.fail_next("DELETE", deliver=True, lose_response=True)
-    with pytest.raises(StoreUnavailable) as caught:
-        store.delete(KEY, landed.version)
-    assert caught.value.outcome_unknown
-    assert store.read(KEY) is None
-
-
-def test_a_lost_read_response_is_unavailable_with_a_known_outcome(faulty: Faulty) -> None:
-    faulty.adapter.fail_next("GET", lose_response=True)
-    with pytest.raises(StoreUnavailable) as caught:
-        faulty.store.read(KEY)
-    assert not caught.value.outcome_unknown
-
-
-def test_connection_refused_is_unavailable_and_the_write_did_not_land(
-    fake_gcs_server: FakeGCSServer, bucket: str
-) -> None:
-    closed = f"http://127.0.0.1:{free_port()}"
-    store = fake_gcs_server.store(bucket, endpoint=closed, connect_timeout=2.0)
-    try:
-        with pytest.raises(StoreUnavailable) as caught:
-            store.create(KEY, b"x")
-        assert not caught.value.outcome_unknown, "a refused connection never sent the write"
-    finally:
-        store.close()
+# -- other errors (transient faults: tests/stores/test_faults.py) -----------------------------
 
 
 def test_other_client_errors_are_store_errors(faulty: Faulty) -> None:

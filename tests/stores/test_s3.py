@@ -1,18 +1,17 @@
 """S3Store against real S3 servers on 127.0.0.1 (moto and SeaweedFS): what the contract can't see.
 
-Error mapping, credentials and missing buckets, ``s3://`` URLs, and faults injected at the SDK
-boundary: a botocore ``before-send`` handler either answers in the server's place (503, 429, 500,
-409) or raises what urllib3 would (timeouts, dropped connections), optionally after letting the
-request reach the server, so that a write lands and its response is lost. The requests that do go
-out go to a real server; nothing of S3 is mocked in process.
-"""
+Error mapping, credentials and missing buckets, ``s3://`` URLs, and the S3-only faults injected at
+the SDK boundary: a botocore ``before-send`` handler answers in the server's place (409
+``ConditionalRequestConflict``), raises a connect failure, or delivers the request and loses the
+answer to a client whose SDK retries. Throttling, 5xx, timeouts and lost answers are the same on
+every cloud store: ``tests/stores/test_faults.py``. The requests that do go out go to a real
+server; nothing of S3 is mocked in process."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
 import logging
-import socket
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -162,13 +161,6 @@ def _get_objects(client: Any) -> Iterator[list[tuple[str | None, int, int]]]:
 def _everything_said(exc: BaseException) -> str:
     """All a user could see of an error: str, repr, and the chained traceback."""
     return "\n".join([str(exc), repr(exc), *traceback.format_exception(exc)])
-
-
-def _unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 # -- the seam on both servers ---------------------------------------------------------------------
@@ -606,42 +598,6 @@ def test_url_round_trip(server: S3Server, bucket: str) -> None:
 
 
 @needs_moto
-@pytest.mark.parametrize("operation", OPERATIONS)
-@pytest.mark.parametrize(
-    ("status", "code"),
-    [
-        (503, "SlowDown"),
-        (429, "TooManyRequests"),
-        (500, "InternalError"),
-        (502, "BadGateway"),
-    ],
-)
-def test_throttling_and_5xx_are_store_unavailable_after_one_attempt(
-    moto_store: S3Store, operation: str, status: int, code: str
-) -> None:
-    key, version, before = _target(moto_store, operation)
-    moto_store.stats.reset()
-    attempts: list[str] = []
-
-    def answer(request: Any, **_kwargs: Any) -> botocore.awsrequest.AWSResponse:
-        attempts.append(request.method)
-        return _error_response(request, status, code)
-
-    with (
-        _hooked(moto_store.client, "before-send.s3", answer),
-        pytest.raises(StoreUnavailable) as caught,
-    ):
-        _run(moto_store, operation, key, version)
-    assert caught.value.outcome_unknown is (operation in WRITES)
-    assert code in str(caught.value)
-    assert moto_store.bucket in str(caught.value)
-    assert isinstance(caught.value.__cause__, botocore.exceptions.ClientError)
-    assert len(attempts) == 1, f"botocore retried: {attempts}"
-    assert moto_store.stats.total == 1, repr(moto_store.stats)
-    assert moto_store.read(key) == before, "the refused request changed the object"
-
-
-@needs_moto
 @pytest.mark.parametrize("operation", WRITES)
 def test_conditional_request_conflict_is_condition_failed(
     moto_store: S3Store, operation: str
@@ -665,17 +621,16 @@ def test_conditional_request_conflict_is_condition_failed(
 @pytest.mark.parametrize(
     ("error", "unknown_if_write"),
     [
-        (botocore.exceptions.ReadTimeoutError, True),
-        (botocore.exceptions.ConnectionClosedError, True),
         (botocore.exceptions.EndpointConnectionError, False),
         (botocore.exceptions.ConnectTimeoutError, False),
     ],
-    ids=["read-timeout", "connection-closed", "connect-refused", "connect-timeout"],
+    ids=["connect-refused", "connect-timeout"],
 )
-def test_transport_errors_are_store_unavailable(
+def test_connect_errors_are_store_unavailable_with_a_known_outcome(
     moto_store: S3Store, operation: str, error: Callable[..., Exception], unknown_if_write: bool
 ) -> None:
-    """A connect failure never sent the request; a read timeout or a reset might have."""
+    """A connect failure never sent the request. (A read timeout or a reset might have: that,
+    throttling, 5xx and lost answers are the cross-store suite, ``test_faults.py``.)"""
     key, version, before = _target(moto_store, operation)
 
     def fail(request: Any, **_kwargs: Any) -> None:
@@ -689,50 +644,6 @@ def test_transport_errors_are_store_unavailable(
     assert caught.value.outcome_unknown is (unknown_if_write and operation in WRITES)
     assert type(caught.value.__cause__) is error
     assert moto_store.read(key) == before
-
-
-@needs_moto
-def test_nothing_listening_is_store_unavailable_with_a_known_outcome(
-    moto_server: S3Server,
-) -> None:
-    nowhere = moto_server.store(
-        "plk-nowhere", endpoint_url=f"http://127.0.0.1:{_unused_port()}", connect_timeout=2.0
-    )
-    try:
-        for operation in OPERATIONS:
-            with pytest.raises(StoreUnavailable, match="could not connect") as caught:
-                _run(nowhere, operation, "doc", '"0"')
-            assert caught.value.outcome_unknown is False
-        assert nowhere.stats.total == len(OPERATIONS)
-    finally:
-        nowhere.close()
-
-
-@pytest.mark.parametrize("operation", WRITES)
-def test_write_that_lands_but_loses_its_response_is_outcome_unknown(
-    store: S3Store, operation: str
-) -> None:
-    """The request reaches the server and is applied; then the response is lost."""
-    key, version, _before = _target(store, operation)
-    delivered: list[int] = []
-
-    def land_then_time_out(request: Any, **_kwargs: Any) -> None:
-        delivered.append(_deliver(request))
-        raise botocore.exceptions.ReadTimeoutError(endpoint_url=request.url)
-
-    with (
-        _hooked(store.client, "before-send.s3", land_then_time_out),
-        pytest.raises(StoreUnavailable) as caught,
-    ):
-        _run(store, operation, key, version)
-    assert caught.value.outcome_unknown is True
-    assert delivered in ([200], [204]), f"the server answered {delivered}"
-    after = store.read(key)
-    if operation == "delete":
-        assert after is None, "the delete landed, so the object must be gone"
-    else:
-        assert after is not None
-        assert after.data == b"after", "the write landed: a read-back shows it"
 
 
 @needs_moto
