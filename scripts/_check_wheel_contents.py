@@ -29,7 +29,7 @@ def problems(wheel: Path) -> list[str]:
         top = name.split("/", 1)[0]
         if top.endswith(".dist-info"):
             continue
-        if top not in PACKAGES or not name.endswith((".py", "py.typed")):
+        if top not in PACKAGES or not name.endswith((".py", ".pyi", "py.typed", ".proto")):
             found.append(f"not a package file: {name}")
         elif name in PENDING:
             print(f"{wheel.name}: NOTE, still holds {name} (pending its move)")

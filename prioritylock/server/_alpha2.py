@@ -18,18 +18,24 @@ Two kinds of holder:
 
 Requests at priority 2147483647 (the emergency override) and force unlocks are the operators':
 the front end checks the operator token and passes ``operator=True``.
+
+Everything here is transport-neutral: the HTTP routes (:mod:`._http2`, NDJSON streams) and the
+gRPC ``LockService`` (:mod:`._grpc_lock`, server streams) both drive :class:`Alpha2Locks`, and a
+stream holder's life (waiting with pings, the events, the release when it ends) is one
+:class:`Holding` whichever carries it. Events are dicts, as the NDJSON stream sends them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import math
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import attrs
@@ -50,7 +56,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lease import OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock.cli._inspect import record
-from prioritylock.server._metrics import API_ALPHA2, Metrics
+from prioritylock.server._metrics import API_ALPHA2, API_GRPC, Metrics
 from prioritylock.server._names import BadRequest, Names
 from scopes import LockScope
 
@@ -61,8 +67,10 @@ __all__ = [
     "Alpha2Locks",
     "Forbidden",
     "Held",
+    "Holding",
     "LockNotFound",
     "Options",
+    "Pinger",
     "ResourceLocked",
     "Stream",
     "parse_duration",
@@ -296,6 +304,8 @@ class Held:
     resource_id: str
     lock: AsyncLock
     stream: Stream | None
+    #: The ``api`` label its metrics are counted under.
+    api: str = API_ALPHA2
     ending: asyncio.Future[None] | None = None
 
     @property
@@ -318,6 +328,7 @@ class Alpha2Locks:
         self.metrics = metrics or Metrics()
         for name in names.store_names:
             self.metrics.prepare(name, API_ALPHA2)
+            self.metrics.prepare(name, API_GRPC)
         self._held: dict[str, Held] = {}
         self._by_lock: dict[int, Held] = {}
         # lock id -> (store, resource, why): a lost lock is let go at once, its reason kept.
@@ -333,7 +344,7 @@ class Alpha2Locks:
     def _on_cleanup(self, sender: object, **_: object) -> None:
         held = self._by_lock.get(id(sender))
         if held is not None and held.lock is sender:
-            self.metrics.preempted(held.store_name, API_ALPHA2)
+            self.metrics.preempted(held.store_name, held.api)
 
     def _on_lost(self, sender: object, *, reason: str, **_: object) -> None:
         held = self._by_lock.get(id(sender))
@@ -343,7 +354,7 @@ class Alpha2Locks:
 
     def _tombstone(self, held: Held, reason: str) -> None:
         if self._held.get(held.lock_id) is held:
-            self.metrics.lost(held.store_name, API_ALPHA2, reason)
+            self.metrics.lost(held.store_name, held.api, reason)
         self._forget(held)
         self._lost[held.lock_id] = (held.store_name, held.resource_id, reason)
         while len(self._lost) > MAX_LOST:
@@ -361,6 +372,7 @@ class Alpha2Locks:
         *,
         stream: Stream | None = None,
         operator: bool = False,
+        api: str = API_ALPHA2,
     ) -> Held:
         """Take the lock (now, or waiting as the options say) and keep renewing it.
 
@@ -380,37 +392,37 @@ class Alpha2Locks:
                 await lock.lock(options.timeout)
                 got = True
         except PreemptionTimeout as exc:
-            self._refused(store_name, started)
+            self._refused(store_name, api, started)
             raise ResourceLocked(f"the holder did not hand over in time: {exc}") from None
         except LockTimeout as exc:
-            self._refused(store_name, started)
+            self._refused(store_name, api, started)
             raise ResourceLocked(f"not acquired within the timeout: {exc}") from None
         except PriorityLockError:
-            self.metrics.failed(store_name, API_ALPHA2, latency=time.monotonic() - started)
+            self.metrics.failed(store_name, api, latency=time.monotonic() - started)
             await lock.aclose()
             raise
         except BaseException:
             await lock.aclose()
             raise
         if not got:
-            self._refused(store_name, started)
+            self._refused(store_name, api, started)
             await lock.aclose()
             raise ResourceLocked(f"lock {resource_id} in store {store_name} is held")
-        held = Held(secrets.token_urlsafe(24), store_name, resource_id, lock, stream)
+        held = Held(secrets.token_urlsafe(24), store_name, resource_id, lock, stream, api)
         self._held[held.lock_id] = held
         self._by_lock[id(lock)] = held
         took = time.monotonic() - started
-        self.metrics.acquired(store_name, API_ALPHA2, latency=took, waited=took)
+        self.metrics.acquired(store_name, api, latency=took, waited=took)
         if not lock.is_current_owner():  # lost between the acquire and now
             self._tombstone(held, _lost_reason(lock))
         return held
 
     def _released(self, held: Held) -> None:
         if self._held.get(held.lock_id) is held:
-            self.metrics.released(held.store_name, API_ALPHA2)
+            self.metrics.released(held.store_name, held.api)
 
-    def _refused(self, store_name: str, started: float) -> None:
-        self.metrics.refused(store_name, API_ALPHA2, latency=time.monotonic() - started)
+    def _refused(self, store_name: str, api: str, started: float) -> None:
+        self.metrics.refused(store_name, api, latency=time.monotonic() - started)
 
     async def unlock(self, store_name: str, resource_id: str, lock_id: str) -> None:
         """Release (or, with a request pending, hand over) the lock ``lock_id`` names.
@@ -587,6 +599,145 @@ class Alpha2Locks:
             return builder.build_async(scheduler=self._scheduler)
         except ConfigError as exc:
             raise BadRequest(str(exc)) from None
+
+
+# -- a stream holder, whatever carries it ----------------------------------------------------------
+
+
+class Pinger:
+    """One timer for every open stream: a ping to each stream that was sent nothing for an
+    interval (checked ten times an interval: no timer, task or timeout per stream)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._streams: set[Stream] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, stream: Stream) -> None:
+        self._streams.add(stream)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+
+    def discard(self, stream: Stream) -> None:
+        self._streams.discard(stream)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._streams:
+            await asyncio.sleep(self.interval / 10)
+            due = loop.time() - self.interval
+            for stream in self._streams:
+                if stream.last_sent <= due:
+                    stream.last_sent = loop.time()
+                    stream.events.put_nowait(PING)
+
+
+#: The event sent on an idle stream.
+PING: dict[str, Any] = {"type": "ping"}
+_ACQUIRE_ENDED: dict[str, Any] = {"type": "_acquire-ended"}  # never sent: the loop's cue
+
+
+class Holding:
+    """One stream holder's life: the request, its wait (with pings), the events while it holds,
+    and the release (or handover) when the stream ends, however it ends.
+
+    A front end calls :meth:`started` (an ``immediate`` refusal raises there, before anything
+    is sent), relays :meth:`events` to its client, and calls :meth:`close` in a ``finally``.
+    """
+
+    def __init__(
+        self,
+        locks: Alpha2Locks,
+        store_name: str,
+        resource_id: str,
+        options: Options,
+        *,
+        operator: bool,
+        pinger: Pinger,
+        api: str = API_ALPHA2,
+    ) -> None:
+        self._locks = locks
+        self._options = options
+        self._pinger = pinger
+        self.stream = Stream()
+        self.held: Held | None = None
+        self._acquiring = asyncio.ensure_future(
+            locks.lock(
+                store_name, resource_id, options, stream=self.stream, operator=operator, api=api
+            )
+        )
+
+    async def started(self) -> None:
+        """Return once the stream may begin.
+
+        :raises ResourceLocked, BadRequest, Forbidden, StoreNotFound, PriorityLockError: an
+            ``immediate`` request was refused or failed.
+        """
+        if self._options.immediate:
+            await asyncio.wait({self._acquiring})
+            if self._acquiring.exception() is not None:
+                self._acquiring.result()
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Pings until ``lock-acquired``; then pings, ``cleanup-requested`` and at last ``lost``
+        (the iteration then ends).
+
+        :raises ResourceLocked, BadRequest, Forbidden, StoreNotFound, PriorityLockError: the
+            request was refused or failed while waiting.
+        """
+        stream = self.stream
+        self._acquiring.add_done_callback(lambda _: stream.events.put_nowait(_ACQUIRE_ENDED))
+        loop = asyncio.get_running_loop()
+        stream.last_sent = loop.time()
+        self._pinger.add(stream)
+        early: list[dict[str, Any]] = []  # told before we could say it was acquired
+        while True:
+            event = await stream.events.get()
+            if event is _ACQUIRE_ENDED:
+                self.held = held = self._acquiring.result()
+                stream.last_sent = loop.time()
+                yield {"type": "lock-acquired", "lockID": held.lock_id, "fence": held.fence}
+                for event in early:
+                    stream.events.put_nowait(event)
+                continue
+            if self.held is None and event is not PING:
+                early.append(event)
+                continue
+            if event is not PING:
+                stream.last_sent = loop.time()
+            yield event
+            if event["type"] == "lost":
+                return
+
+    async def close(self) -> None:
+        """End the stream: withdraw a request still waiting, release (or hand over) a lock."""
+        self._pinger.discard(self.stream)
+        self.stream.closed.set()
+        acquiring = self._acquiring
+        if not acquiring.done():
+            acquiring.cancel()  # a cancelled acquire settles: nothing is left claimed
+            with contextlib.suppress(BaseException):
+                await acquiring
+        if self.held is None and acquiring.done() and not acquiring.cancelled():
+            with contextlib.suppress(Exception):
+                self.held = acquiring.result()  # acquired, but the client never heard of it
+        if self.held is not None:
+            await end_quietly(self._locks, self.held)
+
+
+async def end_quietly(locks: Alpha2Locks, held: Held) -> None:
+    """Release ``held`` for a client that can no longer hear the outcome (it is logged)."""
+    try:
+        await locks.end(held)
+    except LockNotFound:
+        pass  # lost before: the stream was told
+    except PriorityLockError as exc:
+        log.error(
+            "prioritylock serve: release of %s in store %s after its stream ended failed: %s",
+            held.resource_id,
+            held.store_name,
+            exc,
+        )
 
 
 def _lost_reason(lock: AsyncLock) -> str:

@@ -87,6 +87,9 @@ async def serve(
                 port=config.grpc_port,
                 api_token=config.api_token,
                 max_body=config.max_body,
+                streams=streams,
+                operator_token=config.operator_token,
+                ping_interval=config.ping_interval,
             )
             await grpc_server.start()
         ready = True

@@ -29,11 +29,12 @@ from prioritylock.server._alpha2 import (
     MAX_LIST,
     Alpha2Locks,
     Forbidden,
-    Held,
+    Holding,
     LockNotFound,
     Options,
+    Pinger,
     ResourceLocked,
-    Stream,
+    end_quietly,
 )
 from prioritylock.server._http import error, failed, json_body
 from prioritylock.server._names import BadRequest, StoreNotFound
@@ -108,7 +109,7 @@ def add_alpha2_routes(
         except (ConnectionError, asyncio.CancelledError):
             # The client went between the acquire and its answer: nobody knows this lockID,
             # and the service would renew it forever. Let it go.
-            await _end_quietly(locks, held)
+            await end_quietly(locks, held)
             raise
         return response
 
@@ -189,38 +190,6 @@ def _wants_stream(request: web.Request) -> bool:
     return any(kind.split(";")[0].strip() == NDJSON for text in accepts for kind in text.split(","))
 
 
-class Pinger:
-    """One timer for every open stream: a ping to each stream that was sent nothing for an
-    interval (checked ten times an interval: no timer, task or timeout per stream)."""
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self._streams: set[Stream] = set()
-        self._task: asyncio.Task[None] | None = None
-
-    def add(self, stream: Stream) -> None:
-        self._streams.add(stream)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run())
-
-    def discard(self, stream: Stream) -> None:
-        self._streams.discard(stream)
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._streams:
-            await asyncio.sleep(self.interval / 10)
-            due = loop.time() - self.interval
-            for stream in self._streams:
-                if stream.last_sent <= due:
-                    stream.last_sent = loop.time()
-                    stream.events.put_nowait(_PING)
-
-
-_PING: dict[str, Any] = {"type": "ping"}
-_ACQUIRE_ENDED: dict[str, Any] = {"type": "_acquire-ended"}  # never sent: the handler's cue
-
-
 async def _stream(
     request: web.Request,
     locks: Alpha2Locks,
@@ -231,86 +200,35 @@ async def _stream(
 ) -> web.StreamResponse:
     """Hold the lock for as long as the stream lasts, telling the client what happens."""
     store, resource = request.match_info["store"], request.match_info["resource"]
-    stream = Stream()
-    acquiring = asyncio.ensure_future(
-        locks.lock(store, resource, options, stream=stream, operator=operator)
-    )
-    held: Held | None = None
+    holding = Holding(locks, store, resource, options, operator=operator, pinger=pinger)
     try:
-        if options.immediate:
-            await asyncio.wait({acquiring})
-            if acquiring.exception() is not None:
-                acquiring.result()  # a refusal is a plain 409, before any stream
-        acquiring.add_done_callback(lambda _: stream.events.put_nowait(_ACQUIRE_ENDED))
+        await holding.started()  # an immediate request's refusal is a plain 409, before any stream
         response = web.StreamResponse(
             status=200, headers={"Content-Type": NDJSON, "Cache-Control": "no-store"}
         )
         await response.prepare(request)
 
         async def send(event: dict[str, Any]) -> None:
-            if event is not _PING:
-                stream.last_sent = asyncio.get_running_loop().time()
             await response.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
 
-        stream.last_sent = asyncio.get_running_loop().time()
-        pinger.add(stream)
-        early: list[dict[str, Any]] = []  # told before we could say it was acquired
-        while True:
-            event = await stream.events.get()
-            if event is _ACQUIRE_ENDED:
-                try:
-                    held = acquiring.result()
-                except (BadRequest, Forbidden, ResourceLocked) as exc:
-                    await send({"type": "error", "error": _code(exc), "message": str(exc)})
-                    return response
-                except PriorityLockError as exc:
-                    # The store's own words go to the log only (they may name a URL).
-                    log.error("prioritylock serve: lock of %s in %s: %s", resource, store, exc)
-                    await send(
-                        {"type": "error", "error": "ERR_LOCK", "message": type(exc).__name__}
-                    )
-                    return response
-                await send({"type": "lock-acquired", "lockID": held.lock_id, "fence": held.fence})
-                for event in early:
-                    stream.events.put_nowait(event)
-                continue
-            if held is None and event is not _PING:
-                early.append(event)
-                continue
-            await send(event)
-            if event["type"] == "lost":
-                break
+        try:
+            async for event in holding.events():
+                await send(event)
+        except (BadRequest, Forbidden, ResourceLocked) as exc:
+            await send({"type": "error", "error": _code(exc), "message": str(exc)})
+            return response
+        except PriorityLockError as exc:
+            # The store's own words go to the log only (they may name a URL).
+            log.error("prioritylock serve: lock of %s in %s: %s", resource, store, exc)
+            await send({"type": "error", "error": "ERR_LOCK", "message": type(exc).__name__})
+            return response
         with contextlib.suppress(ConnectionError):
             await response.write_eof()
         return response
     except ConnectionError:
         return web.Response(status=499)  # the client went away; nothing to answer
     finally:
-        pinger.discard(stream)
-        stream.closed.set()
-        if not acquiring.done():
-            acquiring.cancel()  # a cancelled acquire settles: nothing is left claimed
-            with contextlib.suppress(BaseException):
-                await acquiring
-        if held is None and acquiring.done() and not acquiring.cancelled():
-            with contextlib.suppress(Exception):
-                held = acquiring.result()  # acquired, but the client never heard of it
-        if held is not None:
-            await _end_quietly(locks, held)
-
-
-async def _end_quietly(locks: Alpha2Locks, held: Held) -> None:
-    try:
-        await locks.end(held)
-    except LockNotFound:
-        pass  # lost before: the stream was told
-    except PriorityLockError as exc:
-        log.error(
-            "prioritylock serve: release of %s in store %s after its stream failed: %s",
-            held.resource_id,
-            held.store_name,
-            exc,
-        )
+        await holding.close()
 
 
 def _code(exc: Exception) -> str:

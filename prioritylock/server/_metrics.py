@@ -32,6 +32,7 @@ from prioritylock.testing import DelegatingStore
 __all__ = [
     "API_ALPHA1",
     "API_ALPHA2",
+    "API_GRPC",
     "CONTENT_TYPE",
     "LOSS_REASONS",
     "Counter",
@@ -50,8 +51,10 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: The ``api`` label of Dapr's alpha1 lock API.
 API_ALPHA1 = "alpha1"
-#: The ``api`` label of the full lock API (``/v1.0-alpha2``).
+#: The ``api`` label of the full lock API over HTTP (``/v1.0-alpha2``).
 API_ALPHA2 = "alpha2"
+#: The ``api`` label of the full lock API over gRPC (``prioritylock.v1.LockService``).
+API_GRPC = "grpc"
 
 #: The ``reason`` label values of ``prioritylock_losses_total``: the library's loss reasons,
 #: and ``other`` for anything else a front end reports (kept bounded).

@@ -1,5 +1,8 @@
-"""The full lock API (``/v1.0-alpha2``) against a running service: plain locks, streams,
-preemption, operators, shutdown and bad input, on the memory store and on S3 (moto)."""
+"""The full lock API against a running service, over both transports (HTTP ``/v1.0-alpha2``
+with NDJSON streams, and gRPC ``prioritylock.v1.LockService``) through one client adapter
+(tests/server/clients.py): plain locks, streams, preemption, operators, shutdown and bad input,
+on the memory store, a local directory and S3 (moto). Tests of what only one transport has
+(JSON bodies, ``?stream=true``) run on that one."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import concurrent.futures
 import http.client
 import itertools
 import json
-import socket
 import time
 import urllib.request
 import uuid
@@ -17,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import grpc
 import pytest
 
+from tests.server.clients import TRANSPORTS, Client, Stream, open_client
 from tests.server.helpers import LockStream, Service
 from tests.server.test_metrics import parse, value
 
@@ -37,8 +41,45 @@ def _start(stores: dict[str, str], env: dict[str, str], **kwargs: Any) -> Servic
     )
 
 
+#: (store, transport): every transport on memory and S3, gRPC also on a local directory (HTTP
+#: runs on one in test_sigterm_releases_stream_locks_only).
+WHERE = [
+    ("memory", "http"),
+    ("memory", "grpc"),
+    ("local", "grpc"),
+    ("s3-moto", "http"),
+    ("s3-moto", "grpc"),
+]
+
+
+@pytest.fixture(params=WHERE, ids=["-".join(where) for where in WHERE])
+def where(request: pytest.FixtureRequest) -> tuple[str, str]:
+    return tuple(request.param)
+
+
 @pytest.fixture
-def svc(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
+def svc(
+    where: tuple[str, str], request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Service]:
+    store, _ = where
+    env: dict[str, str] = {}
+    if store == "memory":
+        url = f"memory://{uuid.uuid4().hex}"
+    elif store == "local":
+        url = (tmp_path / "store").as_uri()
+    else:
+        url = request.getfixturevalue("s3_url")
+        env = request.getfixturevalue("s3_env")
+    running = _start({"locks": url}, env)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def http_svc(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
+    """For what only HTTP has: on memory and S3 (moto)."""
     running = _start(*served)
     try:
         yield running
@@ -46,14 +87,22 @@ def svc(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
         running.close()
 
 
+@pytest.fixture
+def api(svc: Service, where: tuple[str, str]) -> Iterator[Client]:
+    with open_client(where[1], svc) as client:
+        yield client
+
+
 class Streams:
     """Every stream a test opens, closed at its end whatever happens."""
 
     def __init__(self) -> None:
-        self.opened: list[LockStream] = []
+        self.opened: list[Stream] = []
 
-    def open(self, *args: Any, **kwargs: Any) -> LockStream:
-        stream = LockStream(*args, **kwargs)
+    def open(
+        self, api: Client, resource: str, body: dict[str, Any] | None = None, **kw: Any
+    ) -> Stream:
+        stream = api.stream(resource, body, **kw)
         self.opened.append(stream)
         return stream
 
@@ -66,7 +115,6 @@ def streams() -> Iterator[Streams]:
     finally:
         for stream in made.opened:
             stream.close()
-            stream.response.close()
 
 
 @pytest.fixture
@@ -75,136 +123,143 @@ def pool() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
         yield executor
 
 
-def lock(svc: Service, resource: str, **body: Any) -> tuple[int, Any]:
-    return svc.request("POST", f"{BASE}/{resource}", body, timeout=30)
+def lock(api: Client, resource: str, **body: Any) -> tuple[int, Any]:
+    return api.lock(resource, **body)
 
 
-def info(svc: Service, resource: str) -> dict[str, Any]:
-    status, body = svc.request("GET", f"{BASE}/{resource}")
+def info(api: Client, resource: str) -> dict[str, Any]:
+    status, body = api.info(resource)
     assert status == 200, body
     return dict(body)
 
 
-def unlock(svc: Service, resource: str, lock_id: str) -> tuple[int, Any]:
-    return svc.request("DELETE", f"{BASE}/{resource}", {"lockID": lock_id})
+def unlock(api: Client, resource: str, lock_id: str) -> tuple[int, Any]:
+    return api.unlock(resource, lock_id)
 
 
 # -- plain locks ---------------------------------------------------------------------------------
 
 
-def test_lock_refuse_info_unlock(svc: Service) -> None:
-    status, first = lock(svc, "job", owner="w1", ttl="10s")
+def test_lock_refuse_info_unlock(api: Client) -> None:
+    status, first = lock(api, "job", owner="w1", ttl="10s")
     assert status == 200 and first["fence"] >= 1 and len(first["lockID"]) >= 32
-    status, body = lock(svc, "job", owner="w2", immediate=True)
+    status, body = lock(api, "job", owner="w2", immediate=True)
     assert (status, body["errorCode"]) == (409, "ERR_RESOURCE_LOCKED")
-    seen = info(svc, "job")
+    seen = info(api, "job")
     assert seen["owner"] == "w1" and seen["held"] and seen["lease_timeout"] == 10.0
     assert seen["resourceId"] == "job" and seen["path"] == "app1/job"
     assert "lockID" not in seen and first["lockID"] not in str(seen)
-    assert unlock(svc, "job", "not-" + first["lockID"])[0] == 404
-    assert unlock(svc, "other", first["lockID"])[0] == 404  # a lock id is for its resource
-    assert unlock(svc, "job", first["lockID"]) == (204, None)
-    status, body = unlock(svc, "job", first["lockID"])
+    assert unlock(api, "job", "not-" + first["lockID"])[0] == 404
+    assert unlock(api, "other", first["lockID"])[0] == 404  # a lock id is for its resource
+    assert unlock(api, "job", first["lockID"]) == (204, None)
+    status, body = unlock(api, "job", first["lockID"])
     assert (status, body["errorCode"]) == (404, "ERR_LOCK_NOT_FOUND")
-    status, second = lock(svc, "job", owner="w2", immediate=True)
+    status, second = lock(api, "job", owner="w2", immediate=True)
     assert status == 200 and second["fence"] > first["fence"]
     assert second["lockID"] != first["lockID"]
 
 
-def test_renew_and_list(svc: Service) -> None:
-    _, held = lock(svc, "a1", ttl=5)
-    lock(svc, "a2")
-    lock(svc, "b1")
-    status, body = svc.request("POST", f"{BASE}/a1/renew", {"lockID": held["lockID"]})
-    assert (status, body) == (200, held)
+def test_renew_and_list(api: Client) -> None:
+    _, held = lock(api, "a1", ttl=5)
+    lock(api, "a2")
+    lock(api, "b1")
+    assert api.renew("a1", held["lockID"]) == (200, held)
+    status, body = api.renew("a1", "nope")
+    assert (status, body["errorCode"]) == (404, "ERR_LOCK_NOT_FOUND")
+    status, rows = api.list("a")
+    assert status == 200
+    assert sorted(row["resourceId"] for row in rows) == ["a1", "a2"]
+    assert all(row["state"] == "held" for row in rows)
+
+
+def test_renew_keeps_the_ttl(http_svc: Service) -> None:
+    """Over HTTP a renew may name the ttl; it must be the one the lock was taken with."""
+    svc = http_svc
+    _, held = svc.request("POST", f"{BASE}/a1", {"ttl": 5})
     status, body = svc.request("POST", f"{BASE}/a1/renew", {"lockID": held["lockID"], "ttl": "9s"})
     assert (status, body["errorCode"]) == (400, "ERR_MALFORMED_REQUEST")
-    status, body = svc.request("POST", f"{BASE}/a1/renew", {"lockID": "nope"})
-    assert status == 404
-    status, body = svc.request("GET", f"{BASE}?prefix=a")
-    assert status == 200
-    assert sorted(row["resourceId"] for row in body["locks"]) == ["a1", "a2"]
-    assert all(row["state"] == "held" for row in body["locks"])
+    status, body = svc.request("POST", f"{BASE}/a1/renew", {"lockID": held["lockID"], "ttl": "5s"})
+    assert (status, body) == (200, held)
 
 
-def test_service_renews_plain_locks(svc: Service) -> None:
+def test_service_renews_plain_locks(api: Client) -> None:
     """A plain lock outlives its ttl: the service renews it until it is unlocked."""
-    _, held = lock(svc, "long", ttl="1s")
-    first = info(svc, "long")["renewed_at"]
+    _, held = lock(api, "long", ttl="1s")
+    first = info(api, "long")["renewed_at"]
     deadline = time.monotonic() + 10
-    while info(svc, "long")["renewed_at"] == first:
+    while info(api, "long")["renewed_at"] == first:
         assert time.monotonic() < deadline, "never renewed"
         time.sleep(0.1)
     time.sleep(1.5)  # longer than the ttl: it must still be ours
-    status, body = lock(svc, "long", immediate=True)
+    status, body = lock(api, "long", immediate=True)
     assert status == 409, body
-    assert svc.request("POST", f"{BASE}/long/renew", {"lockID": held["lockID"]})[0] == 200
+    assert api.renew("long", held["lockID"])[0] == 200
 
 
 def test_blocking_lock_waits_for_the_holder(
-    svc: Service, pool: concurrent.futures.ThreadPoolExecutor
+    api: Client, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
-    _, first = lock(svc, "q", owner="w1")
-    waiting = pool.submit(lock, svc, "q", owner="w2")
+    _, first = lock(api, "q", owner="w1")
+    waiting = pool.submit(lock, api, "q", owner="w2")
     time.sleep(0.3)  # a same-priority waiter writes nothing to wait on; it acquires either way
     assert not waiting.done()
-    assert unlock(svc, "q", first["lockID"])[0] == 204
+    assert unlock(api, "q", first["lockID"])[0] == 204
     status, second = waiting.result(timeout=10)
     assert status == 200 and second["fence"] == first["fence"] + 1
-    assert info(svc, "q")["owner"] == "w2"
-    status, body = lock(svc, "q", owner="w3", timeout="300ms")
+    assert info(api, "q")["owner"] == "w2"
+    status, body = lock(api, "q", owner="w3", timeout="300ms")
     assert (status, body["errorCode"]) == (409, "ERR_RESOURCE_LOCKED")
     assert "timeout" in body["message"]
 
 
-def test_a_waiter_whose_client_left_takes_nothing(svc: Service) -> None:
+def test_a_waiter_whose_client_left_takes_nothing(api: Client) -> None:
     """A blocking request whose client hangs up is withdrawn: it must not take (and keep
     renewing) a lock that nobody will ever unlock."""
-    _, first = lock(svc, "gone", owner="w1")
-    conn = http.client.HTTPConnection("127.0.0.1", svc.http_port, timeout=10)
-    conn.request("POST", f"{BASE}/gone", body=json.dumps({"owner": "w2"}))
-    time.sleep(0.3)  # the request reaches its wait (nothing observable to wait on)
-    assert conn.sock is not None
-    conn.sock.shutdown(socket.SHUT_RDWR)
-    conn.close()
-    time.sleep(0.3)  # the service notices the hang-up (nothing observable either)
-    assert unlock(svc, "gone", first["lockID"])[0] == 204
-    status, body = lock(svc, "gone", owner="w3", timeout="5s")
+    _, first = lock(api, "gone", owner="w1")
+    api.hang_up_waiting("gone", owner="w2")
+    time.sleep(0.3)  # the service notices the hang-up (nothing observable to wait on)
+    assert unlock(api, "gone", first["lockID"])[0] == 204
+    status, body = lock(api, "gone", owner="w3", timeout="5s")
     assert status == 200, body
-    assert info(svc, "gone")["owner"] == "w3"
+    assert info(api, "gone")["owner"] == "w3"
 
 
 # -- streams -------------------------------------------------------------------------------------
 
 
 def test_stream_acquire_refuse_and_disconnect(
-    streams: Streams, svc: Service, pool: concurrent.futures.ThreadPoolExecutor
+    streams: Streams, api: Client, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
-    stream = streams.open(svc, "locks", "s", {"owner": "streamer"})
+    stream = streams.open(api, "s", {"owner": "streamer"})
     assert stream.status == 200
-    assert stream.response.getheader("Content-Type", "").startswith("application/x-ndjson")
     got = stream.event()
     assert got is not None and got["type"] == "lock-acquired" and got["fence"] >= 1
     assert stream.event(pings=True) == {"type": "ping"}  # pings while idle
-    refused = streams.open(svc, "locks", "s", {"immediate": True})
+    refused = streams.open(api, "s", {"immediate": True})
     assert refused.status == 409  # refused before any stream
     refused.close()
-    waiting = pool.submit(lock, svc, "s", owner="next")
+    waiting = pool.submit(lock, api, "s", owner="next")
     time.sleep(0.3)  # let the waiter reach its wait (it would only acquire later otherwise)
     started = time.monotonic()
     stream.close()  # the client goes: the lock is released
     status, body = waiting.result(timeout=10)
     assert status == 200 and body["fence"] == got["fence"] + 1
     assert time.monotonic() - started < 2.0  # woken by the release, not by a lease running out
-    assert info(svc, "s")["owner"] == "next"
+    assert info(api, "s")["owner"] == "next"
 
 
-def test_stream_asked_by_query(svc: Service) -> None:
-    """``?stream=true`` asks for a stream as the Accept header does (for clients that can't set
-    headers)."""
+def test_stream_is_ndjson_and_asked_by_query(memory_svc: Service) -> None:
+    """An HTTP stream is NDJSON; ``?stream=true`` asks for one as the Accept header does (for
+    clients that can't set headers)."""
+    svc = memory_svc
+    stream = LockStream(svc, "locks", "ndjson-" + uuid.uuid4().hex[:8])
+    try:
+        assert stream.response.getheader("Content-Type", "").startswith("application/x-ndjson")
+    finally:
+        stream.close()
     conn = http.client.HTTPConnection("127.0.0.1", svc.http_port, timeout=10)
     try:
-        conn.request("POST", f"{BASE}/query?stream=true", body=b"{}")
+        conn.request("POST", f"{BASE}/query-{uuid.uuid4().hex[:8]}?stream=true", body=b"{}")
         response = conn.getresponse()
         assert response.getheader("Content-Type", "").startswith("application/x-ndjson")
         assert json.loads(response.readline())["type"] == "lock-acquired"
@@ -212,25 +267,35 @@ def test_stream_asked_by_query(svc: Service) -> None:
         conn.close()
 
 
-def test_blocking_stream_pings_then_acquires(streams: Streams, svc: Service) -> None:
-    _, first = lock(svc, "w", owner="w1")
-    stream = streams.open(svc, "locks", "w", {"owner": "w2"})
+def test_blocking_stream_pings_then_acquires(streams: Streams, api: Client) -> None:
+    _, first = lock(api, "w", owner="w1")
+    stream = streams.open(api, "w", {"owner": "w2"})
     assert stream.status == 200
     assert stream.event(pings=True) == {"type": "ping"}  # waiting, and saying so
-    assert unlock(svc, "w", first["lockID"])[0] == 204
+    assert unlock(api, "w", first["lockID"])[0] == 204
     got = stream.event()
     assert got is not None and got["type"] == "lock-acquired"
     assert got["fence"] == first["fence"] + 1
     stream.close()
 
 
+def test_blocking_stream_times_out(streams: Streams, api: Client) -> None:
+    lock(api, "t", owner="w1")
+    stream = streams.open(api, "t", {"owner": "w2", "timeout": "300ms"})
+    event = stream.event()
+    assert event is not None and (event["type"], event["error"]) == (
+        "error",
+        "ERR_RESOURCE_LOCKED",
+    )
+
+
 def test_preemption_then_handover_on_close(
-    streams: Streams, svc: Service, pool: concurrent.futures.ThreadPoolExecutor
+    streams: Streams, api: Client, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
-    stream = streams.open(svc, "locks", "p", {"owner": "low", "cleanupTimeout": "20s", "ttl": "3s"})
+    stream = streams.open(api, "p", {"owner": "low", "cleanupTimeout": "20s", "ttl": "3s"})
     acquired = stream.event()
     assert acquired is not None and acquired["type"] == "lock-acquired"
-    high = pool.submit(lock, svc, "p", owner="high", priority=7, waitingTimeout="25s")
+    high = pool.submit(lock, api, "p", owner="high", priority=7, waitingTimeout="25s")
     asked = stream.event()
     assert asked is not None and asked["type"] == "cleanup-requested"
     assert asked["requestor"]["owner"] == "high" and asked["requestor"]["priority"] == 7
@@ -239,23 +304,68 @@ def test_preemption_then_handover_on_close(
     stream.close()  # cleaned up: closing hands over
     status, body = high.result(timeout=10)
     assert status == 200 and body["fence"] == acquired["fence"] + 1
-    seen = info(svc, "p")
+    seen = info(api, "p")
     assert (seen["owner"], seen["last_event"]) == ("high", "handover")
 
 
-def test_forceful_takeover_tells_the_stream(streams: Streams, svc: Service) -> None:
-    stream = streams.open(svc, "locks", "f", {"owner": "stubborn", "cleanupTimeout": "1s"})
+def test_forceful_takeover_tells_the_stream(streams: Streams, api: Client) -> None:
+    stream = streams.open(api, "f", {"owner": "stubborn", "cleanupTimeout": "1s"})
     acquired = stream.event()
     assert acquired is not None
-    status, body = lock(svc, "f", owner="boss", priority=9, forceful=True, waitingTimeout="1s")
+    status, body = lock(api, "f", owner="boss", priority=9, forceful=True, waitingTimeout="1s")
     assert status == 200 and body["fence"] > acquired["fence"]
     events = []
     while (event := stream.event()) is not None:
         events.append(event)
     assert events[0]["type"] == "cleanup-requested"
     assert events[-1] == {"type": "lost", "reason": "preempted"}  # and the stream ends
-    assert info(svc, "f")["last_event"] == "forceful_takeover"
+    assert info(api, "f")["last_event"] == "forceful_takeover"
     stream.close()
+
+
+PAIRS = [("grpc", "http"), ("http", "grpc")]
+
+
+@pytest.mark.parametrize(("holder", "requestor"), PAIRS, ids=["-to-".join(p) for p in PAIRS])
+def test_one_lease_across_transports(
+    streams: Streams,
+    memory_svc: Service,
+    holder: str,
+    requestor: str,
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> None:
+    """A stream held over one transport excludes, is asked to hand over by, and hands over to a
+    requestor on the other; alpha1 is excluded too."""
+    resource = "x-" + uuid.uuid4().hex[:8]
+    with open_client(holder, memory_svc) as held_by, open_client(requestor, memory_svc) as asks:
+        # ttl 3s: the holder reads the request at its next watch, a third of its ttl
+        body = {"owner": "low", "cleanupTimeout": "20s", "ttl": "3s"}
+        stream = streams.open(held_by, resource, body)
+        acquired = stream.event()
+        assert acquired is not None and acquired["type"] == "lock-acquired"
+        status, refused = asks.lock(resource, immediate=True)
+        assert (status, refused["errorCode"]) == (409, "ERR_RESOURCE_LOCKED")
+        assert memory_svc.lock("locks", resource, "dapr-app", 30) is False
+        high = pool.submit(asks.lock, resource, owner="high", priority=5, waitingTimeout="25s")
+        asked = stream.event()
+        assert asked is not None and asked["type"] == "cleanup-requested"
+        assert asked["requestor"]["owner"] == "high"
+        stream.close()
+        status, body = high.result(timeout=10)
+        assert status == 200 and body["fence"] == acquired["fence"] + 1
+        assert held_by.info(resource)[1]["last_event"] == "handover"
+        # one service, one set of lock ids: a lock taken over one transport unlocks over either
+        assert held_by.unlock(resource, body["lockID"]) == (204, None)
+        assert asks.unlock(resource, body["lockID"])[0] == 404
+
+
+@pytest.fixture(scope="module")
+def memory_svc() -> Iterator[Service]:
+    running = _start({"locks": f"memory://{uuid.uuid4().hex}"}, {})
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 # -- many clients ---------------------------------------------------------------------------------
@@ -309,9 +419,9 @@ async def _contend(service: Service) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.timeout(120)
-def test_many_clients_one_holder_at_a_time(svc: Service) -> None:
+def test_many_clients_one_holder_at_a_time(http_svc: Service) -> None:
     """Streams and plain locks mixed on one resource: never two holders, every fence once."""
-    turns = sorted(asyncio.run(_contend(svc)), key=lambda turn: turn[2])
+    turns = sorted(asyncio.run(_contend(http_svc)), key=lambda turn: turn[2])
     assert len(turns) == CLIENTS * ROUNDS
     fences = [turn[2] for turn in turns]
     assert fences == list(range(fences[0], fences[0] + len(turns))), "each change of holder +1"
@@ -323,58 +433,62 @@ def test_many_clients_one_holder_at_a_time(svc: Service) -> None:
 # -- operators -----------------------------------------------------------------------------------
 
 
-def test_override_and_force_unlock_need_the_operator_token(streams: Streams, svc: Service) -> None:
-    stream = streams.open(svc, "locks", "o", {"owner": "worker", "ttl": "3s"})
+def test_override_and_force_unlock_need_the_operator_token(streams: Streams, api: Client) -> None:
+    stream = streams.open(api, "o", {"owner": "worker", "ttl": "3s"})
     acquired = stream.event()
     assert acquired is not None
-    status, body = lock(svc, "o", owner="ops", priority=2147483647, message="incident 7")
+    override = {"owner": "ops", "priority": 2147483647, "message": "incident 7"}
+    status, body = lock(api, "o", **override)
     assert (status, body["errorCode"]) == (403, "ERR_FORBIDDEN")
-    status, body = svc.request(
-        "POST",
-        f"{BASE}/o",
-        {"owner": "ops", "priority": 2147483647, "message": "incident 7"},
-        headers={"prioritylock-operator-token": "wrong"},
-    )
+    status, body = api.lock("o", operator="wrong", **override)
     assert status == 403
-    status, body = svc.request(
-        "POST",
-        f"{BASE}/o",
-        {"owner": "ops", "priority": 2147483647, "message": "incident 7"},
-        headers={"prioritylock-operator-token": OPERATOR},
-    )
+    status, body = api.lock("o", operator=OPERATOR, **override)
     assert status == 200 and body["fence"] > acquired["fence"]
     assert stream.event() == {"type": "lost", "reason": "overridden"}
-    seen = info(svc, "o")
+    seen = info(api, "o")
     assert (seen["last_event"], seen["last_event_message"]) == ("override", "incident 7")
 
-    status, body = svc.request("DELETE", f"{BASE}/o", {"force": True})
-    assert status == 403
-    status, body = svc.request(
-        "DELETE",
-        f"{BASE}/o",
-        {"force": True, "message": "stuck", "by": "alice"},
-        headers={"prioritylock-operator-token": OPERATOR},
-    )
+    status, body = api.force_unlock("o")
+    assert (status, body["errorCode"]) == (403, "ERR_FORBIDDEN")
+    status, body = api.force_unlock("o", operator=OPERATOR, message="stuck", by="alice")
     assert (status, body) == (200, {"forced": True})
-    seen = info(svc, "o")
+    seen = info(api, "o")
     assert (seen["held"], seen["last_event"], seen["last_event_by"]) == (
         False,
         "force_unlock",
         "alice",
     )
-    status, body = unlock(svc, "o", "any")
+    status, body = unlock(api, "o", "any")
     assert status == 404
 
 
-def test_plain_holder_learns_of_a_force_unlock(svc: Service) -> None:
-    _, held = lock(svc, "g", owner="w1")
-    status, _ = svc.request(
-        "DELETE", f"{BASE}/g", {"force": True}, headers={"prioritylock-operator-token": OPERATOR}
-    )
+def test_override_rpc(memory_svc: Service) -> None:
+    """gRPC's Override is the emergency override, for operators only."""
+    from prioritylock.server._proto import lock_pb2
+    from tests.server.clients import GrpcClient
+
+    with open_client("grpc", memory_svc) as client:
+        assert isinstance(client, GrpcClient)
+        resource = "ov-" + uuid.uuid4().hex[:8]
+        assert client.lock(resource, owner="worker")[0] == 200
+        request = lock_pb2.OverrideRequest(
+            store_name="locks", resource_id=resource, message="incident 8", owner="ops"
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            client.stub.Override(request, metadata=client.metadata())
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        got = client.stub.Override(request, metadata=client.metadata(OPERATOR))
+        seen = client.info(resource)[1]
+        assert (seen["owner"], seen["last_event"], seen["fence"]) == ("ops", "override", got.fence)
+
+
+def test_plain_holder_learns_of_a_force_unlock(api: Client) -> None:
+    _, held = lock(api, "g", owner="w1")
+    status, _ = api.force_unlock("g", operator=OPERATOR)
     assert status == 200
     deadline = time.monotonic() + 15
     while True:  # the service notices at its next renewal
-        status, body = svc.request("POST", f"{BASE}/g/renew", {"lockID": held["lockID"]})
+        status, body = api.renew("g", held["lockID"])
         if status == 404:
             assert "lost (forced)" in body["message"], body
             break
@@ -385,68 +499,76 @@ def test_plain_holder_learns_of_a_force_unlock(svc: Service) -> None:
 # -- metrics -------------------------------------------------------------------------------------
 
 
-def _alpha2(svc: Service, name: str, **labels: str) -> float:
+def _counted(svc: Service, api: Client, name: str, **labels: str) -> float:
     request = urllib.request.Request(svc.base + "/metrics")
     with urllib.request.urlopen(request, timeout=10) as response:
         samples = parse(response.read().decode())
-    return value(samples, name, store="locks", api="alpha2", **labels)
+    return value(samples, name, store="locks", api=api.api, **labels)
 
 
 def test_metrics_of_the_full_api(
-    streams: Streams, svc: Service, pool: concurrent.futures.ThreadPoolExecutor
+    streams: Streams, svc: Service, api: Client, pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
-    _, plain = lock(svc, "m1")
-    assert lock(svc, "m1", immediate=True)[0] == 409
-    assert _alpha2(svc, "prioritylock_locks_held") == 1
-    assert unlock(svc, "m1", plain["lockID"])[0] == 204
+    def counted(name: str, **labels: str) -> float:
+        return _counted(svc, api, name, **labels)
+
+    _, plain = lock(api, "m1")
+    assert lock(api, "m1", immediate=True)[0] == 409
+    assert counted("prioritylock_locks_held") == 1
+    assert unlock(api, "m1", plain["lockID"])[0] == 204
     # a stream that cooperates: asked, closes, hands over (a release, not a loss)
-    stream = streams.open(svc, "locks", "m2", {"cleanupTimeout": "20s", "ttl": "3s"})
+    stream = streams.open(api, "m2", {"cleanupTimeout": "20s", "ttl": "3s"})
     assert (stream.event() or {}).get("type") == "lock-acquired"
-    high = pool.submit(lock, svc, "m2", owner="high", priority=3, waitingTimeout="25s")
+    high = pool.submit(lock, api, "m2", owner="high", priority=3, waitingTimeout="25s")
     assert (stream.event() or {}).get("type") == "cleanup-requested"
     stream.close()
     _, taker = high.result(timeout=10)
     # a stream that does not: taken forcefully, a loss
-    stubborn = streams.open(svc, "locks", "m3", {"cleanupTimeout": "1s"})
+    stubborn = streams.open(api, "m3", {"cleanupTimeout": "1s"})
     assert (stubborn.event() or {}).get("type") == "lock-acquired"
-    status, _ = lock(svc, "m3", priority=9, forceful=True, waitingTimeout="1s")
+    status, _ = lock(api, "m3", priority=9, forceful=True, waitingTimeout="1s")
     assert status == 200
     while (event := stubborn.event()) is not None and event["type"] != "lost":
         pass
-    assert _alpha2(svc, "prioritylock_acquires_total", outcome="acquired") == 5
-    assert _alpha2(svc, "prioritylock_acquires_total", outcome="refused") == 1
-    assert _alpha2(svc, "prioritylock_preemptions_total") == 2
-    assert _alpha2(svc, "prioritylock_losses_total", reason="preempted") == 1
-    assert _alpha2(svc, "prioritylock_releases_total") == 2  # m1, and m2 handed over
-    assert _alpha2(svc, "prioritylock_locks_held") == 2  # m2 by high, m3 by the forceful one
-    assert unlock(svc, "m2", taker["lockID"])[0] == 204
-    assert _alpha2(svc, "prioritylock_locks_held") == 1
+    assert counted("prioritylock_acquires_total", outcome="acquired") == 5
+    assert counted("prioritylock_acquires_total", outcome="refused") == 1
+    assert counted("prioritylock_preemptions_total") == 2
+    assert counted("prioritylock_losses_total", reason="preempted") == 1
+    assert counted("prioritylock_releases_total") == 2  # m1, and m2 handed over
+    assert counted("prioritylock_locks_held") == 2  # m2 by high, m3 by the forceful one
+    assert unlock(api, "m2", taker["lockID"])[0] == 204
+    assert counted("prioritylock_locks_held") == 1
 
 
 # -- shutdown ------------------------------------------------------------------------------------
 
 
-def test_sigterm_releases_stream_locks_only(streams: Streams, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sigterm_releases_stream_locks_only(
+    streams: Streams, tmp_path: Path, transport: str
+) -> None:
     stores = {"locks": (tmp_path / "store").as_uri()}
     first = _start(stores, {})
     try:
-        stream = streams.open(first, "locks", "streamed", {"owner": "s"})
-        assert (stream.event() or {}).get("type") == "lock-acquired"
-        assert lock(first, "plain", owner="p", ttl="30s")[0] == 200
-        assert first.lock("locks", "dapr", "d", 30) is True
-        code, _, err = first.stop()
-        assert code == 0, err
-        assert stream.event() == {"type": "lost", "reason": "service-stopping"}
-        assert stream.event() is None
+        with open_client(transport, first) as api:
+            stream = streams.open(api, "streamed", {"owner": "s"})
+            assert (stream.event() or {}).get("type") == "lock-acquired"
+            assert lock(api, "plain", owner="p", ttl="30s")[0] == 200
+            assert first.lock("locks", "dapr", "d", 30) is True
+            code, _, err = first.stop()
+            assert code == 0, err
+            assert stream.event() == {"type": "lost", "reason": "service-stopping"}
+            assert stream.event() is None
     finally:
         first.close()
     second = _start(stores, {})
     try:
-        status, body = lock(second, "streamed", immediate=True)
-        assert status == 200, body  # released at shutdown
-        assert lock(second, "plain", immediate=True)[0] == 409  # runs out its ttl
-        assert second.lock("locks", "dapr", "other", 30) is False  # alpha1: the same
-        assert info(second, "streamed")["last_event"] == "acquired"
+        with open_client(transport, second) as api:
+            status, body = lock(api, "streamed", immediate=True)
+            assert status == 200, body  # released at shutdown
+            assert lock(api, "plain", immediate=True)[0] == 409  # runs out its ttl
+            assert second.lock("locks", "dapr", "other", 30) is False  # alpha1: the same
+            assert info(api, "streamed")["last_event"] == "acquired"
     finally:
         second.close()
 
@@ -460,25 +582,52 @@ def test_sigterm_releases_stream_locks_only(streams: Streams, tmp_path: Path) ->
         (b"{not json", 400, "ERR_MALFORMED_REQUEST"),
         (b"[1, 2]", 400, "ERR_MALFORMED_REQUEST"),
         ({"ttl": "30x"}, 400, "ERR_MALFORMED_REQUEST"),
-        ({"ttl": "-5s"}, 400, "ERR_MALFORMED_REQUEST"),
-        ({"ttl": "0.5s"}, 400, "ERR_MALFORMED_REQUEST"),
-        ({"ttl": "48h"}, 400, "ERR_MALFORMED_REQUEST"),
         ({"waitingTimeout": True}, 400, "ERR_MALFORMED_REQUEST"),
         ({"priority": "high"}, 400, "ERR_MALFORMED_REQUEST"),
-        ({"priority": -1}, 400, "ERR_MALFORMED_REQUEST"),
         ({"immediate": "yes"}, 400, "ERR_MALFORMED_REQUEST"),
-        ({"owner": "x" * 300}, 400, "ERR_MALFORMED_REQUEST"),
         (b"{" + b" " * 70_000 + b"}", 413, "ERR_REQUEST_TOO_LARGE"),
     ],
 )
-def test_bad_lock_requests(bad_svc: Service, body: Any, status: int, code: str) -> None:
+def test_bad_json_requests(bad_svc: Service, body: Any, status: int, code: str) -> None:
     got, answer = bad_svc.request("POST", f"{BASE}/r", body)
     assert (got, answer["errorCode"]) == (status, code), answer
-    # ... and the service keeps serving
-    assert bad_svc.request("GET", "/v1.0/healthz")[0] == 204
-    status_ok, held = lock(bad_svc, "fine", immediate=True)
-    assert status_ok == 200
-    assert unlock(bad_svc, "fine", held["lockID"])[0] == 204
+    _still_serving(bad_svc, "http")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"ttl": "-5s"},
+        {"ttl": "0.5s"},
+        {"ttl": "48h"},
+        {"waitingTimeout": "-1s"},
+        {"priority": -1},
+        {"owner": "x" * 300},
+    ],
+)
+def test_bad_lock_requests(bad_svc: Service, transport: str, body: dict[str, Any]) -> None:
+    with open_client(transport, bad_svc) as api:
+        got, answer = api.lock("r", **body)
+        assert (got, answer["errorCode"]) == (400, "ERR_MALFORMED_REQUEST"), answer
+        stream = api.stream("r", body)
+        try:
+            if stream.status == 200:  # HTTP: some are found once the stream has begun
+                event = stream.event()
+                assert event is not None and event["error"] == "ERR_MALFORMED_REQUEST", event
+            else:
+                assert stream.status == 400
+        finally:
+            stream.close()
+    _still_serving(bad_svc, transport)
+
+
+def _still_serving(svc: Service, transport: str) -> None:
+    assert svc.request("GET", "/v1.0/healthz")[0] == 204
+    with open_client(transport, svc) as api:
+        status_ok, held = lock(api, "fine", immediate=True)
+        assert status_ok == 200
+        assert unlock(api, "fine", held["lockID"])[0] == 204
 
 
 @pytest.fixture(scope="module")
@@ -491,19 +640,23 @@ def bad_svc() -> Iterator[Service]:
         running.close()
 
 
-def test_unknown_store_token_and_durations() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_unknown_store_token_and_durations(transport: str) -> None:
     running = Service({"locks": "memory://t"}, token="app-token", args=["--ping-interval", "1"])
     try:
-        status, body = running.request("POST", "/v1.0-alpha2/lock/nope/r", {})
-        assert (status, body["errorCode"]) == (400, "ERR_LOCK_STORE_NOT_FOUND")
-        status, body = running.request("POST", f"{BASE}/r", {}, token="wrong")
-        assert status == 401
-        status, body = running.request("GET", f"{BASE}/r", token="wrong")
-        assert status == 401
-        status, body = running.request("POST", f"{BASE}/r", {"ttl": "1m30s"})
-        assert status == 200
-        assert info(running, "r")["lease_timeout"] == 90.0
-        status, body = running.request("POST", f"{BASE}/r2", {"ttl": 2.5})
-        assert status == 200 and info(running, "r2")["lease_timeout"] == 2.5
+        with open_client(transport, running, store="nope") as nowhere:
+            status, body = nowhere.lock("r")
+            assert (status, body["errorCode"]) == (400, "ERR_LOCK_STORE_NOT_FOUND")
+        with open_client(transport, running) as api:
+            api.token = "wrong"
+            status, body = api.lock("r")
+            assert (status, body["errorCode"]) == (401, "ERR_UNAUTHORIZED")
+            assert api.info("r")[0] == 401
+            api.token = "app-token"
+            status, body = api.lock("r", ttl="1m30s")
+            assert status == 200
+            assert info(api, "r")["lease_timeout"] == 90.0
+            status, body = api.lock("r2", ttl=2.5)
+            assert status == 200 and info(api, "r2")["lease_timeout"] == 2.5
     finally:
         running.close()
