@@ -46,7 +46,7 @@ def test_unknown_fields_are_ignored_on_read() -> None:
     ],
 )
 def test_what_hudis_reader_rejects_is_corrupt(raw: str) -> None:
-    with pytest.raises(CorruptLease, match="table_lock.json"):
+    with pytest.raises(CorruptLease, match=r"table_lock\.json"):
         hudi.decode(raw.encode("utf-8", "surrogateescape"), key=".hoodie/.locks/table_lock.json")
 
 
