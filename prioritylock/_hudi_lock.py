@@ -185,6 +185,7 @@ class HudiTableLock:
         name: str = "",
         clock: Clock = SYSTEM_CLOCK,
         on_lost: Callable[[str], object] | None = None,
+        heartbeat: bool = True,
     ) -> None:
         self._store = store
         self._key = key
@@ -195,6 +196,7 @@ class HudiTableLock:
         self._store_timeout = store_timeout
         self._clock = clock
         self._on_lost = on_lost
+        self._heartbeat_on = heartbeat
         #: Hudi's owner field: a random UUID per lock object, as per Java lock provider.
         self.owner_id = str(uuid.uuid4())
         self.name = name or default_owner()
@@ -242,10 +244,10 @@ class HudiTableLock:
                 else:
                     prior = found[1].version
                     version = self._retry(lambda: self._store.replace(self._key, body, prior))
-            except ConditionFailed:
-                return False
-            except StoreUnavailable as exc:
-                if not exc.outcome_unknown:
+            except (ConditionFailed, StoreUnavailable) as exc:
+                # A lost race, or a write that may have landed (a lost response; an SDK retry of
+                # a write that landed, answered 412): the document says which.
+                if isinstance(exc, StoreUnavailable) and not exc.outcome_unknown:
                     raise
                 landed = self._landed(wanted)
                 if landed is None:
@@ -288,6 +290,7 @@ class HudiTableLock:
             take the lock once its ``validUntil`` + drift has passed.
         """
         self._stop_heartbeat()
+        self.is_current_owner()  # past its own deadline, a holder has lost it: nothing to write
         with self._io:
             with self._mu:
                 held, version, lost = self._held, self._version, self._lost
@@ -296,19 +299,20 @@ class HudiTableLock:
                 if lost:
                     raise LockLost(f"{self._key}: the lock was lost ({lost})", reason=lost)
                 raise NotLockOwner(f"{self._key}: this lock object does not hold the lock")
-            body = hudi.encode(hudi.released(held))
+            done = hudi.released(held)
+            body = hudi.encode(done)
             try:
                 self._retry(lambda: self._store.replace(self._key, body, version))
-            except ConditionFailed:
-                self._clear()
-                raise LockLost(
-                    f"{self._key}: the lock was taken by others before release",
-                    reason="acquired by others",
-                ) from None
-            except StoreUnavailable as exc:
-                if not exc.outcome_unknown or self._landed(hudi.released(held)) is None:
+            except (ConditionFailed, StoreUnavailable) as exc:
+                unknown = isinstance(exc, ConditionFailed) or exc.outcome_unknown
+                if not unknown or self._landed(done) is None:
                     self._clear()
-                    raise
+                    if isinstance(exc, StoreUnavailable):
+                        raise
+                    raise LockLost(
+                        f"{self._key}: the lock was taken by others before release",
+                        reason="acquired by others",
+                    ) from None
             self._clear()
         log.info("hudi lock %s released by %s", self._key, self.owner_id)
 
@@ -329,14 +333,16 @@ class HudiTableLock:
             body = hudi.encode(wanted)
             try:
                 new_version = self._retry(lambda: self._store.replace(self._key, body, version))
-            except ConditionFailed:
-                self._lose("acquired by others")
-                raise LockLost(
-                    f"{self._key}: lost to another writer", reason="acquired by others"
-                ) from None
-            except StoreUnavailable as exc:
-                landed = self._landed(wanted) if exc.outcome_unknown else None
+            except (ConditionFailed, StoreUnavailable) as exc:
+                lost = isinstance(exc, ConditionFailed)
+                unknown = lost or (isinstance(exc, StoreUnavailable) and exc.outcome_unknown)
+                landed = self._landed(wanted) if unknown else None
                 if landed is None:
+                    if lost:
+                        self._lose("acquired by others")
+                        raise LockLost(
+                            f"{self._key}: lost to another writer", reason="acquired by others"
+                        ) from None
                     raise
                 new_version = landed
             with self._mu:
@@ -395,6 +401,8 @@ class HudiTableLock:
             self._held, self._version, self._lost = data, version, ""
             self._deadline = start + self._validity - self._drift
         self._stop.clear()
+        if not self._heartbeat_on:
+            return
         beat = threading.Thread(target=self._heartbeat, name="prioritylock-hudi", daemon=True)
         self._beat = beat
         beat.start()
