@@ -369,6 +369,24 @@ class HudiTableLock:
         """
         return read_info(self._store, self._key, clock=self._clock, max_clock_drift=self._drift)
 
+    def force_unlock(self, *, if_owner: str, if_valid_until_ms: int) -> HudiLockInfo:
+        """Mark the lock released whoever holds it, only while it shows what the operator saw
+        (see :func:`force_unlock`: one read, one conditional write).
+
+        :raises ConditionFailed: the lock shows something else (nothing written).
+        :raises CorruptLease: the object is not a Hudi lock document.
+        :raises StoreError: the store failed.
+        """
+        with self._io:
+            return force_unlock(
+                self._store,
+                self._key,
+                if_owner=if_owner,
+                if_valid_until_ms=if_valid_until_ms,
+                clock=self._clock,
+                max_clock_drift=self._drift,
+            )
+
     def close(self) -> None:
         """Release if held (best effort), end waits, stop the heartbeat."""
         self._closed.set()

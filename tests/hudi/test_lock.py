@@ -191,9 +191,7 @@ def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(
     with pytest.raises(ConditionFailed):
         force_unlock(store, if_owner="someone-else", if_valid_until_ms=dangling.valid_until_ms)
     assert doc(store) == dangling  # nothing written
-    done = force_unlock(
-        store, if_owner=info.owner, if_valid_until_ms=info.valid_until_ms, clock=clock
-    )
+    done = a.force_unlock(if_owner=info.owner, if_valid_until_ms=info.valid_until_ms)
     assert done.expired and done.free and doc(store) == hudi.forced(dangling)
     assert a.try_lock()
 
