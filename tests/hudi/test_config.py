@@ -192,3 +192,24 @@ def test_prioritylock_keys_still_win(tmp_path: Path) -> None:
     assert isinstance(builder, HudiTableBuilder)  # narrows: build() is a HudiTableLock
     lock = builder.build()
     assert lock.name == "backup-job" and lock._poll == 0.2
+
+
+def test_the_azure_connection_string_key_reaches_the_table(request: pytest.FixtureRequest) -> None:
+    """abfss:// as Hudi has it, authenticated by hoodie.write.lock.azure.connection.string."""
+    server = request.getfixturevalue("azurite_server")
+    container = server.create_container()
+    try:
+        builder = LockBuilder.from_properties(
+            {
+                "hoodie.base.path": f"abfss://{container}@devstoreaccount1.dfs.core.windows.net/t",
+                "hoodie.write.lock.provider": PROVIDER,
+                "hoodie.write.lock.azure.connection.string": server.connection_string,
+            }
+        )
+        assert isinstance(builder, HudiTableBuilder)
+        lock = builder.build()
+        assert lock.try_lock()
+        lock.unlock()
+        assert server.blob_names(container) == ["t/" + KEY]
+    finally:
+        server.remove_container(container)
