@@ -26,6 +26,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._hudi_lock import HudiLockInfo, HudiTableBuilder, HudiTableLock
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
@@ -48,6 +49,9 @@ __all__ = [
     "CorruptLease",
     "FakeClock",
     "Heartbeat",
+    "HudiLockInfo",
+    "HudiTableBuilder",
+    "HudiTableLock",
     "Lock",
     "LockBuilder",
     "LockCancelled",

@@ -28,6 +28,8 @@ from prioritylock.stores._url import open_store
 from scopes import LockScope
 
 if TYPE_CHECKING:
+    from prioritylock._hudi_config import HudiSettings
+    from prioritylock._hudi_lock import HudiTableBuilder
     from prioritylock._scheduler import Scheduler
 
 __all__ = ["LockBuilder", "LockConfig"]
@@ -202,7 +204,7 @@ class LockBuilder:
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, object]) -> LockBuilder:
-        """A builder from flat ``prioritylock.*`` keys, or from Apache Hudi's storage lock keys.
+        """A builder from flat ``prioritylock.*`` keys, or from an Apache Hudi writer's keys.
 
         ``prioritylock.store`` (URL), ``prioritylock.path`` or ``prioritylock.scope`` (a scope
         key such as ``v1/resource/prod/orders-db``), ``prioritylock.owner``, ``.message``,
@@ -210,21 +212,34 @@ class LockBuilder:
         ``.cleanup_timeout``, ``.waiting_timeout``, ``.renew_interval``, ``.watch_interval``,
         ``.max_clock_drift``, ``.poll_interval``, ``.store_timeout``.
 
-        Hudi's keys: ``hoodie.base.path`` (required) names the table;
-        ``hoodie.write.lock.conditional_write.locks_location`` is the store (default: the
-        table's ``.hoodie/.locks`` folder), ``...lock_validity_timeout_ms`` the lease timeout
-        (default 5 min) and ``...heartbeat_poll_ms`` the renew and watch interval (default
-        30 s). Hudi's ``s3a://``/``s3n://`` become ``s3://``, and a plain path becomes
-        ``file://``. The lock is named ``hudi/<table>-<hash of the base path>``.
+        Hudi's keys (a whole writer configuration can be passed; other ``hoodie.*`` keys are
+        ignored): ``hoodie.base.path`` names the table;
+        ``hoodie.write.lock.storage.validity.timeout.secs`` (default 300) is the lease timeout
+        and ``hoodie.write.lock.storage.renew.interval.secs`` (default 30; Hudi's deprecated
+        ``...heartbeat.poll.secs`` too) the renew interval, checked by Hudi's rules. When
+        ``hoodie.write.lock.provider`` names Hudi's ``StorageBasedLockProvider``, the builder is
+        a :class:`HudiTableBuilder`: its lock is Hudi's own ``.hoodie/.locks/table_lock.json``,
+        shared with Java writers, and ``hoodie.write.lock.azure.*`` give its Azure credentials.
+        Without a provider, the lock is prioritylock's own lease, named
+        ``hudi/<table>-<hash of the base path>`` in the table's ``.hoodie/.locks`` folder.
+        RFC-91's draft ``hoodie.write.lock.conditional_write.*`` names still work, with a
+        :class:`DeprecationWarning`; an unknown ``hoodie.write.lock.*`` key gets a warning.
         ``prioritylock.*`` keys win over Hudi's.
 
-        :raises ConfigError: an unknown ``prioritylock.*`` key, a value of the wrong type, or a
-            Hudi configuration without ``hoodie.base.path``; the message names the key.
+        :raises ConfigError: an unknown ``prioritylock.*`` key, a value of the wrong type, a
+            Hudi configuration without ``hoodie.base.path``, breaking Hudi's limits, or naming
+            another Hudi lock provider; the message names the key.
         """
+        from prioritylock._hudi_config import read_hudi
+
+        settings = read_hudi(properties)
         builder = cls()
-        hudi = {k: v for k, v in properties.items() if k.startswith(_HUDI_PREFIX)}
-        if hudi or _HUDI_BASE_PATH in properties:
-            builder._apply_hudi(properties)
+        if settings is not None and settings.storage_provider:
+            from prioritylock._hudi_lock import HudiTableBuilder
+
+            builder = HudiTableBuilder(settings.base_path, settings=settings)
+        if settings is not None:
+            builder._apply_hudi(settings)
         for key, value in properties.items():
             if not key.startswith(_PREFIX):
                 continue
@@ -243,34 +258,35 @@ class LockBuilder:
                 getattr(builder, option)(converted)
         return builder
 
-    def _apply_hudi(self, properties: Mapping[str, object]) -> None:
-        base = properties.get(_HUDI_BASE_PATH)
-        if not isinstance(base, str) or not base.strip():
-            raise ConfigError(
-                f"{_HUDI_BASE_PATH}: required with Hudi's lock keys (the table path)",
-                option=_HUDI_BASE_PATH,
-            )
-        base = base.rstrip("/")
-        location = properties.get(_HUDI_PREFIX + "locks_location")
-        if location is None or location == "":
-            location = base + "/.hoodie/.locks"
-        if not isinstance(location, str):
-            raise ConfigError(
-                f"{_HUDI_PREFIX}locks_location: must be a string",
-                option=_HUDI_PREFIX + "locks_location",
-            )
-        self.store(_hudi_url(location))
+    @classmethod
+    def hudi_table(cls, table: str | ObjectStore) -> HudiTableBuilder:
+        """A builder for Apache Hudi's own lock of the table at ``table``, shared with Java
+        writers that use Hudi's ``StorageBasedLockProvider``.
+
+        :param table: the table's base path as Hudi has it (``s3a://bucket/path``,
+            ``gs://...``, ``abfss://container@account.dfs.core.windows.net/path``, an absolute
+            path), or a store rooted there.
+        """
+        from prioritylock._hudi_lock import HudiTableBuilder
+
+        return HudiTableBuilder(table)
+
+    def _apply_hudi(self, settings: HudiSettings) -> None:
+        from prioritylock._hudi_config import store_url
+
+        base = settings.base_path
+        self.lease_timeout(settings.validity)
+        self.renew_interval(settings.renew_interval)
+        if settings.storage_provider:
+            return
+        location = settings.location or base + "/.hoodie/.locks"
+        option = _HUDI_LOCATION if settings.location else _HUDI_BASE_PATH
+        self.store(store_url(location, option))
         table = base.rsplit("/", 1)[-1] or "table"
         digest = hashlib.sha256(base.encode()).hexdigest()[:16]
         self.path("hudi", f"{table}-{digest}")
-        validity = properties.get(_HUDI_PREFIX + "lock_validity_timeout_ms", 5 * 60 * 1000)
-        poll = properties.get(_HUDI_PREFIX + "heartbeat_poll_ms", 30 * 1000)
-        lease = _convert(_HUDI_PREFIX + "lock_validity_timeout_ms", validity, "float") / 1000
-        renew = _convert(_HUDI_PREFIX + "heartbeat_poll_ms", poll, "float") / 1000
-        self.lease_timeout(lease)
-        self.renew_interval(renew)
         # Hudi has no preemption to hear of: watch no more often than we renew (Hudi's own cost).
-        self.watch_interval(renew)
+        self.watch_interval(settings.renew_interval)
         self.message(f"hudi table {base}")
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -343,7 +359,7 @@ class LockBuilder:
 
 
 _PREFIX = "prioritylock."
-_HUDI_PREFIX = "hoodie.write.lock.conditional_write."
+_HUDI_LOCATION = "hoodie.write.lock.conditional_write.locks_location"
 _HUDI_BASE_PATH = "hoodie.base.path"
 _PROPERTY_OPTIONS = {
     "store": "str",
@@ -385,19 +401,6 @@ def _convert(key: str, value: object, kind: str) -> Any:
         return int(str(value).strip()) if kind == "int" else float(str(value).strip())
     except ValueError as exc:
         raise ConfigError(f"{key}: must be a number, got {value!r}", option=key) from exc
-
-
-def _hudi_url(location: str) -> str:
-    """Hudi's storage paths as our store URLs."""
-    scheme, sep, rest = location.partition("://")
-    if not sep:
-        if not location.startswith("/"):
-            raise ConfigError(
-                f"{_HUDI_PREFIX}locks_location: not an absolute path or a URL",
-                option=_HUDI_PREFIX + "locks_location",
-            )
-        return "file://" + location
-    return {"s3a": "s3", "s3n": "s3", "gcs": "gs"}.get(scheme.lower(), scheme) + "://" + rest
 
 
 def _guard_fence(value: int | None) -> int | None:

@@ -158,9 +158,8 @@ def test_from_properties_errors_name_the_key(props: dict[str, object], named: st
 def test_hudi_keys(tmp_path: Path) -> None:
     props = {
         "hoodie.base.path": str(tmp_path / "lake" / "orders"),
-        "hoodie.write.lock.conditional_write.locks_location": str(tmp_path / "locks"),
-        "hoodie.write.lock.conditional_write.lock_validity_timeout_ms": "60000",
-        "hoodie.write.lock.conditional_write.heartbeat_poll_ms": "5000",
+        "hoodie.write.lock.storage.validity.timeout.secs": "60",
+        "hoodie.write.lock.storage.renew.interval.secs": "5",
     }
     cfg = LockBuilder.from_properties(props).config()
     assert isinstance(cfg.store, LocalStore)

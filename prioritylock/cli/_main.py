@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from prioritylock._errors import PriorityLockError
 from prioritylock.cli._admin import cmd_force_unlock
 from prioritylock.cli._exits import Exit, Failure, Interrupted, exit_code
+from prioritylock.cli._hudi import cmd_hudi
 from prioritylock.cli._inspect import cmd_info, cmd_list, cmd_watch
 from prioritylock.cli._output import PROG, Output
 from prioritylock.cli._parse import build_parser, split_command
@@ -39,6 +40,7 @@ def _dispatch(args: argparse.Namespace, out: Output, cmd: list[str] | None) -> i
         "watch": cmd_watch,
         "demo": _cmd_demo,
         "serve": cmd_serve,
+        "hudi": cmd_hudi,
     }
     return handlers[args.command](args, out)
 

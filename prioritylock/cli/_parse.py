@@ -12,6 +12,7 @@ from prioritylock import __version__
 from prioritylock._config import DEFAULT_MAX_CLOCK_DRIFT
 from prioritylock._errors import ConfigError
 from prioritylock.cli._exits import EXIT_CODES, Exit, Failure
+from prioritylock.cli._hudi import add_hudi_commands
 from prioritylock.cli._output import PROG
 
 __all__ = ["build_parser", "flag_names", "split_command"]
@@ -185,6 +186,8 @@ def build_parser() -> Parser:
         "--interval", type=_seconds, default=1.0, metavar="S", help="seconds between reads (1)"
     )
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N changes")
+
+    add_hudi_commands(commands, common, _seconds, Parser)
 
     commands.add_parser("demo", help="contention and preemption on a temporary local store")
 
