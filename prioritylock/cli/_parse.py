@@ -14,7 +14,10 @@ from prioritylock._errors import ConfigError
 from prioritylock.cli._exits import EXIT_CODES, Exit, Failure
 from prioritylock.cli._output import PROG
 
-__all__ = ["build_parser", "flag_names", "split_command"]
+__all__ = ["STORE_TIMEOUT", "build_parser", "flag_names", "split_command"]
+
+#: The default of --store-timeout, in seconds.
+STORE_TIMEOUT = 10.0
 
 
 class Parser(argparse.ArgumentParser):
@@ -33,6 +36,17 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
+    return value
+
+
+#: The shortest --interval of watch: a shorter one would only spin a core and the store's bill.
+MIN_INTERVAL = 0.1
+
+
+def _interval(text: str) -> float:
+    value = _seconds(text)
+    if value < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL:g} s: {text!r}")
     return value
 
 
@@ -70,7 +84,17 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    # The global options are taken before or after the command: on the root parser, and again
+    # on each command's with SUPPRESS, so that a value given after the command wins and one
+    # given before it is not overwritten by the command's default (main fills in the default).
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--store-timeout",
+        type=_seconds,
+        default=argparse.SUPPRESS,
+        metavar="S",
+        help=f"how long one store call is retried on throttling or 5xx (default {STORE_TIMEOUT:g})",
+    )
 
     common = Parser(add_help=False)
     common.add_argument(
@@ -79,9 +103,9 @@ def build_parser() -> Parser:
     common.add_argument(
         "--store-timeout",
         type=_seconds,
-        default=10.0,
+        default=argparse.SUPPRESS,
         metavar="S",
-        help="how long one store call is retried on throttling or 5xx (default 10)",
+        help=f"how long one store call is retried on throttling or 5xx (default {STORE_TIMEOUT:g})",
     )
     located = Parser(add_help=False, parents=[common])
     located.add_argument("url", metavar="URL", help="store URL: file:///DIR, s3://BUCKET/PREFIX…")
@@ -182,7 +206,11 @@ def build_parser() -> Parser:
         description="Poll the lease and print each change until Ctrl-C (exit 0) or --count.",
     )
     watch.add_argument(
-        "--interval", type=_seconds, default=1.0, metavar="S", help="seconds between reads (1)"
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="S",
+        help=f"seconds between reads, at least {MIN_INTERVAL:g} (1)",
     )
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N changes")
 

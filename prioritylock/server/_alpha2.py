@@ -492,6 +492,9 @@ class Alpha2Locks:
         """
         if held.ending is None:
             held.ending = asyncio.ensure_future(self._release(held))
+            # A waiter cancelled meanwhile (a stream handler at shutdown) drops its interest:
+            # the outcome is taken here, so no release ends as "exception never retrieved".
+            held.ending.add_done_callback(_outcome_taken)
         await asyncio.shield(held.ending)
 
     async def _release(self, held: Held) -> None:
@@ -587,6 +590,11 @@ class Alpha2Locks:
             return builder.build_async(scheduler=self._scheduler)
         except ConfigError as exc:
             raise BadRequest(str(exc)) from None
+
+
+def _outcome_taken(ending: asyncio.Future[None]) -> None:
+    if not ending.cancelled():
+        ending.exception()
 
 
 def _lost_reason(lock: AsyncLock) -> str:
