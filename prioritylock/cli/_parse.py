@@ -223,8 +223,10 @@ def build_parser() -> Parser:
         description=(
             "Serve Dapr's alpha1 lock API (HTTP and gRPC) and the full lock API "
             "(/v1.0-alpha2: blocking locks, NDJSON streams, priorities) over the given stores "
-            "until SIGTERM. Binds 127.0.0.1 unless --host says otherwise. With DAPR_API_TOKEN "
-            "set, every request but the health checks must carry it (dapr-api-token); force "
+            "until SIGTERM. Binds 127.0.0.1 unless --host says otherwise (beyond loopback only "
+            "with DAPR_API_TOKEN set, or with --allow-no-token); --tls-cert and --tls-key serve "
+            "both over TLS. With DAPR_API_TOKEN set, every request but the health checks must "
+            "carry it (dapr-api-token); force "
             "unlocks and the emergency override need PRIORITYLOCK_OPERATOR_TOKEN "
             "(prioritylock-operator-token). Needs pip install 'prioritylock[server]'."
         ),
@@ -249,6 +251,18 @@ def build_parser() -> Parser:
         "--grpc-port", type=_port, default=50001, help="gRPC port (50001; 0: no gRPC)"
     )
     server.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    server.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="PEM certificate (chain): serve HTTPS and gRPC over TLS (with --tls-key)",
+    )
+    server.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    server.add_argument(
+        "--allow-no-token",
+        action="store_true",
+        help="listen beyond loopback without DAPR_API_TOKEN (refused otherwise: anyone who can "
+        "reach the port could take and release locks)",
+    )
     server.add_argument(
         "--ping-interval",
         type=_seconds,

@@ -44,8 +44,12 @@ def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
             parts = urllib.parse.urlsplit(url)
             path = urllib.parse.unquote(parts.path)
             # file://relative/dir names a host: open_store explains the file:/// form.
-            if parts.netloc in ("", "localhost") and path.startswith("/") and path != "/" \
-                    and not os.path.isdir(path):
+            if (
+                parts.netloc in ("", "localhost")
+                and path.startswith("/")
+                and path != "/"
+                and not os.path.isdir(path)
+            ):
                 raise StoreAccessError(f"store directory {path!r} does not exist")
     try:
         store = open_store(url)

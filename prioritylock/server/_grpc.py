@@ -24,9 +24,19 @@ _TOKEN = "dapr-api-token"  # noqa: S105 (a header name, not a secret)
 
 
 def make_server(
-    locks: Alpha1Locks, *, host: str, port: int, api_token: str | None, max_body: int
+    locks: Alpha1Locks,
+    *,
+    host: str,
+    port: int,
+    api_token: str | None,
+    max_body: int,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """A grpc.aio server (not started) serving ``locks``, and the port it is bound to."""
+    """A grpc.aio server (not started) serving ``locks``, and the port it is bound to (over
+    TLS with ``credentials``).
+
+    :raises RuntimeError: the port could not be bound.
+    """
 
     async def check(context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if api_token is None:
@@ -93,5 +103,7 @@ def make_server(
         ]
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    bound = server.add_insecure_port(f"{host}:{port}")
-    return server, bound
+    address = f"{host}:{port}"
+    if credentials is not None:
+        return server, server.add_secure_port(address, credentials)
+    return server, server.add_insecure_port(address)
