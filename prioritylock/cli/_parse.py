@@ -40,7 +40,7 @@ def _seconds(text: str) -> float:
 
 
 #: The shortest --interval of watch: a shorter one would only spin a core and the store's bill.
-MIN_INTERVAL = 0.1
+MIN_INTERVAL = 0.01
 
 
 def _interval(text: str) -> float:
