@@ -484,7 +484,7 @@ def retrying(st: LockState, effect: Any, deadline: float) -> Flow[Any]:
             if mono >= deadline:
                 raise
             pause = min(backoff.next(), deadline - mono)
-            log.info("prioritylock: store busy on %r (%s); retrying in %.3f s", st.key, exc, pause)
+            log.info("prioritylock: %r: %s; retrying in %.3f s", st.key, exc, pause)
             yield Sleep(pause)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import socket
 import threading
 from pathlib import Path
@@ -113,8 +114,11 @@ def test_a_slow_call_says_what_it_waits_for(json_mode: bool) -> None:
 
 
 def test_info_on_an_unreachable_store_says_it_is_waiting(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """And the retries in the log say what happened: a refused connection, not a busy store."""
     pytest.importorskip("boto3")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
@@ -122,9 +126,14 @@ def test_info_on_an_unreachable_store_says_it_is_waiting(
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
         url = f"s3://bucket/p?endpoint=http://127.0.0.1:{port}&region=us-east-1&addressing=path"
-        code, _, err = _run(capsys, "info", url, "x", "--store-timeout", "1.5")
+        with caplog.at_level(logging.INFO, logger="prioritylock"):
+            code, _, err = _run(capsys, "info", url, "x", "--store-timeout", "1.5")
     assert code == 4, err
     assert err[0] == (
         "prioritylock: waiting for the store at s3://bucket/p (store timeout 1.5 s)"
     ), err
     assert len(err) == 2, err  # then the one error line
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert retries, caplog.text
+    assert all(": connection refused (" in text for text in retries), retries
+    assert not any("busy" in text for text in retries), retries
