@@ -181,7 +181,7 @@ def _grpc_server(config: ServeConfig, locks: Alpha1Locks) -> tuple[grpc.aio.Serv
     try:
         return make_server(
             locks,
-            host=config.host,
+            host=f"[{config.host}]" if ":" in config.host else config.host,  # IPv6: [::1]:port
             port=config.grpc_port,
             api_token=config.api_token,
             max_body=config.max_body,
