@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from prioritylock._errors import LockLost, NotLockOwner, StoreUnavailable
+from prioritylock._listener import CleanupNotice
 from prioritylock.cli import main
+from prioritylock.cli._exits import Failure
 from prioritylock.cli._output import Output
+from prioritylock.cli._supervise import Ended, _verdict
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -137,3 +141,40 @@ def test_info_on_an_unreachable_store_says_it_is_waiting(
     assert retries, caplog.text
     assert all(": connection refused (" in text for text in retries), retries
     assert not any("busy" in text for text in retries), retries
+
+
+_NOTICE = CleanupNotice(
+    lock=None,  # type: ignore[arg-type]
+    requestor_owner="boss",
+    requestor_priority=9,
+    requestor_message="m",
+    forceful=False,
+    deadline=0.0,
+    deadline_wall=0.0,
+)
+
+
+@pytest.mark.parametrize(
+    ("ended", "code", "says"),
+    [
+        (Ended(0, None), 0, None),
+        (Ended(3, None), 3, None),
+        (Ended(-15, None), 128 + 15, None),  # killed by a signal, as shells report it
+        (Ended(None, None, interrupted=15), 143, "interrupted by SIGTERM; CMD was not started"),
+        (Ended(0, None, preempted=_NOTICE), 7, "preempted by boss (priority 9); CMD exited"),
+        (Ended(0, None, lost="expired"), 7, "lock lost (expired) while CMD ran; CMD exited"),
+        (Ended(0, LockLost("x", reason="forced")), 7, "lock lost (forced)"),
+        (Ended(0, NotLockOwner("x")), 7, "lock lost (not held at release)"),
+        (Ended(2, NotLockOwner("x"), handover_after_end=True), 2, None),
+        (Ended(0, StoreUnavailable("down")), 4, "but the release failed (down)"),
+    ],
+)
+def test_the_verdict_on_work_under_the_lock(ended: Ended, code: int, says: str | None) -> None:
+    verdict = _verdict(
+        ended, key="k", ran_cmd=True, lease_timeout=30, loss_detail=lambda: "; detail"
+    )
+    if says is None:
+        assert verdict == code
+    else:
+        assert isinstance(verdict, Failure)
+        assert verdict.code == code and says in verdict.message, verdict.message
