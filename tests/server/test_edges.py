@@ -29,13 +29,16 @@ import pytest
 from dapr.proto.runtime.v1 import dapr_pb2_grpc, lock_pb2
 
 from prioritylock._errors import ConfigError
-from prioritylock.server._alpha2 import Alpha2Locks, Options, Stream
+from prioritylock.server._alpha2 import Alpha2Locks, Forbidden, Options, Stream
 from prioritylock.server._config import ServeConfig
-from prioritylock.server._names import Names
+from prioritylock.server._http2 import UnlockRequest
+from prioritylock.server._names import BadRequest, Names
 from prioritylock.stores import open_store
 from tests.server.helpers import free_port
 
 pytestmark = pytest.mark.timeout(60)
+
+_FORCED = "force unlock through prioritylock serve"
 
 
 def test_a_release_nobody_waits_for_leaves_no_unretrieved_exception() -> None:
@@ -250,3 +253,28 @@ def test_tls_round_trip_on_http_and_grpc(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize(
+    ("body", "operator", "expected"),
+    [
+        ({"lockID": "abc"}, False, UnlockRequest("abc")),
+        ({"force": True}, True, UnlockRequest(None, True, _FORCED, "operator")),
+        ({"force": True, "message": "m", "by": "ann"}, True, UnlockRequest(None, True, "m", "ann")),
+        ({"force": False, "lockID": "abc"}, True, UnlockRequest("abc")),
+        ({}, False, BadRequest),
+        ({"lockID": ""}, False, BadRequest),
+        ({"force": "yes"}, True, BadRequest),
+        ({"force": True, "lockID": "abc"}, True, BadRequest),
+        ({"force": True, "by": 7}, True, BadRequest),
+        ({"force": True}, False, Forbidden),
+    ],
+)
+def test_what_an_unlock_asks(
+    body: dict[str, Any], operator: bool, expected: UnlockRequest | type[Exception]
+) -> None:
+    if isinstance(expected, UnlockRequest):
+        assert UnlockRequest.parse(body, operator=operator) == expected
+    else:
+        with pytest.raises(expected):
+            UnlockRequest.parse(body, operator=operator)
