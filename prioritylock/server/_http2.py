@@ -39,7 +39,7 @@ from prioritylock.server._alpha2 import (
 from prioritylock.server._http import error, failed, json_body
 from prioritylock.server._names import BadRequest, StoreNotFound
 
-__all__ = ["NDJSON", "OPERATOR_HEADER", "add_alpha2_routes"]
+__all__ = ["NDJSON", "OPERATOR_HEADER", "UnlockRequest", "add_alpha2_routes"]
 
 log = logging.getLogger("prioritylock.server")
 
