@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -462,9 +463,16 @@ class AsyncLock(LockBase):
         except asyncio.CancelledError:
             # The cleanup did not finish: handing over now would pass on a half-cleaned
             # resource. Keep the lock; the requestor waits out its window (a forceful one
-            # then takes the lock, recorded, and we are told we lost it).
-            log.error(
-                "prioritylock: cleanup listener of %r was cancelled; not handing over", self._key
+            # then takes the lock, recorded, and we are told we lost it). A listener that
+            # raised CancelledError itself chose to keep the lock: not an error (told apart
+            # from a cancelled task from Python 3.11 on, by Task.cancelling).
+            cancelling = getattr(asyncio.current_task(), "cancelling", None)
+            chosen = cancelling is not None and cancelling() == 0
+            log.log(
+                logging.INFO if chosen else logging.ERROR,
+                "prioritylock: cleanup listener of %r %s; not handing over",
+                self._key,
+                "declined to finish (raised CancelledError)" if chosen else "was cancelled",
             )
             cleanup.holding.cleaning = False
             return

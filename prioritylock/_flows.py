@@ -131,9 +131,7 @@ def retrying(state: LockState, effect: Read, deadline: float) -> Flow[Any]:
             if mono >= deadline:
                 raise
             pause = min(backoff.next(), deadline - mono)
-            log.info(
-                "prioritylock: store busy on %r (%s); retrying in %.3f s", state.key, exc, pause
-            )
+            log.info("prioritylock: %r: %s; retrying in %.3f s", state.key, exc, pause)
             yield Sleep(pause)
 
 

@@ -15,7 +15,21 @@ for name in ${wanted//,/ }; do
   if [ "$name" = dev ]; then group=dev; else extras="${extras:+$extras,}$name"; fi
 done
 stamp="$venv/.installed-$(printf '%s' "$wanted" | tr ',' '-')"
-if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+# Installed already if a stamp newer than pyproject.toml names every wanted extra (a script that
+# wants "dev" after scripts/test installed "dev,all" installs nothing).
+covered() {
+  local have name found
+  for found in "$venv"/.installed-*; do
+    [ -f "$found" ] && [ ! "$root/pyproject.toml" -nt "$found" ] || continue
+    have=" $(basename "$found" | sed 's/^\.installed-//' | tr '-' ' ') "
+    for name in ${wanted//,/ }; do
+      case "$have" in *" $name "*) ;; *) continue 2 ;; esac
+    done
+    return 0
+  done
+  return 1
+}
+if ! covered; then
   # pip warns about this machine's extra index locations on every package: keep the log readable.
   quiet() { "$@" 2> >(grep -v '^WARNING: Location' >&2); }
   # Dependency groups need pip 25.1 or newer.

@@ -8,20 +8,20 @@
 - Two ``:raises X:`` fields written on one line are split, so each lands in the table, and
   reST's ``::`` before a literal block is dropped (Markdown sees the indented code block).
 
-The public modules are imported to learn which names the page shows: those in ``__all__``
-and, for classes, the members they define (mkdocs.yml shows members without a docstring too).
+The public modules are read (as Griffe reads them, never imported) to learn which names the
+page shows: those in ``__all__`` and, for classes, the members they define (mkdocs.yml shows
+members without a docstring too).
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import re
 from pathlib import Path
 from typing import Any
 
 import griffe
 
+ROOT = Path(__file__).resolve().parents[2]
 #: The modules the API page renders, in its order.
 PUBLIC_MODULES = ("prioritylock", "prioritylock.stores", "prioritylock.signals", "scopes")
 #: Rendered too, but only the names listed here.
@@ -34,17 +34,24 @@ _LITERAL_BLOCK = re.compile(r"(?:(?<=\S)(:):|[ \t]*::)[ \t]*$", re.MULTILINE)
 
 
 def _anchors() -> set[str]:
+    """Every name the page shows, read from the source as mkdocstrings reads it (nothing is
+    imported: the docs build needs neither pytest nor the stores' SDKs)."""
     found: set[str] = set()
-    modules = {name: importlib.import_module(name).__all__ for name in PUBLIC_MODULES}
-    modules.update(PARTLY_PUBLIC)
-    for module_name, names in modules.items():
+    loader = griffe.GriffeLoader(search_paths=[str(ROOT)])
+    for module_name in (*PUBLIC_MODULES, *PARTLY_PUBLIC):
+        module = loader.load(module_name)
+        assert isinstance(module, griffe.Module)
+        names = PARTLY_PUBLIC.get(module_name) or [str(name) for name in module.exports or ()]
         found.add(module_name)
-        module = importlib.import_module(module_name)
         for name in names:
             found.add(f"{module_name}.{name}")
-            obj = getattr(module, name)
-            if inspect.isclass(obj):
-                for member in vars(obj):
+            try:
+                obj = module[name]
+                is_class = obj.is_class
+            except (griffe.AliasResolutionError, KeyError):
+                continue  # another package's (blinker.ANY): no members of ours to link to
+            if is_class:
+                for member in obj.members:
                     if not member.startswith("_"):
                         found.add(f"{module_name}.{name}.{member}")
     return found

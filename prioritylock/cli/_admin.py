@@ -19,7 +19,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lock import Lock
 from prioritylock.cli._exits import Exit, Failure
 from prioritylock.cli._output import PROG, Output, clean, state, when
-from prioritylock.cli._target import builder, opened, operator, scope
+from prioritylock.cli._target import builder, opened, operator, scope, the_store
 
 __all__ = ["cmd_force_unlock", "confirm", "confirmation_needed", "describe", "guard_failed"]
 
@@ -105,7 +105,8 @@ def cmd_force_unlock(args: argparse.Namespace, out: Output) -> int:
         lock = builder(store, lock_scope, args).owner(who).build()
         corrupt = False
         try:
-            current = lock.info()
+            with out.waiting(the_store(args)):
+                current = lock.info()
         except CorruptLease as exc:
             if not args.overwrite_corrupt:
                 raise Failure(
@@ -131,16 +132,17 @@ def cmd_force_unlock(args: argparse.Namespace, out: Output) -> int:
             # Act on what was confirmed: the lease must still show it when the write lands.
             if_fence, if_owner = current.fence, current.owner
         try:
-            before = lock.force_unlock(
-                args.message,
-                by=who,
-                overwrite_corrupt=args.overwrite_corrupt,
-                if_fence=if_fence,
-                if_owner=if_owner,
-            )
+            with out.waiting(the_store(args)):
+                before = lock.force_unlock(
+                    args.message,
+                    by=who,
+                    overwrite_corrupt=args.overwrite_corrupt,
+                    if_fence=if_fence,
+                    if_owner=if_owner,
+                )
+                after = lock.info()
         except ConditionFailed:
             raise guard_failed(lock, "not freed", if_fence, if_owner) from None
-        after = lock.info()
     result: dict[str, Any] = {
         "key": lock_scope.key,
         "freed": None if before is None else attrs.asdict(before),

@@ -32,6 +32,7 @@ class Exit(enum.IntEnum):
     LOST = 7
     NOT_HELD = 8
     GUARD_FAILED = 9
+    PORT_UNAVAILABLE = 10
     CANNOT_EXECUTE = 126
     NOT_FOUND = 127
     INTERRUPTED = 130
@@ -50,6 +51,7 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     ("7", "the lock was preempted or lost while CMD ran (or the hold lasted)"),
     ("8", "not held: force-unlock found nothing to free"),
     ("9", "force-unlock/override: the lease no longer shows --fence/--owner; nothing changed"),
+    ("10", "serve: a port can't be bound (in use): change --http-port/--grpc-port (or --host)"),
     ("126/127", "run/override: CMD could not be executed / was not found"),
     ("128+N", "interrupted by signal N (130 for SIGINT, 143 for SIGTERM); the lock was released"),
     ("other", "run/override -- CMD: CMD's own exit status (128+N if a signal N killed it)"),

@@ -13,7 +13,7 @@ from prioritylock._errors import CorruptLease
 from prioritylock._info import LockInfo
 from prioritylock.cli._exits import Exit
 from prioritylock.cli._output import Output, clean, holder_text, secs, state, when
-from prioritylock.cli._target import builder, opened, path_of, scope
+from prioritylock.cli._target import builder, opened, path_of, scope, the_store
 from scopes import LockScope
 
 __all__ = ["cmd_info", "cmd_list", "cmd_watch", "record"]
@@ -91,7 +91,7 @@ def _info_lines(lock_scope: LockScope, info: LockInfo | None, now: float) -> lis
 
 def cmd_info(args: argparse.Namespace, out: Output) -> int:
     lock_scope = scope(args.path)
-    with opened(args.url, create=False) as store:
+    with out.waiting(the_store(args)), opened(args.url, create=False) as store:
         info = builder(store, lock_scope, args).build().info()
     now = time.time()
     if out.json:
@@ -112,7 +112,7 @@ def _key_prefix(prefix: str) -> str:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     rows: list[dict[str, Any]] = []
     now = time.time()
-    with opened(args.url, create=False) as store:
+    with out.waiting(the_store(args)), opened(args.url, create=False) as store:
         for key in store.list(_key_prefix(args.prefix)):
             try:
                 lock_scope = LockScope.from_key(key)
@@ -250,7 +250,8 @@ def cmd_watch(args: argparse.Namespace, out: Output) -> int:
             prev: Observation | None = None
             while True:
                 try:
-                    seen = Observation(info=lock.info())
+                    with out.waiting(the_store(args)):
+                        seen = Observation(info=lock.info())
                 except CorruptLease as exc:
                     seen = Observation(problem=exc.problem)
                 now = time.time()

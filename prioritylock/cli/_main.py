@@ -15,11 +15,14 @@ from prioritylock.cli._exits import Exit, Failure, Interrupted, exit_code
 from prioritylock.cli._hudi import cmd_hudi
 from prioritylock.cli._inspect import cmd_info, cmd_list, cmd_watch
 from prioritylock.cli._output import PROG, Output
-from prioritylock.cli._parse import build_parser, split_command
+from prioritylock.cli._parse import STORE_TIMEOUT, build_parser, split_command
 from prioritylock.cli._serve import cmd_serve
 from prioritylock.cli._supervise import cmd_override, cmd_run
 
 __all__ = ["main"]
+
+#: The commands that take no --store-timeout.
+_STORELESS = frozenset({"demo", "serve"})
 
 
 def _cmd_demo(args: argparse.Namespace, out: Output) -> int:
@@ -69,6 +72,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.json = bool(getattr(args, "json", False))
         if args.command is None:
             raise Failure(Exit.USAGE, f"choose a command (see {PROG} --help)")
+        if args.command in _STORELESS:
+            if hasattr(args, "store_timeout"):
+                parser.error(f"--store-timeout: {args.command} does not call a store of its own")
+        elif not hasattr(args, "store_timeout"):
+            args.store_timeout = STORE_TIMEOUT
         return int(_dispatch(args, out, cmd))
     except Failure as failure:
         out.error(failure.code, failure.message, **failure.extra)

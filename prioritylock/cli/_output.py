@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from prioritylock._info import LockInfo
 
-__all__ = ["PROG", "Output", "clean", "holder_text", "secs", "state", "when"]
+__all__ = ["PROG", "SLOW_CALL", "Output", "clean", "holder_text", "secs", "state", "when"]
 
 PROG = "prioritylock"
+
+#: Seconds a call may take before the command says on stderr what it is waiting for.
+SLOW_CALL = 1.0
 
 
 def clean(text: object) -> str:
@@ -69,3 +75,29 @@ class Output:
         else:
             self.stderr.write(f"{PROG}: {clean(one_line)}\n")
             self.stderr.flush()
+
+    def note(self, message: str) -> None:
+        """A line on stderr that is not an error: what the command is doing."""
+        if self.json:
+            self.record({"note": message}, stream=self.stderr)
+        else:
+            self.stderr.write(f"{PROG}: {clean(message)}\n")
+            self.stderr.flush()
+
+    @contextlib.contextmanager
+    def waiting(self, what: str, after: float = SLOW_CALL) -> Iterator[None]:
+        """Say ``waiting for {what}`` on stderr if the block is still running ``after`` seconds
+        on (once): a slow store is then not mistaken for a hung command."""
+        done = threading.Event()
+
+        def tell() -> None:
+            if not done.wait(after):
+                self.note(f"waiting for {what}")
+
+        teller = threading.Thread(target=tell, name="prioritylock-waiting", daemon=True)
+        teller.start()
+        try:
+            yield
+        finally:
+            done.set()
+            teller.join()

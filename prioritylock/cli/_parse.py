@@ -15,7 +15,10 @@ from prioritylock.cli._exits import EXIT_CODES, Exit, Failure
 from prioritylock.cli._hudi import add_hudi_commands
 from prioritylock.cli._output import PROG
 
-__all__ = ["build_parser", "flag_names", "split_command"]
+__all__ = ["STORE_TIMEOUT", "build_parser", "flag_names", "split_command"]
+
+#: The default of --store-timeout, in seconds.
+STORE_TIMEOUT = 10.0
 
 
 class Parser(argparse.ArgumentParser):
@@ -34,6 +37,17 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0: {text!r}")
+    return value
+
+
+#: The shortest --interval of watch: a shorter one would only spin a core and the store's bill.
+MIN_INTERVAL = 0.01
+
+
+def _interval(text: str) -> float:
+    value = _seconds(text)
+    if value < MIN_INTERVAL:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_INTERVAL:g} s: {text!r}")
     return value
 
 
@@ -71,7 +85,17 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    # The global options are taken before or after the command: on the root parser, and again
+    # on each command's with SUPPRESS, so that a value given after the command wins and one
+    # given before it is not overwritten by the command's default (main fills in the default).
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--store-timeout",
+        type=_seconds,
+        default=argparse.SUPPRESS,
+        metavar="S",
+        help=f"how long one store call is retried on throttling or 5xx (default {STORE_TIMEOUT:g})",
+    )
 
     common = Parser(add_help=False)
     common.add_argument(
@@ -80,9 +104,9 @@ def build_parser() -> Parser:
     common.add_argument(
         "--store-timeout",
         type=_seconds,
-        default=10.0,
+        default=argparse.SUPPRESS,
         metavar="S",
-        help="how long one store call is retried on throttling or 5xx (default 10)",
+        help=f"how long one store call is retried on throttling or 5xx (default {STORE_TIMEOUT:g})",
     )
     located = Parser(add_help=False, parents=[common])
     located.add_argument("url", metavar="URL", help="store URL: file:///DIR, s3://BUCKET/PREFIX…")
@@ -183,7 +207,11 @@ def build_parser() -> Parser:
         description="Poll the lease and print each change until Ctrl-C (exit 0) or --count.",
     )
     watch.add_argument(
-        "--interval", type=_seconds, default=1.0, metavar="S", help="seconds between reads (1)"
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="S",
+        help=f"seconds between reads, at least {MIN_INTERVAL:g} (1)",
     )
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N changes")
 
@@ -198,8 +226,10 @@ def build_parser() -> Parser:
         description=(
             "Serve Dapr's alpha1 lock API (HTTP and gRPC) and the full lock API "
             "(/v1.0-alpha2: blocking locks, NDJSON streams, priorities) over the given stores "
-            "until SIGTERM. Binds 127.0.0.1 unless --host says otherwise. With DAPR_API_TOKEN "
-            "set, every request but the health checks must carry it (dapr-api-token); force "
+            "until SIGTERM. Binds 127.0.0.1 unless --host says otherwise (beyond loopback only "
+            "with DAPR_API_TOKEN set, or with --allow-no-token); --tls-cert and --tls-key serve "
+            "both over TLS. With DAPR_API_TOKEN set, every request but the health checks must "
+            "carry it (dapr-api-token); force "
             "unlocks and the emergency override need PRIORITYLOCK_OPERATOR_TOKEN "
             "(prioritylock-operator-token). Needs pip install 'prioritylock[server]'."
         ),
@@ -224,6 +254,18 @@ def build_parser() -> Parser:
         "--grpc-port", type=_port, default=50001, help="gRPC port (50001; 0: no gRPC)"
     )
     server.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    server.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="PEM certificate (chain): serve HTTPS and gRPC over TLS (with --tls-key)",
+    )
+    server.add_argument("--tls-key", metavar="FILE", help="PEM private key of --tls-cert")
+    server.add_argument(
+        "--allow-no-token",
+        action="store_true",
+        help="listen beyond loopback without DAPR_API_TOKEN (refused otherwise: anyone who can "
+        "reach the port could take and release locks)",
+    )
     server.add_argument(
         "--ping-interval",
         type=_seconds,

@@ -17,7 +17,7 @@ __all__ = ["cmd_serve"]
 
 def cmd_serve(args: argparse.Namespace, out: Output) -> int:
     try:
-        from prioritylock.server._app import run
+        from prioritylock.server._app import PortUnavailable, run
         from prioritylock.server._components import read_components
         from prioritylock.server._config import ServeConfig, parse_store
     except ImportError as exc:
@@ -41,7 +41,6 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
             prefixes[name] = spec.key_prefix
     if not stores:
         raise Failure(Exit.USAGE, "serve: give at least one --store NAME=URL or --components DIR")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     config = ServeConfig(
         stores=stores,
         app_id=args.app_id,
@@ -52,5 +51,12 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         operator_token=os.environ.get("PRIORITYLOCK_OPERATOR_TOKEN") or None,
         ping_interval=args.ping_interval,
         key_prefixes=prefixes,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        allow_no_token=args.allow_no_token,
     )
-    return run(config)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
+    try:
+        return run(config)
+    except PortUnavailable as exc:
+        raise Failure(Exit.PORT_UNAVAILABLE, f"serve: {exc}") from None

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
+import attrs
+
 from prioritylock._builder import LockBuilder
 from prioritylock._errors import (
     ConditionFailed,
@@ -231,8 +233,55 @@ def _supervised(
 ) -> int:
     """Run the work while holding ``lock`` (already acquired), release, and say how it went."""
     key = lock.key
-    fence = lock.fencing_token
-    summary: dict[str, Any] = {"command": args.command, "key": key, "fence": fence}
+    summary: dict[str, Any] = {"command": args.command, "key": key, "fence": lock.fencing_token}
+    ended = _work(lock, supervisor, args, out, summary, cmd=cmd, hold=hold)
+    verdict = _verdict(
+        ended,
+        key=key,
+        ran_cmd=cmd is not None,
+        lease_timeout=lock.config.lease_timeout,
+        loss_detail=lambda: _loss_detail(lock),
+    )
+    if ended.status is not None:
+        summary["status"] = ended.status
+    if isinstance(verdict, Failure):
+        verdict.extra.update(summary)
+        raise verdict
+    if cmd is None and not out.json:
+        out.line(f"released {key}")
+    if out.json:
+        summary.update(outcome="released", exit=verdict)
+        out.record(summary, stream=out.stderr if cmd is not None else out.stdout)
+    return verdict
+
+
+@attrs.frozen
+class Ended:
+    """How the work under the lock ended: what :func:`_verdict` decides on."""
+
+    #: CMD's status (None: not started, or a hold).
+    status: int | None
+    #: What the release raised, if anything.
+    release_error: PriorityLockError | None
+    #: The supervisor's record: a signal, a preemption, a loss, a handover after the end.
+    interrupted: int | None = None
+    preempted: CleanupNotice | None = None
+    lost: str | None = None
+    handover_after_end: bool = False
+
+
+def _work(
+    lock: Lock,
+    supervisor: Supervisor,
+    args: argparse.Namespace,
+    out: Output,
+    summary: dict[str, Any],
+    *,
+    cmd: list[str] | None,
+    hold: float | None,
+) -> Ended:
+    """Run CMD (or hold for ``hold`` seconds) and release: the doing, and nothing decided."""
+    key, fence = lock.key, lock.fencing_token
     status: int | None = None
     supervisor.acquired()
     try:
@@ -266,68 +315,72 @@ def _supervised(
             supervisor.hold(hold)
     finally:
         release_error = _release(lock)
-    what = "CMD" if cmd is not None else "the hold"
+    return Ended(
+        status,
+        release_error,
+        interrupted=supervisor.interrupted,
+        preempted=supervisor.preempted,
+        lost=supervisor.lost,
+        handover_after_end=supervisor.handover_after_end,
+    )
+
+
+def _verdict(
+    ended: Ended,
+    *,
+    key: str,
+    ran_cmd: bool,
+    lease_timeout: float,
+    loss_detail: Callable[[], str],
+) -> Failure | int:
+    """The exit code of the work that ended so, or the failure to report (the deciding, and
+    nothing done: ``loss_detail`` is called only for a loss)."""
+    what = "CMD" if ran_cmd else "the hold"
+    status, release_error = ended.status, ended.release_error
     if status is not None:
-        ended = f"; CMD {_describe_status(status)}"
+        how = f"; CMD {_describe_status(status)}"
     else:
-        ended = "; CMD was not started" if cmd is not None else ""
-    if status is not None:
-        summary["status"] = status
-    if supervisor.interrupted is not None:
-        signum = supervisor.interrupted
-        raise Failure(
+        how = "; CMD was not started" if ran_cmd else ""
+    if ended.interrupted is not None:
+        signum = ended.interrupted
+        return Failure(
             128 + signum,
-            f"interrupted by {signal.Signals(signum).name}{ended}; the lock was released",
+            f"interrupted by {signal.Signals(signum).name}{how}; the lock was released",
             outcome="interrupted",
-            **summary,
         )
-    if supervisor.preempted is not None:
-        notice = supervisor.preempted
-        raise Failure(
+    if ended.preempted is not None:
+        notice = ended.preempted
+        return Failure(
             Exit.LOST,
             f"{key}: preempted by {clean(notice.requestor_owner)} (priority "
-            f"{notice.requestor_priority}){ended}; the lock was handed over",
+            f"{notice.requestor_priority}){how}; the lock was handed over",
             outcome="preempted",
-            **summary,
         )
-    lost = supervisor.lost
-    if (
-        lost is None
-        and isinstance(release_error, NotLockOwner)
-        and not supervisor.handover_after_end
-    ):
+    lost = ended.lost
+    if lost is None and isinstance(release_error, NotLockOwner) and not ended.handover_after_end:
         reason = release_error.reason if isinstance(release_error, LockLost) else ""
         lost = reason or "not held at release"
     if lost is not None:
-        raise Failure(
+        return Failure(
             Exit.LOST,
-            f"{key}: lock lost ({clean(lost)}) while {what} ran{ended}{_loss_detail(lock)}",
+            f"{key}: lock lost ({clean(lost)}) while {what} ran{how}{loss_detail()}",
             outcome="lost",
             reason=lost,
-            **summary,
         )
     if isinstance(release_error, StoreError):
-        raise Failure(
+        return Failure(
             Exit.STORE,
-            f"{key}: {what} ended{ended} but the release failed ({release_error}); the lease "
-            f"expires {secs(lock.config.lease_timeout)} after its last renewal",
+            f"{key}: {what} ended{how} but the release failed ({release_error}); the lease "
+            f"expires {secs(lease_timeout)} after its last renewal",
             outcome="release failed",
-            **summary,
         )
     if release_error is not None and not isinstance(release_error, NotLockOwner):
-        raise Failure(
+        return Failure(
             exit_code(release_error),
-            f"{key}: {what} ended{ended} but the release failed: {release_error}",
+            f"{key}: {what} ended{how} but the release failed: {release_error}",
             outcome="release failed",
-            **summary,
         )
-    code = Exit.OK if status is None else _shell_status(status)
-    if cmd is None and not out.json:
-        out.line(f"released {key}")
-    if out.json:
-        summary.update(outcome="released", exit=code)
-        out.record(summary, stream=out.stderr if cmd is not None else out.stdout)
-    return code
+    return Exit.OK if status is None else _shell_status(status)
 
 
 def _release(lock: Lock) -> PriorityLockError | None:

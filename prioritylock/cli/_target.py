@@ -15,7 +15,7 @@ from prioritylock._errors import ConfigError, StoreAccessError
 from prioritylock.stores import ObjectStore, open_store
 from scopes import LockScope
 
-__all__ = ["builder", "opened", "operator", "path_of", "public_url", "scope"]
+__all__ = ["builder", "opened", "operator", "path_of", "public_url", "scope", "the_store"]
 
 
 def scope(path: str) -> LockScope:
@@ -41,8 +41,15 @@ def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
     """The store; commands that only look must not create a missing store directory."""
     if not create and url.lower().startswith("file:"):
         with contextlib.suppress(ValueError):
-            path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
-            if path.startswith("/") and path != "/" and not os.path.isdir(path):
+            parts = urllib.parse.urlsplit(url)
+            path = urllib.parse.unquote(parts.path)
+            # file://relative/dir names a host: open_store explains the file:/// form.
+            if (
+                parts.netloc in ("", "localhost")
+                and path.startswith("/")
+                and path != "/"
+                and not os.path.isdir(path)
+            ):
                 raise StoreAccessError(f"store directory {path!r} does not exist")
     try:
         store = open_store(url)
@@ -55,6 +62,11 @@ def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
         yield store
     finally:
         store.close()
+
+
+def the_store(args: argparse.Namespace) -> str:
+    """What a command waits for when the store is slow to answer, in words for the user."""
+    return f"the store at {public_url(args.url)} (store timeout {args.store_timeout:g} s)"
 
 
 def _file_url(url: str) -> str | None:

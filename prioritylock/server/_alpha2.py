@@ -504,6 +504,9 @@ class Alpha2Locks:
         """
         if held.ending is None:
             held.ending = asyncio.ensure_future(self._release(held))
+            # A waiter cancelled meanwhile (a stream handler at shutdown) drops its interest:
+            # the outcome is taken here, so no release ends as "exception never retrieved".
+            held.ending.add_done_callback(_outcome_taken)
         await asyncio.shield(held.ending)
 
     async def _release(self, held: Held) -> None:
@@ -738,6 +741,11 @@ async def end_quietly(locks: Alpha2Locks, held: Held) -> None:
             held.store_name,
             exc,
         )
+
+
+def _outcome_taken(ending: asyncio.Future[None]) -> None:
+    if not ending.cancelled():
+        ending.exception()
 
 
 def _lost_reason(lock: AsyncLock) -> str:

@@ -10,34 +10,56 @@ gone.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
+import os
 import signal
+import socket
+import ssl
 import sys
+from pathlib import Path
 from typing import TextIO
 
+import grpc
 from aiohttp import web
 
+from prioritylock._errors import ConfigError
 from prioritylock.server._alpha1 import Alpha1Locks
 from prioritylock.server._alpha2 import Alpha2Locks
-from prioritylock.server._config import ServeConfig, public_url
-from prioritylock.server._grpc import make_server
+from prioritylock.server._config import ServeConfig, is_loopback, public_url
+from prioritylock.server._grpc import GrpcServer, make_server
 from prioritylock.server._http import make_app
 from prioritylock.server._http2 import add_alpha2_routes
 from prioritylock.server._metrics import CountingStore, Metrics
 from prioritylock.stores import ObjectStore, open_store
 
-__all__ = ["run", "serve"]
+__all__ = ["PortUnavailable", "run", "serve"]
 
 log = logging.getLogger("prioritylock.server")
+
+
+class PortUnavailable(OSError):
+    """A port could not be bound (in use, or the address is not this machine's); the message
+    names the port and the option that chooses it."""
+
+    def __init__(self, host: str, port: int, flag: str, why: str) -> None:
+        if flag == "--host":
+            hint = "give --host an address of this machine"
+        else:
+            hint = f"choose another port with {flag}" + (" (0: no gRPC)" if "grpc" in flag else "")
+        super().__init__(f"can't listen on {host}:{port} ({why}); {hint}")
+        self.port = port
+        self.flag = flag
 
 
 def run(config: ServeConfig, out: TextIO = sys.stdout) -> int:
     """Serve until SIGTERM or SIGINT; return the exit code (0).
 
-    :raises ConfigError: a store URL is invalid.
-    :raises OSError: a port could not be bound.
+    :raises ConfigError: a store URL is invalid, or the TLS files can't be loaded.
+    :raises PortUnavailable: a port could not be bound.
     """
+    _tls_context(config)  # the files are checked before any store is opened
     stores = {name: open_store(url) for name, url in config.stores.items()}
     _tune_gc()
     asyncio.run(serve(config, stores, out))
@@ -76,31 +98,32 @@ async def serve(
     await runner.setup()
     grpc_server = None
     try:
-        site = web.TCPSite(runner, config.host, config.http_port)
-        await site.start()
+        site = web.TCPSite(runner, config.host, config.http_port, ssl_context=_tls_context(config))
+        try:
+            await site.start()
+        except OSError as exc:
+            raise _unavailable(config.host, config.http_port, "--http-port", exc) from None
         http_port = _port(runner, config.http_port)
         grpc_port = None
         if config.grpc_port is not None:
-            grpc_server, grpc_port = make_server(
-                locks,
-                host=config.host,
-                port=config.grpc_port,
-                api_token=config.api_token,
-                max_body=config.max_body,
-                streams=streams,
-                operator_token=config.operator_token,
-                ping_interval=config.ping_interval,
-            )
+            grpc_server, grpc_port = _grpc_server(config, locks, streams)
             await grpc_server.start()
         ready = True
         named = ", ".join(f"{name}={public_url(url)}" for name, url in config.stores.items())
         grpc_text = "off" if grpc_port is None else f"{config.host}:{grpc_port}"
+        tls = " over TLS" if config.tls else ""
         print(
-            f"prioritylock serve: ready; app {config.app_id}; HTTP {config.host}:{http_port}; "
-            f"gRPC {grpc_text}; stores {named}",
+            f"prioritylock serve: ready; app {config.app_id}; HTTP{tls} {config.host}:{http_port}; "
+            f"gRPC{tls if grpc_port else ''} {grpc_text}; stores {named}",
             file=out,
             flush=True,
         )
+        if not config.tls and not is_loopback(config.host):
+            log.warning(
+                "prioritylock serve: listening on %s without TLS: tokens and lock ids cross the "
+                "network in clear (give --tls-cert and --tls-key)",
+                config.host,
+            )
         await stop.wait()
         log.info(
             "prioritylock serve: stopping; stream locks are released, other leases run out "
@@ -125,6 +148,83 @@ def _tune_gc() -> None:
     Python's defaults (benchmarks/README.md)."""
     gc.freeze()  # what was loaded at startup is never garbage
     gc.set_threshold(50_000, 20, 20)
+
+
+def _tls_context(config: ServeConfig) -> ssl.SSLContext | None:
+    """The server side of HTTPS, or None without --tls-cert.
+
+    :raises ConfigError: the certificate or key can't be read or don't match.
+    """
+    if config.tls_cert is None or config.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"--tls-cert/--tls-key: can't load {config.tls_cert} with {config.tls_key}: "
+            f"{getattr(exc, 'strerror', None) or exc}",
+            option="tls_cert",
+        ) from None
+    return context
+
+
+def _grpc_server(
+    config: ServeConfig, locks: Alpha1Locks, streams: Alpha2Locks
+) -> tuple[GrpcServer, int]:
+    """The gRPC server on its port (over TLS with --tls-cert); a port in use is said before gRPC
+    tries it, so that its own log line does not come first."""
+    assert config.grpc_port is not None
+    _check_free(config.host, config.grpc_port, "--grpc-port")
+    credentials = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        pair = (Path(config.tls_key).read_bytes(), Path(config.tls_cert).read_bytes())
+        credentials = grpc.ssl_server_credentials([pair])
+    try:
+        return make_server(
+            locks,
+            host=f"[{config.host}]" if ":" in config.host else config.host,  # IPv6: [::1]:port
+            port=config.grpc_port,
+            api_token=config.api_token,
+            max_body=config.max_body,
+            streams=streams,
+            operator_token=config.operator_token,
+            ping_interval=config.ping_interval,
+            credentials=credentials,
+        )
+    except RuntimeError:
+        raise PortUnavailable(
+            config.host, config.grpc_port, "--grpc-port", "gRPC could not bind it"
+        ) from None
+
+
+def _check_free(host: str, port: int, flag: str) -> None:
+    """:raises PortUnavailable: ``port`` can't be bound on ``host`` now."""
+    if port == 0:
+        return
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise _unavailable(host, port, flag, exc) from None
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise _unavailable(host, port, flag, exc) from None
+
+
+def _unavailable(host: str, port: int, flag: str, exc: OSError) -> PortUnavailable:
+    if exc.errno == errno.EADDRINUSE:
+        why = "address already in use"
+    elif exc.errno == errno.EACCES:
+        why = "permission denied: ports below 1024 need privileges"
+    else:
+        why = os.strerror(exc.errno).lower() if exc.errno else type(exc).__name__
+        if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+            flag = "--host"
+    return PortUnavailable(host, port, flag, why)
 
 
 def _port(runner: web.AppRunner, asked: int) -> int:

@@ -33,13 +33,15 @@ def read_components(directory: Path, app_id: str) -> dict[str, StoreSpec]:
     """The lock stores declared in the ``*.yaml`` / ``*.yml`` files of ``directory``.
 
     :raises ConfigError: a file can't be read or parsed, a lock store lacks its ``url``, uses
-        a secret reference, or its name is given twice.
+        a secret reference, or its name is given twice; or ``directory`` holds no lock store
+        (the message names the component types it does hold).
     """
     import yaml
 
     if not directory.is_dir():
         raise ConfigError(f"--components: {directory} is not a directory", option="components")
     found: dict[str, StoreSpec] = {}
+    others: dict[str, str] = {}  # type -> the first file declaring it
     files = sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")])
     for path in files:
         try:
@@ -51,6 +53,9 @@ def read_components(directory: Path, app_id: str) -> dict[str, StoreSpec]:
             ) from None
         for doc in documents:
             if not _is_lock_store(doc):
+                kind = _type(doc)
+                if kind is not None:
+                    others.setdefault(kind, path.name)
                 continue
             name = _name(doc, path)
             if name in found:
@@ -59,14 +64,28 @@ def read_components(directory: Path, app_id: str) -> dict[str, StoreSpec]:
                     option="components",
                 )
             found[name] = _spec(doc, name, path, app_id)
+    if not found:
+        seen = ", ".join(f"{kind} ({name})" for kind, name in sorted(others.items()))
+        raise ConfigError(
+            f"--components: no prioritylock component in {directory}: "
+            + (f"found only {seen}" if seen else f"no Dapr component in {len(files)} YAML files")
+            + f"; a lock store for prioritylock is a Component of type {COMPONENT_TYPE!r}",
+            option="components",
+        )
     return found
 
 
-def _is_lock_store(doc: Any) -> bool:
+def _type(doc: Any) -> str | None:
+    """The ``spec.type`` of a Dapr component document (None: not a component)."""
     if not isinstance(doc, dict) or doc.get("kind") != "Component":
-        return False
+        return None
     spec = doc.get("spec")
-    return isinstance(spec, dict) and spec.get("type") == COMPONENT_TYPE
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _is_lock_store(doc: Any) -> bool:
+    return _type(doc) == COMPONENT_TYPE
 
 
 def _name(doc: dict[str, Any], path: Path) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
@@ -10,7 +12,7 @@ import attrs
 
 from prioritylock._errors import ConfigError
 
-__all__ = ["MAX_BODY_BYTES", "ServeConfig", "parse_store", "public_url"]
+__all__ = ["MAX_BODY_BYTES", "ServeConfig", "is_loopback", "parse_store", "public_url"]
 
 #: Largest request body accepted; a larger one is answered 413 without being read.
 MAX_BODY_BYTES = 64 * 1024
@@ -63,3 +65,46 @@ class ServeConfig:
     max_body: int = MAX_BODY_BYTES
     #: Per store, the key prefix when it is not the app id (None: no prefix).
     key_prefixes: Mapping[str, str | None] = attrs.field(factory=dict)
+    #: PEM files of the certificate (chain) and its private key: HTTPS and gRPC over TLS.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Serve beyond loopback without an API token (``--allow-no-token``): the operator's choice.
+    allow_no_token: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError(
+                "--tls-cert and --tls-key: give both (the certificate and its private key)",
+                option="tls_cert" if self.tls_cert is None else "tls_key",
+            )
+        if self.api_token is None and not self.allow_no_token and not is_loopback(self.host):
+            # As Redis's protected mode: an open lock service on the network lets anyone take
+            # and release locks (alpha1 releases by owner name alone).
+            raise ConfigError(
+                f"--host {self.host}: refusing to listen beyond this machine without an API "
+                "token: anyone who can reach the port could take and release locks. Set "
+                "DAPR_API_TOKEN (and give --tls-cert and --tls-key, so that it does not cross "
+                "the network in clear), or pass --allow-no-token to serve without one",
+                option="host",
+            )
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address (an unknown name is not)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    if host.lower() == "localhost":
+        return True
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(found) and all(
+        ipaddress.ip_address(str(address[4][0]).split("%")[0]).is_loopback for address in found
+    )

@@ -71,9 +71,13 @@ def make_server(
     streams: Alpha2Locks | None = None,
     operator_token: str | None = None,
     ping_interval: float = 5.0,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[GrpcServer, int]:
     """A server (not started) serving ``locks`` (alpha1) and ``streams`` (LockService), and
-    the port it is bound to."""
+    the port it is bound to (over TLS with ``credentials``).
+
+    :raises RuntimeError: the port could not be bound.
+    """
 
     async def fail(context: Context, what: str, store: str, exc: Exception) -> None:
         invalid = grpc.StatusCode.INVALID_ARGUMENT
@@ -151,5 +155,9 @@ def make_server(
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     reflection.enable_server_reflection(names, server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if credentials is not None:
+        bound = server.add_secure_port(address, credentials)
+    else:
+        bound = server.add_insecure_port(address)
     return GrpcServer(server, checks), bound

@@ -1,6 +1,7 @@
 """The HTTP front end (aiohttp): Dapr's alpha1 lock routes and its health checks.
 
-Errors are answered as Dapr answers them: a status and ``{"errorCode", "message"}``. A store
+Errors are answered as Dapr answers them: a status and ``{"errorCode", "message"}``; an unknown
+route too (404 ERR_NOT_FOUND, 405 ERR_METHOD_NOT_ALLOWED). A store
 failure is a 500 with ERR_TRY_LOCK / ERR_UNLOCK whose message names the kind of failure only:
 the store's own words go to the log, and no store URL or credential reaches either.
 
@@ -56,7 +57,19 @@ def make_app(
         length = request.content_length
         if length is not None and length > max_body:
             return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
-        return await handler(request)
+        try:
+            return await handler(request)
+        except web.HTTPNotFound:
+            return error(404, "ERR_NOT_FOUND", f"no route {request.method} {request.path!r}")
+        except web.HTTPMethodNotAllowed as exc:
+            allowed = ", ".join(sorted(exc.allowed_methods))
+            answer = error(
+                405,
+                "ERR_METHOD_NOT_ALLOWED",
+                f"{request.method} is not allowed on {request.path!r} (allowed: {allowed})",
+            )
+            answer.headers["Allow"] = allowed
+            return answer
 
     async def healthz(request: web.Request) -> web.Response:
         if not ready():

@@ -22,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 from aiohttp import web
 
 from prioritylock._errors import PriorityLockError
@@ -29,6 +30,7 @@ from prioritylock.server._alpha2 import (
     MAX_LIST,
     Alpha2Locks,
     Forbidden,
+    Held,
     Holding,
     LockNotFound,
     Options,
@@ -39,7 +41,7 @@ from prioritylock.server._alpha2 import (
 from prioritylock.server._http import error, failed, json_body
 from prioritylock.server._names import BadRequest, StoreNotFound
 
-__all__ = ["NDJSON", "OPERATOR_HEADER", "add_alpha2_routes"]
+__all__ = ["NDJSON", "OPERATOR_HEADER", "UnlockRequest", "add_alpha2_routes"]
 
 log = logging.getLogger("prioritylock.server")
 
@@ -58,50 +60,139 @@ def add_alpha2_routes(
     max_body: int,
 ) -> None:
     """Route ``/v1.0-alpha2/lock/...`` of ``app`` to ``locks``."""
-    pinger = Pinger(ping_interval)
+    routes = _Routes(locks, operator_token, Pinger(ping_interval), max_body)
+    base = "/v1.0-alpha2/lock/{store}"
+    app.router.add_get(base, _answers(routes.listing, "failed to list locks", "ERR_LOCK_LIST"))
+    app.router.add_post(
+        base + "/{resource}", _answers(routes.lock, "failed to acquire lock", "ERR_LOCK")
+    )
+    app.router.add_delete(
+        base + "/{resource}", _answers(routes.unlock, "failed to release lock", "ERR_UNLOCK")
+    )
+    app.router.add_get(
+        base + "/{resource}", _answers(routes.info, "failed to read lock", "ERR_LOCK_INFO")
+    )
+    app.router.add_post(
+        base + "/{resource}/renew", _answers(routes.renew, "failed to renew lock", "ERR_RENEW")
+    )
 
-    def is_operator(request: web.Request) -> bool:
+
+def _answers(handler: _Handler, what: str, code: str) -> _Handler:
+    """``handler`` with the error mapping shared by every route."""
+
+    async def run(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except (BadRequest, StoreNotFound, Forbidden, LockNotFound, ResourceLocked) as exc:
+            return _refusal(exc)
+        except PriorityLockError as exc:
+            return failed(code, what, request.match_info["store"], exc)
+
+    return run
+
+
+def _refusal(
+    exc: BadRequest | StoreNotFound | Forbidden | LockNotFound | ResourceLocked,
+) -> web.Response:
+    """The answer to a request refused (not a store failure): its status and errorCode."""
+    if isinstance(exc, BadRequest):
+        return error(400, "ERR_MALFORMED_REQUEST", str(exc))
+    if isinstance(exc, StoreNotFound):
+        return error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
+    if isinstance(exc, Forbidden):
+        return error(403, "ERR_FORBIDDEN", str(exc))
+    if isinstance(exc, LockNotFound):
+        return error(404, "ERR_LOCK_NOT_FOUND", str(exc))
+    return error(409, "ERR_RESOURCE_LOCKED", str(exc))
+
+
+@attrs.frozen
+class UnlockRequest:
+    """What a ``DELETE .../{resourceId}`` body asks: a release by lockID, or (``force``) the
+    operators' force unlock with its message and author."""
+
+    lock_id: str | None
+    force: bool = False
+    message: str = ""
+    by: str = ""
+
+    @classmethod
+    def parse(cls, body: dict[str, Any], *, operator: bool) -> UnlockRequest:
+        """:raises BadRequest: a field of the wrong type, or both or neither of lockID and force.
+        :raises Forbidden: ``force`` without the operator token."""
+        force = body.get("force", False)
+        if not isinstance(force, bool):
+            raise BadRequest(f"force: expected true or false, got {force!r}")
+        if force:
+            if "lockID" in body:
+                raise BadRequest("give either lockID or force, not both")
+            if not operator:
+                raise Forbidden("a force unlock needs the operator token")
+            message = body.get("message") or "force unlock through prioritylock serve"
+            by = body.get("by") or "operator"
+            if not isinstance(message, str) or not isinstance(by, str):
+                raise BadRequest("message and by must be strings")
+            return cls(None, force=True, message=message, by=by)
+        return cls(_lock_id(body))
+
+
+def _lock_id(body: dict[str, Any]) -> str:
+    lock_id = body.get("lockID")
+    if not isinstance(lock_id, str) or not lock_id:
+        raise BadRequest("lockID: expected the lockID that lock answered")
+    return lock_id
+
+
+def _same_ttl(body: dict[str, Any], held: Held) -> None:
+    """:raises BadRequest: a renew that asks for another ttl than the lock was taken with."""
+    if "ttl" in body:
+        ttl = Options.parse({"ttl": body["ttl"]}).ttl
+        if ttl != held.lock.config.lease_timeout:
+            raise BadRequest(
+                f"ttl: a held lock keeps the ttl it was taken with "
+                f"({held.lock.config.lease_timeout:g} s); the service renews it"
+            )
+
+
+def _list_limit(text: str) -> int:
+    try:
+        limit = int(text)
+    except ValueError:
+        raise BadRequest("limit: expected a whole number") from None
+    if not 1 <= limit <= MAX_LIST:
+        raise BadRequest(f"limit: must be in 1..{MAX_LIST}")
+    return limit
+
+
+class _Routes:
+    """The handlers: each reads its request, asks ``locks``, and answers."""
+
+    def __init__(
+        self, locks: Alpha2Locks, operator_token: str | None, pinger: Pinger, max_body: int
+    ) -> None:
+        self._locks = locks
+        self._operator_token = operator_token
+        self._pinger = pinger
+        self._max_body = max_body
+
+    def _is_operator(self, request: web.Request) -> bool:
         given = request.headers.get(OPERATOR_HEADER)
-        if operator_token is None or given is None:
+        if self._operator_token is None or given is None:
             return False
-        return hmac.compare_digest(given.encode(), operator_token.encode())
+        return hmac.compare_digest(given.encode(), self._operator_token.encode())
 
-    def answers(what: str, code: str) -> Callable[[_Handler], _Handler]:
-        """The error mapping shared by every route; store failures name only their kind."""
-
-        def wrap(handler: _Handler) -> _Handler:
-            async def run(request: web.Request) -> web.StreamResponse:
-                store = request.match_info["store"]
-                try:
-                    return await handler(request)
-                except BadRequest as exc:
-                    return error(400, "ERR_MALFORMED_REQUEST", str(exc))
-                except StoreNotFound as exc:
-                    return error(400, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
-                except Forbidden as exc:
-                    return error(403, "ERR_FORBIDDEN", str(exc))
-                except LockNotFound as exc:
-                    return error(404, "ERR_LOCK_NOT_FOUND", str(exc))
-                except ResourceLocked as exc:
-                    return error(409, "ERR_RESOURCE_LOCKED", str(exc))
-                except PriorityLockError as exc:
-                    return failed(code, what, store, exc)
-
-            return run
-
-        return wrap
-
-    @answers("failed to acquire lock", "ERR_LOCK")
-    async def lock(request: web.Request) -> web.StreamResponse:
+    async def lock(self, request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        body = await json_body(request, max_body, empty=True)
+        body = await json_body(request, self._max_body, empty=True)
         if isinstance(body, web.Response):
             return body
         options = Options.parse(body)
-        operator = is_operator(request)
+        operator = self._is_operator(request)
         if _wants_stream(request):
-            return await _stream(request, locks, options, operator=operator, pinger=pinger)
-        held = await locks.lock(store, resource, options, operator=operator)
+            return await _stream(
+                request, self._locks, options, operator=operator, pinger=self._pinger
+            )
+        held = await self._locks.lock(store, resource, options, operator=operator)
         response = web.json_response({"lockID": held.lock_id, "fence": held.fence})
         try:
             await response.prepare(request)
@@ -109,78 +200,40 @@ def add_alpha2_routes(
         except (ConnectionError, asyncio.CancelledError):
             # The client went between the acquire and its answer: nobody knows this lockID,
             # and the service would renew it forever. Let it go.
-            await end_quietly(locks, held)
+            await end_quietly(self._locks, held)
             raise
         return response
 
-    @answers("failed to release lock", "ERR_UNLOCK")
-    async def unlock(request: web.Request) -> web.StreamResponse:
+    async def unlock(self, request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        body = await json_body(request, max_body, empty=True)
+        body = await json_body(request, self._max_body, empty=True)
         if isinstance(body, web.Response):
             return body
-        force = body.get("force", False)
-        if not isinstance(force, bool):
-            raise BadRequest(f"force: expected true or false, got {force!r}")
-        if force:
-            if "lockID" in body:
-                raise BadRequest("give either lockID or force, not both")
-            if not is_operator(request):
-                raise Forbidden("a force unlock needs the operator token")
-            message = body.get("message") or "force unlock through prioritylock serve"
-            by = body.get("by") or "operator"
-            if not isinstance(message, str) or not isinstance(by, str):
-                raise BadRequest("message and by must be strings")
-            before = await locks.force_unlock(store, resource, message, by=by)
+        asked = UnlockRequest.parse(body, operator=self._is_operator(request))
+        if asked.lock_id is None:
+            before = await self._locks.force_unlock(store, resource, asked.message, by=asked.by)
             return web.json_response({"forced": before is not None and before.held})
-        lock_id = body.get("lockID")
-        if not isinstance(lock_id, str) or not lock_id:
-            raise BadRequest("lockID: expected the lockID that lock answered")
-        await locks.unlock(store, resource, lock_id)
+        await self._locks.unlock(store, resource, asked.lock_id)
         return web.Response(status=204)
 
-    @answers("failed to renew lock", "ERR_RENEW")
-    async def renew(request: web.Request) -> web.StreamResponse:
+    async def renew(self, request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        body = await json_body(request, max_body, empty=True)
+        body = await json_body(request, self._max_body, empty=True)
         if isinstance(body, web.Response):
             return body
-        lock_id = body.get("lockID")
-        if not isinstance(lock_id, str) or not lock_id:
-            raise BadRequest("lockID: expected the lockID that lock answered")
-        held = await locks.renew(store, resource, lock_id)
-        if "ttl" in body:
-            ttl = Options.parse({"ttl": body["ttl"]}).ttl
-            if ttl != held.lock.config.lease_timeout:
-                raise BadRequest(
-                    f"ttl: a held lock keeps the ttl it was taken with "
-                    f"({held.lock.config.lease_timeout:g} s); the service renews it"
-                )
+        held = await self._locks.renew(store, resource, _lock_id(body))
+        _same_ttl(body, held)
         return web.json_response({"lockID": held.lock_id, "fence": held.fence})
 
-    @answers("failed to read lock", "ERR_LOCK_INFO")
-    async def info(request: web.Request) -> web.StreamResponse:
+    async def info(self, request: web.Request) -> web.StreamResponse:
         store, resource = request.match_info["store"], request.match_info["resource"]
-        return web.json_response(await locks.info(store, resource))
+        return web.json_response(await self._locks.info(store, resource))
 
-    @answers("failed to list locks", "ERR_LOCK_LIST")
-    async def listing(request: web.Request) -> web.StreamResponse:
+    async def listing(self, request: web.Request) -> web.StreamResponse:
         store = request.match_info["store"]
         prefix = request.query.get("prefix", "")
-        try:
-            limit = int(request.query.get("limit", str(MAX_LIST)))
-        except ValueError:
-            raise BadRequest("limit: expected a whole number") from None
-        if not 1 <= limit <= MAX_LIST:
-            raise BadRequest(f"limit: must be in 1..{MAX_LIST}")
-        return web.json_response({"locks": await locks.list(store, prefix, limit)})
-
-    base = "/v1.0-alpha2/lock/{store}"
-    app.router.add_get(base, listing)
-    app.router.add_post(base + "/{resource}", lock)
-    app.router.add_delete(base + "/{resource}", unlock)
-    app.router.add_get(base + "/{resource}", info)
-    app.router.add_post(base + "/{resource}/renew", renew)
+        limit = _list_limit(request.query.get("limit", str(MAX_LIST)))
+        return web.json_response({"locks": await self._locks.list(store, prefix, limit)})
 
 
 def _wants_stream(request: web.Request) -> bool:

@@ -45,7 +45,7 @@ from prioritylock.stores._base import (
     prefixed_key,
     validate_prefix,
 )
-from prioritylock.stores._log import describe_error, describe_result, log
+from prioritylock.stores._log import describe_error, describe_result, log, why_not_sent
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -381,9 +381,8 @@ class CloudStore(abc.ABC):
 
     def _not_sent(self, op: str, key: str, exc: BaseException) -> StoreUnavailable:
         """The request never left this host: even a write certainly did not land."""
-        return StoreUnavailable(
-            f"{self._describe_call(op, key)}: could not connect ({type(exc).__name__})"
-        )
+        why = why_not_sent(exc)
+        return StoreUnavailable(f"{self._describe_call(op, key)}: {why} ({type(exc).__name__})")
 
     def _lost(self, op: str, key: str, exc: BaseException) -> StoreUnavailable:
         """Timeout or connection lost mid-request: the store may have applied a write."""

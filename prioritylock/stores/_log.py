@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from prioritylock._errors import ConditionFailed, PriorityLockError
 from prioritylock.stores._base import NOT_MODIFIED, Versioned
 
-__all__ = ["describe_error", "describe_result", "log", "logged"]
+__all__ = ["describe_error", "describe_result", "log", "logged", "why_not_sent"]
 
 log = logging.getLogger("prioritylock.stores")
 
@@ -64,3 +65,38 @@ def describe_result(result: object) -> str:
     if isinstance(result, list):
         return f"{len(result)} keys"
     return f"version {result}"
+
+
+def why_not_sent(exc: BaseException) -> str:
+    """What kept a request from reaching the store, in a few fixed words (never the SDK's
+    message, which may hold an endpoint or a query): found in the exception's chain, else in
+    its text."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        error = todo.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        if isinstance(error, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(error, socket.gaierror):
+            return "host name not found"
+        if isinstance(error, TimeoutError):
+            return "connection timed out"
+        todo += [e for e in (error.__cause__, error.__context__) if e is not None]
+        todo += [e for e in error.args if isinstance(e, BaseException)]
+        # botocore keeps the cause in kwargs["error"], urllib3 in .reason
+        kwargs = getattr(error, "kwargs", None)
+        if isinstance(kwargs, dict) and isinstance(kwargs.get("error"), BaseException):
+            todo.append(kwargs["error"])
+        if isinstance(getattr(error, "reason", None), BaseException):
+            todo.append(error.reason)  # type: ignore[attr-defined]
+    text = f"{type(exc).__name__} {exc}".lower()
+    if "refused" in text:
+        return "connection refused"
+    if "timeout" in text or "timed out" in text:
+        return "connection timed out"
+    if "name resolution" in text or "nodename" in text or "dns" in text:
+        return "host name not found"
+    return "could not connect"

@@ -292,3 +292,20 @@ def test_missing_extra_is_one_clear_line(tmp_path: Path) -> None:
     assert done.returncode == 3, done.stderr
     assert "pip install 'prioritylock[server]'" in done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/no/such/route", 404, "ERR_NOT_FOUND"),
+        ("POST", "/v1.0-alpha2/lock/locks/r/nope", 404, "ERR_NOT_FOUND"),
+        ("PUT", LOCK, 405, "ERR_METHOD_NOT_ALLOWED"),
+        ("GET", UNLOCK, 405, "ERR_METHOD_NOT_ALLOWED"),
+    ],
+)
+def test_unknown_routes_answer_json(
+    mem: Service, method: str, path: str, status: int, code: str
+) -> None:
+    got, answer = mem.request(method, path, b"{}")
+    assert (got, answer["errorCode"]) == (status, code), answer
+    assert answer["message"]
