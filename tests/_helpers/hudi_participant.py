@@ -281,6 +281,7 @@ def main(cfg: dict[str, Any]) -> None:
     mode, until = cfg["mode"], time.time() + cfg.get("seconds", 0.0)
     if mode == "watch":  # a Java-style reader: Hudi's validity check on every read
         while time.time() < until:
+            began = Provider.now_ms()  # the read happened between began and at
             try:
                 found = client.read()
             except Unknown as exc:
@@ -289,11 +290,11 @@ def main(cfg: dict[str, Any]) -> None:
                 continue
             at = Provider.now_ms()
             if found is None:
-                emit(event="read", at=at, free=True, owner=None)
+                emit(event="read", start=began, at=at, free=True, owner=None)
             else:
                 doc = json.loads(found[0])
                 free = doc["expired"] or at > doc["validUntil"] + DRIFT_MS
-                emit(event="read", at=at, free=free, owner=doc["owner"])
+                emit(event="read", start=began, at=at, free=free, owner=doc["owner"])
             time.sleep(cfg.get("retry", 0.02))
         return
     provider = Provider(client, cfg["validity"], cfg["renew"])

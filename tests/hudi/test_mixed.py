@@ -222,16 +222,17 @@ def test_never_two_holders(table: Table, faults: bool) -> None:
 
 
 def test_a_dead_java_holder_is_taken_over_after_valid_until_plus_drift(table: Table) -> None:
+    lock = our_lock(table.open_store(None))
+    assert lock.info() is None  # the store's client is ready before the Java writer starts
     crashed = events(
-        participant({**table.participant(None), "mode": "crash", "validity": 2.0, "renew": 0.2})
+        participant({**table.participant(None), "mode": "crash", "validity": 3.0, "renew": 0.3})
     )
     valid_until = crashed[0]["validUntil"]
-    lock = our_lock(table.open_store(None))
     assert not lock.try_lock()
     lock.lock(timeout=10)
     taken_ms = time.time() * 1000
     assert taken_ms > valid_until + 500
-    assert taken_ms < valid_until + 500 + 1500  # within a poll and a couple of requests
+    assert taken_ms < valid_until + 500 + 2500  # within a poll and a few requests, under load
     lock.unlock()
 
 
@@ -250,7 +251,7 @@ def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(table: Table) 
 
 
 def test_our_holder_is_never_seen_free_by_a_java_reader(table: Table) -> None:
-    lock = our_lock(table.open_store(None), lease=1.5, renew=0.15)
+    lock = our_lock(table.open_store(None), lease=2.0, renew=0.2)
     reader = participant(
         {**table.participant(None), "mode": "watch", "retry": 0.02, "seconds": 4.0}
     )
@@ -262,7 +263,9 @@ def test_our_holder_is_never_seen_free_by_a_java_reader(table: Table) -> None:
     lock.unlock()
     every = events(reader)
     reads = [r for r in every if r["event"] == "read"]
-    during = [r for r in reads if held_from < r["at"] < held_to]
+    # Reads wholly inside the holding (one that started before the acquire may see the past).
+    during = [r for r in reads if held_from < r["start"] and r["at"] < held_to]
     assert len(during) > 20, [r for r in every if r["event"] != "read"][:3]
-    assert not any(r["free"] for r in during), "a Java reader saw our lock free while we held it"
+    seen_free = [r for r in during if r["free"]]
+    assert not seen_free, f"a Java reader saw our lock free while we held it: {seen_free[:3]}"
     assert any(r["free"] for r in reads if r["at"] > held_to + 100)  # and it sees the release
