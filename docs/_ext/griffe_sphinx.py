@@ -92,7 +92,7 @@ class SphinxRoles(griffe.Extension):
             return None
         comment: list[str] = []
         n = obj.lineno - 2  # the line above, 0-based
-        while n >= 0 and lines[n].lstrip().startswith("#:"):
+        while 0 <= n < len(lines) and lines[n].lstrip().startswith("#:"):
             comment.insert(0, lines[n].lstrip()[2:].strip())
             n -= 1
         return " ".join(comment) or None
