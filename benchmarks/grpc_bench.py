@@ -150,20 +150,25 @@ def http_cycle(served: Served) -> Callable[[], None]:
 
 
 async def _hold_grpc(served: Served, count: int, hold: float) -> None:
+    got: list[int] = []
     lost: list[int] = []
     async with grpc.aio.insecure_channel(f"127.0.0.1:{served.grpc}") as channel:
         stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
 
         async def one(n: int) -> None:
-            ask = lock_pb2.LockRequest(store_name=STORE, resource_id=f"g{n}", ttl={"seconds": 6})
+            ask = lock_pb2.LockRequest(store_name=STORE, resource_id=f"g{n}", ttl={"seconds": 30})
             async for message in stub.Lock(ask):
-                if message.WhichOneof("lock_server_stream") == "lost":
+                kind = message.WhichOneof("lock_server_stream")
+                if kind == "lock_acquired":
+                    got.append(n)
+                elif kind == "lost":
                     lost.append(n)
 
-        await _measure(served, hold, [one(n) for n in range(count)], lost)
+        await _measure(served, hold, [one(n) for n in range(count)], got, lost)
 
 
 async def _hold_ndjson(served: Served, count: int, hold: float) -> None:
+    got: list[int] = []
     lost: list[int] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -171,19 +176,27 @@ async def _hold_ndjson(served: Served, count: int, hold: float) -> None:
         async def one(n: int) -> None:
             url = f"{served.base}/v1.0-alpha2/lock/{STORE}/h{n}"
             headers = {"Accept": "application/x-ndjson"}
-            async with session.post(url, json={"ttl": "6s"}, headers=headers) as response:
+            async with session.post(url, json={"ttl": "30s"}, headers=headers) as response:
                 async for line in response.content:
-                    if b'"lost"' in line:
+                    if b'"lock-acquired"' in line:
+                        got.append(n)
+                    elif b'"lost"' in line:
                         lost.append(n)
 
-        await _measure(served, hold, [one(n) for n in range(count)], lost)
+        await _measure(served, hold, [one(n) for n in range(count)], got, lost)
 
 
-async def _measure(served: Served, hold: float, streams: list[Any], lost: list[int]) -> None:
+async def _measure(
+    served: Served, hold: float, streams: list[Any], got: list[int], lost: list[int]
+) -> None:
     """Hold every stream ``hold`` seconds once all are acquired; print the service's cost."""
     rss = served.rss_mib()
     tasks = [asyncio.ensure_future(stream) for stream in streams]
-    await asyncio.sleep(3)  # they acquire (a burst: not measured)
+    started = time.monotonic()
+    while len(got) < len(streams):  # they acquire (a burst: not measured)
+        assert time.monotonic() - started < 300, f"{len(got)} acquired"
+        await asyncio.sleep(0.1)
+    print(f"  all acquired in {time.monotonic() - started:.1f} s")
     cpu, started = served.cpu_seconds(), time.monotonic()
     await asyncio.sleep(hold)
     used = (served.cpu_seconds() - cpu) / (time.monotonic() - started)
@@ -208,9 +221,9 @@ def main() -> None:
     served = Served()
     try:
         latency(served, args.cycles)
-        print(f"{args.streams} gRPC streams over one connection, ttl 6 s, held {args.hold:g} s:")
+        print(f"{args.streams} gRPC streams over one connection, ttl 30 s, held {args.hold:g} s:")
         asyncio.run(_hold_grpc(served, args.streams, args.hold))
-        print(f"{args.streams} NDJSON streams, one connection each, ttl 6 s, held {args.hold:g} s:")
+        print(f"{args.streams} NDJSON streams, a connection each, ttl 30 s, held {args.hold:g} s:")
         asyncio.run(_hold_ndjson(served, args.streams, args.hold))
     finally:
         served.close()
