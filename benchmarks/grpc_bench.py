@@ -9,6 +9,12 @@ store), in one run:
    memory growth while they are held, and renewals that came too late (losses).
 
     python benchmarks/grpc_bench.py [--cycles 300] [--streams 1000] [--hold 20]
+
+One run, 10,000 streams, on a 2-core machine shared with other work (load average 16, so the
+latencies are noisy): gRPC stream cycle p50 3.1 ms, Acquire + Unlock 4.3 ms, HTTP 18 ms, alpha1
+2.0 ms. 10,000 gRPC streams over one connection: acquired in 13 s, then 20.7% of a core and
++345 MiB, none lost; 10,000 NDJSON streams: acquired in 64 s, 21.2% of a core, +218 MiB, and 703
+lost while the burst of connections was being accepted.
 """
 
 from __future__ import annotations
@@ -77,8 +83,12 @@ class Served:
         return 0.0
 
     def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=20)
+        self.proc.terminate()  # it releases every stream's lock first: give it time
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _timed(cycles: int, cycle: Callable[[], None]) -> str:
