@@ -131,6 +131,10 @@ def make_server(
         options=[
             ("grpc.max_receive_message_length", max_body),
             ("grpc.max_concurrent_streams", MAX_STREAMS),
+            # A burst of new calls waits for the event loop to take them up; grpc's defaults
+            # cancel those that waited over a second once 1,000 are pending (3,000 at once).
+            ("grpc.server.max_pending_requests", MAX_STREAMS),
+            ("grpc.server.max_pending_requests_hard_limit", MAX_STREAMS),
             ("grpc.keepalive_time_ms", int(KEEPALIVE * 1000)),
             ("grpc.keepalive_timeout_ms", int(KEEPALIVE_TIMEOUT * 1000)),
             # Clients may keepalive-ping every 10 s, even with no call open.

@@ -94,11 +94,12 @@ class HttpClient:
     transport = "http"
     api = "alpha2"
 
-    def __init__(self, service: Service, store: str = "locks") -> None:
+    def __init__(self, service: Service, store: str = "locks", prefix: str = "") -> None:
         self.service = service
         self.base = f"/v1.0-alpha2/lock/{store}"
         self.store = store
         self.token = service.token
+        self.prefix = prefix
 
     def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> tuple[int, Any]:
         return self.service.request(method, path, body, token=self.token or "", **kwargs)
@@ -108,37 +109,45 @@ class HttpClient:
 
     def lock(self, resource: str, *, operator: str | None = None, **body: Any) -> tuple[int, Any]:
         return self.request(
-            "POST", f"{self.base}/{resource}", body, headers=self._headers(operator), timeout=30
+            "POST",
+            f"{self.base}/{self.prefix}{resource}",
+            body,
+            headers=self._headers(operator),
+            timeout=30,
         )
 
     def hang_up_waiting(self, resource: str, **body: Any) -> None:
         """Ask for the lock, blocking, and hang up while it waits."""
         conn = http.client.HTTPConnection("127.0.0.1", self.service.http_port, timeout=10)
-        conn.request("POST", f"{self.base}/{resource}", body=json.dumps(body))
+        conn.request("POST", f"{self.base}/{self.prefix}{resource}", body=json.dumps(body))
         time.sleep(0.3)  # the request reaches its wait (nothing observable to wait on)
         assert conn.sock is not None
         conn.sock.shutdown(socket.SHUT_RDWR)
         conn.close()
 
     def unlock(self, resource: str, lock_id: str) -> tuple[int, Any]:
-        return self.request("DELETE", f"{self.base}/{resource}", {"lockID": lock_id})
+        return self.request("DELETE", f"{self.base}/{self.prefix}{resource}", {"lockID": lock_id})
 
     def renew(self, resource: str, lock_id: str) -> tuple[int, Any]:
-        return self.request("POST", f"{self.base}/{resource}/renew", {"lockID": lock_id})
+        path = f"{self.base}/{self.prefix}{resource}/renew"
+        return self.request("POST", path, {"lockID": lock_id})
 
     def info(self, resource: str) -> tuple[int, Any]:
-        return self.request("GET", f"{self.base}/{resource}")
+        status, body = self.request("GET", f"{self.base}/{self.prefix}{resource}")
+        return status, strip(body, self.prefix) if status == 200 else body
 
     def list(self, prefix: str) -> tuple[int, Any]:
-        status, body = self.request("GET", f"{self.base}?prefix={prefix}")
-        return status, body["locks"] if status == 200 else body
+        status, body = self.request("GET", f"{self.base}?prefix={self.prefix}{prefix}")
+        if status != 200:
+            return status, body
+        return status, [strip(row, self.prefix) for row in body["locks"]]
 
     def force_unlock(
         self, resource: str, *, operator: str | None = None, **body: Any
     ) -> tuple[int, Any]:
         return self.request(
             "DELETE",
-            f"{self.base}/{resource}",
+            f"{self.base}/{self.prefix}{resource}",
             {"force": True, **body},
             headers=self._headers(operator),
         )
@@ -147,7 +156,13 @@ class HttpClient:
         self, resource: str, body: dict[str, Any] | None = None, *, operator: str | None = None
     ) -> Stream:
         return _HttpStream(
-            LockStream(self.service, self.store, resource, body, headers=self._headers(operator))
+            LockStream(
+                self.service,
+                self.store,
+                self.prefix + resource,
+                body,
+                headers=self._headers(operator),
+            )
         )
 
     def close(self) -> None:
@@ -192,6 +207,18 @@ def lock_request(store: str, resource: str, body: Mapping[str, Any]) -> lock_pb2
     return request
 
 
+def strip(record: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A lease record as it reads without the client's resource id prefix."""
+    if not prefix:
+        return record
+    return {
+        name: value.replace(prefix, "", 1)
+        if name in ("resourceId", "path", "key", "name") and isinstance(value, str)
+        else value
+        for name, value in record.items()
+    }
+
+
 def _number(value: Any) -> Any:
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -219,8 +246,9 @@ class GrpcClient:
     transport = "grpc"
     api = "grpc"
 
-    def __init__(self, service: Service, store: str = "locks") -> None:
+    def __init__(self, service: Service, store: str = "locks", prefix: str = "") -> None:
         self.store = store
+        self.prefix = prefix
         self.channel = grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}")
         self.stub = lock_pb2_grpc.LockServiceStub(self.channel)  # type: ignore[no-untyped-call]
         self.token = service.token
@@ -237,7 +265,7 @@ class GrpcClient:
         return method(request, metadata=self.metadata(operator), timeout=30)
 
     def lock(self, resource: str, *, operator: str | None = None, **body: Any) -> tuple[int, Any]:
-        request = lock_request(self.store, resource, body)
+        request = lock_request(self.store, self.prefix + resource, body)
         try:
             got = self._call(self.stub.Acquire, request, operator)
         except grpc.RpcError as exc:
@@ -246,14 +274,14 @@ class GrpcClient:
 
     def hang_up_waiting(self, resource: str, **body: Any) -> None:
         """Ask for the lock, blocking, and cancel the call while it waits."""
-        request = lock_request(self.store, resource, body)
+        request = lock_request(self.store, self.prefix + resource, body)
         waiting = self.stub.Acquire.future(request, metadata=self.metadata())
         time.sleep(0.3)  # the request reaches its wait (nothing observable to wait on)
         waiting.cancel()
 
     def unlock(self, resource: str, lock_id: str) -> tuple[int, Any]:
         request = lock_pb2.UnlockRequest(
-            store_name=self.store, resource_id=resource, lock_id=lock_id
+            store_name=self.store, resource_id=self.prefix + resource, lock_id=lock_id
         )
         try:
             self._call(self.stub.Unlock, request)
@@ -263,7 +291,7 @@ class GrpcClient:
 
     def renew(self, resource: str, lock_id: str) -> tuple[int, Any]:
         request = lock_pb2.RenewRequest(
-            store_name=self.store, resource_id=resource, lock_id=lock_id
+            store_name=self.store, resource_id=self.prefix + resource, lock_id=lock_id
         )
         try:
             got = self._call(self.stub.Renew, request)
@@ -272,25 +300,27 @@ class GrpcClient:
         return 200, {"lockID": got.lock_id, "fence": got.fence}
 
     def info(self, resource: str) -> tuple[int, Any]:
-        request = lock_pb2.InfoRequest(store_name=self.store, resource_id=resource)
+        request = lock_pb2.InfoRequest(store_name=self.store, resource_id=self.prefix + resource)
         try:
             got = self._call(self.stub.Info, request)
         except grpc.RpcError as exc:
             return _error(exc)
-        return 200, _record(got)
+        return 200, strip(_record(got), self.prefix)
 
     def list(self, prefix: str) -> tuple[int, Any]:
-        request = lock_pb2.ListRequest(store_name=self.store, prefix=prefix)
+        request = lock_pb2.ListRequest(store_name=self.store, prefix=self.prefix + prefix)
         try:
             got = self._call(self.stub.List, request)
         except grpc.RpcError as exc:
             return _error(exc)
-        return 200, [_record(row) for row in got.locks]
+        return 200, [strip(_record(row), self.prefix) for row in got.locks]
 
     def force_unlock(
         self, resource: str, *, operator: str | None = None, **body: Any
     ) -> tuple[int, Any]:
-        request = lock_pb2.ForceUnlockRequest(store_name=self.store, resource_id=resource, **body)
+        request = lock_pb2.ForceUnlockRequest(
+            store_name=self.store, resource_id=self.prefix + resource, **body
+        )
         try:
             got = self._call(self.stub.ForceUnlock, request, operator)
         except grpc.RpcError as exc:
@@ -301,7 +331,8 @@ class GrpcClient:
         self, resource: str, body: dict[str, Any] | None = None, *, operator: str | None = None
     ) -> Stream:
         call = self.stub.Lock(
-            lock_request(self.store, resource, body or {}), metadata=self.metadata(operator)
+            lock_request(self.store, self.prefix + resource, body or {}),
+            metadata=self.metadata(operator),
         )
         return GrpcStream(call)
 
@@ -397,9 +428,16 @@ class GrpcStream:
 
 
 @contextlib.contextmanager
-def open_client(transport: str, service: Service, store: str = "locks") -> Iterator[Client]:
+def open_client(
+    transport: str, service: Service, store: str = "locks", prefix: str = ""
+) -> Iterator[Client]:
+    """A client of ``service``; with ``prefix``, every resource id it is given gets it in front
+    (and loses it again in what it answers), so that tests can share a service."""
     client: Client
-    client = HttpClient(service, store) if transport == "http" else GrpcClient(service, store)
+    if transport == "http":
+        client = HttpClient(service, store, prefix)
+    else:
+        client = GrpcClient(service, store, prefix)
     try:
         yield client
     finally:

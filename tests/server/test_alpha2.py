@@ -22,6 +22,7 @@ import aiohttp
 import grpc
 import pytest
 
+from tests._servers.s3 import S3Server
 from tests.server.clients import TRANSPORTS, Client, Stream, open_client
 from tests.server.helpers import LockStream, Service
 from tests.server.test_metrics import parse, value
@@ -52,27 +53,32 @@ WHERE = [
 ]
 
 
-@pytest.fixture(params=WHERE, ids=["-".join(where) for where in WHERE])
-def where(request: pytest.FixtureRequest) -> tuple[str, str]:
-    return tuple(request.param)
-
-
-@pytest.fixture
-def svc(
-    where: tuple[str, str], request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[Service]:
-    store, _ = where
+@pytest.fixture(scope="module", params=WHERE, ids=["-".join(where) for where in WHERE])
+def served_where(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Service, str]]:
+    """One service per (store, transport) for the module: each test's client puts its own
+    prefix on the resource ids it uses (starting a service per test took most of the time)."""
+    store, transport = request.param
     env: dict[str, str] = {}
     if store == "memory":
         url = f"memory://{uuid.uuid4().hex}"
     elif store == "local":
-        url = (tmp_path / "store").as_uri()
+        url = (tmp_path_factory.mktemp("store") / "store").as_uri()
     else:
-        url = request.getfixturevalue("s3_url")
-        env = request.getfixturevalue("s3_env")
+        server: S3Server = request.getfixturevalue("moto_server")
+        bucket: str = request.getfixturevalue("s3_bucket_for_server")
+        url = (
+            f"s3://{bucket}/locks-{uuid.uuid4().hex[:8]}?endpoint={server.endpoint_url}"
+            "&region=us-east-1&addressing=path"
+        )
+        env = {
+            "AWS_ACCESS_KEY_ID": server.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
+        }
     running = _start({"locks": url}, env)
     try:
-        yield running
+        yield running, transport
     finally:
         running.close()
 
@@ -88,8 +94,9 @@ def http_svc(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]
 
 
 @pytest.fixture
-def api(svc: Service, where: tuple[str, str]) -> Iterator[Client]:
-    with open_client(where[1], svc) as client:
+def api(served_where: tuple[Service, str]) -> Iterator[Client]:
+    running, transport = served_where
+    with open_client(transport, running, prefix=f"t{uuid.uuid4().hex[:8]}-") as client:
         yield client
 
 
@@ -506,9 +513,23 @@ def _counted(svc: Service, api: Client, name: str, **labels: str) -> float:
     return value(samples, name, store="locks", api=api.api, **labels)
 
 
+@pytest.fixture
+def fresh(request: pytest.FixtureRequest) -> Iterator[tuple[Service, Client]]:
+    """A service of its own (its counts start at 0), and a client over ``request.param``."""
+    running = _start({"locks": f"memory://{uuid.uuid4().hex}"}, {})
+    try:
+        with open_client(request.param, running) as client:
+            yield running, client
+    finally:
+        running.close()
+
+
+@pytest.mark.parametrize("fresh", TRANSPORTS, indirect=True)
 def test_metrics_of_the_full_api(
-    streams: Streams, svc: Service, api: Client, pool: concurrent.futures.ThreadPoolExecutor
+    streams: Streams, fresh: tuple[Service, Client], pool: concurrent.futures.ThreadPoolExecutor
 ) -> None:
+    svc, api = fresh
+
     def counted(name: str, **labels: str) -> float:
         return _counted(svc, api, name, **labels)
 
