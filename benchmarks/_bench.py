@@ -4,7 +4,7 @@
 - :class:`StoreKind` and :data:`STORE_KINDS`: every store a section can loop over;
 - :class:`Bench`: the run's sizes, scratch directory, picked stores and running emulators, and
   fresh namespaces, lock paths and builders on them;
-- :func:`lock_cycle` and :func:`local_stores`, used by more than one section.
+- :func:`lock_cycle`, :func:`alock_cycle` and :func:`local_stores`, used by more than one section.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from _servers import Emulator
 
-from prioritylock import Lock, LockBuilder
+from prioritylock import AsyncLock, Lock, LockBuilder
 from prioritylock.stores import ObjectStore
 
 HERE = Path(__file__).resolve().parent
@@ -208,15 +208,18 @@ class Bench:
         return LockBuilder().store(store).path(*path).owner(owner)
 
 
-def lock_cycle(lock: Lock) -> Callable[[], None]:
-    """One uncontended ``try_lock()`` + ``unlock()`` of ``lock``."""
+def lock_cycle(lock: Lock) -> None:
+    """One uncontended ``try_lock()`` + ``unlock()``; a refused free lock is an error."""
+    if not lock.try_lock():
+        raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
+    lock.unlock()
 
-    def cycle() -> None:
-        if not lock.try_lock():
-            raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
-        lock.unlock()
 
-    return cycle
+async def alock_cycle(lock: AsyncLock) -> None:
+    """:func:`lock_cycle`, awaited."""
+    if not await lock.try_lock():
+        raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
+    await lock.unlock()
 
 
 def local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:

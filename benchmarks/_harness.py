@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import math
@@ -23,8 +24,8 @@ import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -153,17 +154,49 @@ class CycleVariant:
         return self.spent_s >= sizes.budget_s * (round_index + 1) / sizes.rounds
 
 
-def timed(body: Callable[[], object]) -> Cycles:
+def timed(body: Callable[..., object], setup: Callable[[], object] | None = None) -> Cycles:
+    """k timed calls of ``body`` (ns each). With ``setup``, each call is ``body(setup())`` and the
+    setup (e.g. building a new lock object) is left out of the time."""
+
     def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
+        clock, out = time.perf_counter_ns, [0] * k
         for i in range(k):
+            arg = () if setup is None else (setup(),)
             t0 = clock()
-            body()
+            body(*arg)
             out[i] = clock() - t0
         return out
 
     return run
+
+
+def timed_async(
+    loop: asyncio.AbstractEventLoop,
+    body: Callable[..., Awaitable[object]],
+    setup: Callable[[], object] | None = None,
+) -> Cycles:
+    """:func:`timed` for a coroutine function, each chunk of k cycles run inside ``loop``."""
+
+    async def run(k: int) -> list[int]:
+        clock, out = time.perf_counter_ns, [0] * k
+        for i in range(k):
+            arg = () if setup is None else (setup(),)
+            t0 = clock()
+            await body(*arg)
+            out[i] = clock() - t0
+        return out
+
+    return lambda k: loop.run_until_complete(run(k))
+
+
+async def lag_probe(lags: list[float], period_s: float = 0.05) -> None:
+    """Until cancelled: sleep ``period_s`` at a time and record by how much the event loop
+    overslept (s), a view of how long it stalls."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(period_s)
+        lags.append(loop.time() - asked - period_s)
 
 
 def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
@@ -182,6 +215,32 @@ def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
             v.samples += v.run(chunk)
             v.cpu_ns += time.process_time_ns() - cpu
             v.spent_s += time.perf_counter() - started
+
+
+def compare(
+    variants: Sequence[CycleVariant], against: Mapping[str, str], unit: str = "us"
+) -> tuple[list[list[str]], list[Json]]:
+    """A table (label, median, p99, vs ref, CPU per cycle, CPU vs ref, n) and JSON rows of timed
+    ``variants`` (µs), each compared with the variant ``against[key]`` (none if absent)."""
+    by_key = {v.key: v for v in variants}
+    medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
+    table: list[list[str]] = []
+    rows: list[Json] = []
+    for v in variants:
+        s, ref = summarize(v.samples, 1e3), against.get(v.key)
+        ratio = None if ref is None else s.median / medians[ref]
+        cpu = None if ref is None else v.cpu_us / max(by_key[ref].cpu_us, 1e-9)
+        cells = [fmt_num(s.median), fmt_num(s.p99), _times(ratio), fmt_num(v.cpu_us), _times(cpu)]
+        table.append([v.label, *cells, str(s.n)])
+        rows.append(
+            {"variant": v.key, "label": v.label, "unit": unit, "cpu_us_per_cycle": v.cpu_us}
+            | {"vs": ref, "ratio": ratio, "cpu_ratio": cpu, **asdict(s)}
+        )
+    return table, rows
+
+
+def _times(ratio: float | None) -> str:
+    return "" if ratio is None else "<0.01x" if ratio < 0.01 else f"{ratio:.2f}x"
 
 
 _KIND_NAMES = {"reads": "read", "creates": "create", "replaces": "replace", "deletes": "delete"}
@@ -374,19 +433,38 @@ def process_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def func_name(key: tuple[str, int, str]) -> str:
-    """A profiler's function key as ``prioritylock/_lock.py:123(name)``, or ``file.py:...``."""
-    filename, line, name = key
-    if filename == "~":
-        return name
-    if "prioritylock" in filename:
-        return f"{filename[filename.rindex('prioritylock') :]}:{line}({name})"
-    return f"{Path(filename).name}:{line}({name})"
-
-
 def write_json(path: Path, payload: Json) -> None:
     """Write ``payload`` to ``path`` as indented JSON, atomically (a reader never sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+class CpuWindow:
+    """CPU over a ``with`` block, as % of one core: this process's (``own``), other processes'
+    by name (``CpuWindow(emulator=pid)``; a None pid is left out), and how the machine's went."""
+
+    def __init__(self, **pids: int | None) -> None:
+        self._pids = {name: pid for name, pid in pids.items() if pid}
+
+    def __enter__(self) -> CpuWindow:
+        self.load = load_average()
+        self._machine, self._own = cpu_times(), time.process_time()
+        self._others = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = max(time.perf_counter() - self._t0, 1e-6)
+        self.percent: dict[str, float | None] = {
+            "own": round(100 * (time.process_time() - self._own) / self.seconds, 2)
+        }
+        for name, pid in self._pids.items():
+            before, after = self._others[name], process_cpu_s(pid)
+            self.percent[name] = (
+                None
+                if before is None or after is None
+                else round(100 * (after - before) / self.seconds, 2)
+            )
+        self.machine = cpu_split(self._machine, cpu_times())

@@ -25,6 +25,7 @@ import dataclasses
 import importlib.metadata
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "RawClient",
     "environment",
     "running",
+    "store_url",
     "versions",
 ]
 
@@ -279,6 +281,30 @@ def environment(changes: Mapping[str, str | None]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextlib.contextmanager
+def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
+    """A fresh namespace as a store URL, for a ``with`` block: ``memory``, any store URL as given,
+    or the name of an emulator (``s3-moto``, ``gcs``, ...), started for the block with a new
+    bucket and its credentials in ``os.environ`` (so a service started inside inherits them).
+
+    The one way the scripts open a store to measure; ``run.py`` starts every picked emulator at
+    once with :func:`running` instead.
+    """
+    unique = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    if name == "memory":
+        yield f"memory://{unique}", None
+    elif "://" in name:
+        yield name, None
+    else:
+        with (
+            tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as work,
+            running([name], Path(work)) as started,
+        ):
+            emulator = started[name]
+            with environment(emulator.env()):
+                yield emulator.url(emulator.make_bucket(), unique), emulator
 
 
 def versions() -> dict[str, str]:

@@ -1,51 +1,16 @@
 """prioritylock benchmarks: figures, not pass/fail. One run prints every table side by side.
 
-Run ``python benchmarks/run.py [--quick] [--stores a,b] [--sections a,b] [--json PATH]
-[--profile]``.
+    python benchmarks/run.py [--quick] [--stores a,b] [--sections a,b] [--json PATH] [--dir DIR]
 
-Stores (``STORE_KINDS``, all by default; ``--stores`` picks some): ``memory`` and ``local``, and the
-cloud stores on their emulators, ``s3-moto``, ``s3-seaweedfs``, ``gcs`` (fake-gcs-server) and
-``azure`` (Azurite). The emulators are started by the run itself on free ports on 127.0.0.1
-(``_servers.py``), only when a section that uses them runs, and stopped at its end however it ends.
+Stores: ``STORE_KINDS`` in ``_bench.py`` (memory, local, and the cloud stores on emulators this
+run starts on free ports of 127.0.0.1 and stops however it ends). Sections: ``SECTIONS`` below,
+each a ``section_NAME(Bench) -> Section`` in ``sections/``; see benchmarks/README.md for what each
+measures. A run that writes the default results file also redraws the docs' figures.
 
-Sections, in order (``SECTIONS``); each is a module of ``sections/`` with a function
-``(Bench) -> Section``:
-
-- ``overhead``: µs per uncontended acquire+release cycle on the memory and local stores (the
-  LocalStore durable, its default, and ``durable=false``), against ``filelock.FileLock`` on the
-  same disk and ``threading.Lock`` (the floor); wall clock (median, p99) and process CPU per
-  cycle.
-- ``cloud``: per cloud store on its emulator, median and p99 of acquire (``try_lock()`` on a free
-  lock), renew and release, with their requests from ``store.stats``, next to one GET and one
-  conditional PUT made directly with the SDK: the library's overhead over the store's own cost.
-- ``preemption``: a higher-priority ``try_lock()`` call -> it holds, against a holder whose
-  cleanup takes 0 or 50 ms, on every store.
-- ``requests``: store requests per operation on every store, from ``store.stats``; where two
-  clients share a store (a blocked waiter, a preemption) a per-thread tally splits them, checked
-  against the store's own totals. Also what a held lock and an idle one cost per renew interval.
-- ``handoff``: holder's ``unlock()`` call -> the next waiter's ``lock()`` returns, between threads
-  and between processes (``time.monotonic_ns`` is system-wide).
-- ``contention``: 8 processes loop ``lock()`` -> ``unlock()`` on one lock for a fixed window
-  (10 s; ``--quick`` 2 s): acquisitions per second, how often the lock changed process, and
-  fairness (acquisitions per process, waits), on the LocalStore (durable and ``durable=false``)
-  against ``filelock.FileLock`` doing the same on the same disk.
-- ``aio``: the asyncio lock's acquire+release cycle (``AsyncLock``, the same object and a fresh
-  one) on every store against the sync ``Lock``'s on the same store, and against
-  ``filelock.AsyncFileLock``; ``aio-handoff``: the handoff between two tasks of one loop.
-- ``serve``: a TryLock + Unlock round trip through ``prioritylock serve`` (a subprocess) over
-  HTTP, gRPC and the Dapr Python SDK, on the memory store and each picked cloud store, against
-  the in-process ``AsyncLock`` cycle; with the service's CPU per cycle.
-- ``profile`` (with ``--profile``): where the cycle spends its time.
-
-What they share is in ``_harness.py`` (timing, interleaved rounds, statistics, machine facts,
-the JSON file), ``_bench.py`` (sizes, the stores under test, the run's context), ``_wrappers.py``
-(store wrappers that time and tally requests) and ``_servers.py`` (the emulators). After a run
-that writes the default results file, ``figures.py`` redraws the docs' benchmark figures from it.
-
-To add a store: add a ``StoreKind`` to ``STORE_KINDS`` in ``_bench.py`` (an emulated one also to
-``_servers.py``); every section that loops over kinds picks it up, and ``cross_process`` kinds
-join the cross-process handoff. To add a section: write a module in ``sections/`` with a
-``(Bench) -> Section`` function and list it in ``SECTIONS``.
+To add a section: write ``sections/NAME.py`` with ``section_NAME(b: Bench) -> Section`` on the
+shared harness (``timed``/``timed_async`` + ``CycleVariant`` + ``run_interleaved`` + ``compare``
+for timed loops; ``b.url(kind)`` for a fresh store; ``Service`` from ``_service.py`` for the
+lock service), list it in ``SECTIONS``, and in ``CLOUD_SECTIONS`` if it uses the emulators.
 """
 
 from __future__ import annotations
@@ -83,7 +48,6 @@ from sections.contention import child_contention, section_contention
 from sections.handoff import child_handoff, section_handoff
 from sections.overhead import section_overhead
 from sections.preemption import section_preemption
-from sections.profile import section_profile
 from sections.requests import section_requests
 from sections.serve import section_serve
 
@@ -106,7 +70,6 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "aio": section_aio,
     "aio-handoff": section_aio_handoff,
     "serve": section_serve,
-    "profile": section_profile,
 }
 
 
@@ -177,11 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test (< 60 s)")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
-    parser.add_argument("--profile", action="store_true", help="also profile the cycle")
     parser.add_argument(
         "--sections",
         default="",
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all but profile)",
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
     )
     parser.add_argument(
         "--stores",
@@ -197,9 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child_contention:
         return child_contention(args.child_contention)
 
-    wanted = [s.strip() for s in args.sections.split(",") if s.strip()] or [
-        s for s in SECTIONS if s != "profile" or args.profile
-    ]
+    wanted = [s.strip() for s in args.sections.split(",") if s.strip()] or list(SECTIONS)
     unknown = sorted(set(wanted) - set(SECTIONS))
     if unknown:
         parser.error(f"unknown sections: {', '.join(unknown)}")

@@ -1,44 +1,18 @@
-"""Scale through the service: N locks held at once through one ``prioritylock serve``, and the
-CPU the service process uses to hold them.
+"""Scale through the service: N locks held at once through one ``prioritylock serve``.
 
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5]
-                                     [--mode alpha1|streams] [--store URL|s3-moto|s3-seaweedfs]
-                                     [--expiry S] [--concurrent 32] [--json PATH]
-                                     [--ping-interval S] [--sample 36] [--slack 1]
+        [--mode alpha1|streams] [--store memory|URL|s3-moto|s3-seaweedfs] [--expiry S]
+        [--concurrent 32] [--ping-interval S] [--sample 36] [--slack 1] [--json PATH]
 
-One service (a subprocess on free ports of 127.0.0.1; ``--store``, default a memory store, so
-the figures are the service's own cost; ``s3-moto`` or ``s3-seaweedfs`` starts that emulator
-with a new bucket) and one client process (this one, aiohttp, at most ``--concurrent`` requests
-in flight besides the streams). In order:
-
-1. idle: the service's CPU over ``--idle`` seconds (5) with nothing held (its floor);
-2. acquire: N holders take N distinct locks (every answer checked); wall time and the
-   service's CPU per acquisition;
-3. hold: the window (``--seconds``), sampled every second: the service's CPU as % of one core
-   (``/proc/PID/stat``), the machine's CPU (``/proc/stat``), and how long a health check takes
-   to answer (a stalled event loop shows there); at its end this process's CPU, the emulator's,
-   the service's resident memory and open file descriptors; then every lock is checked still
-   held;
-4. release: every holder lets go (checked), and the service's CPU for it.
-
-Modes (``Holders`` implementations):
-
-- ``alpha1``: each holder is a TryLock of ``--expiry`` seconds (default 600, longer than the
-  run). Alpha1 leases are never renewed, so holding them should cost the service nothing: the
-  window measures that. Held at the end: another owner's TryLock must fail.
-- ``streams``: each holder an NDJSON stream of the alpha2 API (``POST
-  /v1.0-alpha2/lock/{store}/{resourceId}`` with ``Accept: application/x-ndjson``) of ``--expiry``
-  seconds' ttl (default 30), whose lease the service renews every third of it while the stream
-  is open; the service pings each stream every ``--ping-interval`` (default: the service's
-  own). The window then measures what renewals and pings cost, whether the pings come on time,
-  and, from ``--sample`` leases read back at random moments, whether the renewals do (see
-  :class:`StreamHolders`). Held at the end: no stream ended or said anything but ``ping``, and
-  every lease is held by its owner at its first fence, renewed within the interval plus
-  ``--slack``. Release is closing the streams; every lock must then read free.
-
-The script exits with status 1 if any answer is wrong, a lock was not held to the end or (streams)
-a lease read stale; the JSON file is written either way, with ``failed`` saying why. The soft
-limit of open files is raised to the hard one first (each stream is a socket on both sides).
+One service (``_service.py``) and this process as its client (aiohttp, ``--concurrent``
+requests in flight besides the streams): the service's CPU idle, per acquisition, over the hold
+window (sampled every second, with a health check's latency as a view of its event loop) and per
+release; at the window's end also this process's CPU and loop lag, the emulator's CPU, and the
+service's memory and open files. ``alpha1`` holds TryLock leases of ``--expiry`` s (600; never
+renewed): at the end a rival's TryLock must fail. ``streams`` holds alpha2 NDJSON streams of a
+``--expiry`` s ttl (30), renewed by the service, pinged every ``--ping-interval``; see
+:class:`StreamHolders` for what is checked. Exits 1 on any wrong answer, a lock not held to the
+end or a stale lease; the JSON file is written either way (``failed`` says why).
 """
 
 from __future__ import annotations
@@ -53,48 +27,22 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import _servers
 import aiohttp
 import attrs
-from _harness import (
-    cpu_split,
-    cpu_times,
-    load_average,
-    machine_info,
-    ms_summary,
-    process_cpu_s,
-    write_json,
-)
+from _harness import CpuWindow, lag_probe, load_average, machine_info, ms_summary, write_json
 from _service import Service, ServiceError
 
 from prioritylock.server._config import ServeConfig
 
 STORE = "locks"
-#: Emulators ``--store`` may name instead of a URL: started here, a bucket made for the run.
-EMULATED = ("s3-moto", "s3-seaweedfs")
 #: The service's own default ``--ping-interval``.
 DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
-
-
-class Holders(Protocol):
-    """N locks held through the service, however a mode holds them."""
-
-    async def acquire(self) -> None:
-        """Take every lock; raise :class:`ServiceError` if one is refused."""
-
-    async def check_held(self) -> None:
-        """Raise :class:`ServiceError` unless every lock is still held."""
-
-    async def release(self) -> None:
-        """Give every lock back; raise :class:`ServiceError` on a wrong answer."""
-
-    async def abort(self) -> None:
-        """After a failure: drop what this process keeps open, without checking anything."""
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
@@ -422,64 +370,41 @@ class StreamHolders:
         }
 
 
-async def _health_ms(session: aiohttp.ClientSession, service: Service) -> float:
+async def _health_s(session: aiohttp.ClientSession, service: Service) -> float:
     t0 = time.perf_counter()
     async with session.get(f"http://127.0.0.1:{service.http_port}/v1.0/healthz") as response:
         if response.status != 204:
             raise ServiceError(f"healthz answered {response.status}")
-    return 1000 * (time.perf_counter() - t0)
-
-
-#: The client's loop-lag probe: it sleeps this long and records by how much it overslept.
-LAG_PROBE_S = 0.05
-
-
-async def _lag_probe(lags: list[float]) -> None:
-    """Until cancelled: how late this process's event loop wakes a sleeping task."""
-    loop = asyncio.get_running_loop()
-    while True:
-        asked = loop.time()
-        await asyncio.sleep(LAG_PROBE_S)
-        lags.append(loop.time() - asked - LAG_PROBE_S)
+    return time.perf_counter() - t0
 
 
 async def _window(
-    session: aiohttp.ClientSession,
-    service: Service,
-    seconds: float,
-    emulator_pid: int | None = None,
+    session: aiohttp.ClientSession, service: Service, seconds: float, emulator: int | None
 ) -> dict[str, Any]:
-    """Sample the service's CPU and a health check's latency once a second for ``seconds``;
-    also this process's CPU and event loop lag and, if there is one, the emulator's CPU."""
+    """The service's CPU and a health check's latency once a second for ``seconds``; the
+    window's CPU (service, this process, the emulator) and this process's loop lag."""
     lags: list[float] = []
-    probe = asyncio.create_task(_lag_probe(lags))
-    machine = cpu_times()
-    cpu0, t0, own0 = service.cpu_s(), time.monotonic(), time.process_time()
-    emu0 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
+    probe = asyncio.create_task(lag_probe(lags))
     shares: list[float] = []
     health: list[float] = []
-    last_cpu, last_t = cpu0, t0
-    while time.monotonic() - t0 < seconds:
-        await asyncio.sleep(1.0)  # the sampling period, not a synchronisation
-        health.append(await _health_ms(session, service))
-        cpu, now = service.cpu_s(), time.monotonic()
-        shares.append(100 * (cpu - last_cpu) / (now - last_t))
-        last_cpu, last_t = cpu, now
-    elapsed = max(time.monotonic() - t0, 1e-6)
+    with CpuWindow(service=service.pid, emulator=emulator) as window:
+        last_cpu, last_t = service.cpu_s(), time.monotonic()
+        while time.monotonic() - window._t0 < seconds:
+            await asyncio.sleep(1.0)  # the sampling period, not a synchronisation
+            health.append(await _health_s(session, service))
+            cpu, now = service.cpu_s(), time.monotonic()
+            shares.append(100 * (cpu - last_cpu) / (now - last_t))
+            last_cpu, last_t = cpu, now
     probe.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await probe
-    emu1 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
-    emulator = None if emu0 is None or emu1 is None else round(100 * (emu1 - emu0) / elapsed, 2)
     return {
-        "seconds": round(elapsed, 2),
-        "service_cpu_percent": round(100 * (service.cpu_s() - cpu0) / elapsed, 2),
+        "seconds": round(window.seconds, 2),
+        "service_cpu_percent": window.percent["service"],
         "service_cpu_percent_max_1s": round(max(shares), 2) if shares else None,
-        "client_cpu_percent": round(100 * (time.process_time() - own0) / elapsed, 2),
+        "client_cpu_percent": window.percent["own"],
         "client_loop_lag_ms": ms_summary(lags),
-        "emulator_cpu_percent": emulator,
-        "health_ms": ms_summary([h / 1000 for h in health]),
-        "machine_cpu": cpu_split(machine, cpu_times()),
+        "emulator_cpu_percent": window.percent.get("emulator"),
+        "health_ms": ms_summary(health),
+        "machine_cpu": window.machine,
         "load_end": load_average(),
         "service_rss_kib": service.rss_kib(),
         "service_open_fds": service.open_fds(),
@@ -513,7 +438,7 @@ async def run(
     connector = aiohttp.TCPConnector(limit=limit)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        holders: Holders
+        holders: StreamHolders | Alpha1Holders
         stream_holders: StreamHolders | None = None
         if streams:
             holders = stream_holders = StreamHolders(
@@ -599,31 +524,6 @@ def _streams_line(f: dict[str, Any]) -> str:
     )
 
 
-@contextlib.contextmanager
-def _store(name: str | None) -> Iterator[tuple[str, dict[str, Any], int | None]]:
-    """The store URL the service gets, facts about it, and the emulator's pid (None if none);
-    an emulator runs for the block."""
-    if name is None:
-        yield f"memory://serve-scale-{uuid.uuid4().hex[:8]}", {}, None
-        return
-    if name not in EMULATED:
-        yield name, {}, None
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-emu-") as work,
-        _servers.running([name], Path(work)) as running,
-    ):
-        emulator = running[name]
-        # The service inherits this environment: the emulator's throwaway credentials.
-        with _servers.environment(emulator.env()):
-            bucket = emulator.make_bucket()
-            yield (
-                emulator.url(bucket, f"serve-scale-{uuid.uuid4().hex[:8]}"),
-                {"emulator": name, "versions": _servers.versions()},
-                emulator.pid,
-            )
-
-
 def _raise_fd_limit() -> dict[str, int]:
     """Raise this process's soft limit of open files to its hard limit (the service, started
     after, inherits it): every stream is a socket on each side."""
@@ -639,11 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="the hold window")
     parser.add_argument("--idle", type=float, default=5.0, help="the idle window before, s")
     parser.add_argument("--mode", choices=("alpha1", "streams"), default="alpha1")
-    parser.add_argument(
-        "--store",
-        default=None,
-        help=f"store URL, or {' or '.join(EMULATED)} (started here); default a memory store",
-    )
+    parser.add_argument("--store", default="memory", help="memory, a URL, or an emulator")
     parser.add_argument(
         "--expiry",
         type=float,
@@ -677,12 +573,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict[str, Any] = {}
     failure: str | None = None
     with (
-        _store(args.store) as (url, store_facts, emulator_pid),
+        _servers.store_url(args.store, "serve-scale") as (url, emulator),
         tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs,
         Service({STORE: url}, Path(logs), extra_args=extra) as service,
     ):
         try:
-            asyncio.run(run(args, service, result, emulator_pid))
+            asyncio.run(run(args, service, result, emulator.pid if emulator else None))
         except ServiceError as exc:
             failure = str(exc)
         finally:
@@ -695,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "expiry_s": args.expiry,
         "concurrent": args.concurrent,
         "store": url.split("?", 1)[0],
-        **store_facts,
+        **({"emulator": emulator.name, "versions": _servers.versions()} if emulator else {}),
         **result,
     }
     if failure is not None:

@@ -20,261 +20,134 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
 
 import filelock
-from _bench import Bench, StoreKind, lock_cycle
+from _bench import Bench, alock_cycle, lock_cycle
 from _harness import (
-    Cycles,
     CycleVariant,
     Json,
     Section,
+    compare,
     fmt_num,
     run_interleaved,
     summarize,
     timed,
+    timed_async,
 )
 
-from prioritylock import AsyncLock, Lock, LockBuilder
+from prioritylock import AsyncLock
 from prioritylock.stores import ObjectStore, open_store
 from sections.handoff import handoff_threads
+from sections.overhead import acquire_release
 
 #: The target of issue 11: the async cycle within this factor of the sync one.
 TARGET_RATIO = 1.5
 #: The target of issue 11: a same-loop handoff on the memory store within this many ms.
 TARGET_HANDOFF_MS = 1.0
 
-AsyncCycle = Callable[[], Awaitable[None]]
+
+async def _file_cycle(lock: filelock.AsyncFileLock) -> None:
+    await lock.acquire()
+    await lock.release()
 
 
-def _loop_cycles(loop: asyncio.AbstractEventLoop, cycle: AsyncCycle) -> Cycles:
-    """k timed cycles of ``cycle`` inside ``loop`` (one ``run_until_complete`` per chunk)."""
-
-    async def body(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            await cycle()
-            out[i] = clock() - t0
-        return out
-
-    return lambda k: loop.run_until_complete(body(k))
-
-
-def _async_lock_cycle(lock: AsyncLock) -> AsyncCycle:
-    async def cycle() -> None:
-        if not await lock.try_lock():
-            raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
-        await lock.unlock()
-
-    return cycle
-
-
-def _async_fresh_cycles(loop: asyncio.AbstractEventLoop, builder: LockBuilder) -> Cycles:
-    """A new AsyncLock for every cycle (built outside the timed part)."""
-
-    async def body(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            lock = builder.build_async()
-            t0 = clock()
-            if not await lock.try_lock():
-                raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
-            await lock.unlock()
-            out[i] = clock() - t0
-        return out
-
-    return lambda k: loop.run_until_complete(body(k))
-
-
-def _sync_fresh_cycles(builder: LockBuilder) -> Cycles:
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            lock = builder.build()
-            t0 = clock()
-            if not lock.try_lock():
-                raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
-            lock.unlock()
-            out[i] = clock() - t0
-        return out
-
-    return run
-
-
-def _filelock_cycle(lock: filelock.AsyncFileLock) -> AsyncCycle:
-    async def cycle() -> None:
-        await lock.acquire()
-        await lock.release()
-
-    return cycle
-
-
-def _store_kinds(b: Bench) -> list[tuple[str, str, StoreKind, str]]:
-    """(key, label, kind, URL): memory, the LocalStore (durable, its default) and any picked
-    cloud store whose emulator runs."""
-    return [(k.name, k.label, k, b.url(k)) for k in b.store_kinds]
-
-
-def _cycle_section(b: Bench, loop: asyncio.AbstractEventLoop) -> tuple[list[list[str]], list[Json]]:
+def _cycle_variants(
+    b: Bench, loop: asyncio.AbstractEventLoop, built: list[AsyncLock]
+) -> tuple[list[CycleVariant], dict[str, str]]:
+    """The variants, and which sync variant each async one is compared with."""
     s = b.sizes
-    variants: list[CycleVariant] = []
-    pairs: list[tuple[str, str]] = []  # (async key, sync key) compared against each other
-    flock_dir = b.root / "filelock-aio"
-    flock_dir.mkdir()
-    sync_flock = filelock.FileLock(str(flock_dir / "sync.lock"))
+    (b.root / "filelock-aio").mkdir()
+    path = b.root / "filelock-aio"
+    sync_file = filelock.FileLock(str(path / "sync.lock"))
 
-    def sync_flock_cycle() -> None:
-        sync_flock.acquire()
-        sync_flock.release()
+    async def make(*args: object, **kwargs: object) -> filelock.AsyncFileLock:
+        return filelock.AsyncFileLock(*args, **kwargs)  # type: ignore[arg-type]
 
-    variants.append(
-        CycleVariant("filelock", "filelock.FileLock (same disk)", s.cycles, timed(sync_flock_cycle))
-    )
-
-    async def make_async_flocks() -> tuple[filelock.AsyncFileLock, filelock.AsyncFileLock]:
-        return (
-            filelock.AsyncFileLock(str(flock_dir / "pool.lock")),
-            filelock.AsyncFileLock(str(flock_dir / "inline.lock"), run_in_executor=False),
-        )
-
-    pooled, inline = loop.run_until_complete(make_async_flocks())
-    variants.append(
+    pooled = loop.run_until_complete(make(str(path / "pool.lock")))
+    inline = loop.run_until_complete(make(str(path / "inline.lock"), run_in_executor=False))
+    variants = [
+        CycleVariant(
+            "filelock",
+            "filelock.FileLock (same disk)",
+            s.cycles,
+            timed(partial(acquire_release, sync_file)),
+        ),
         CycleVariant(
             "asyncfilelock",
             "filelock.AsyncFileLock (default: in executor)",
             s.cycles,
-            _loop_cycles(loop, _filelock_cycle(pooled)),
-        )
-    )
-    variants.append(
+            timed_async(loop, partial(_file_cycle, pooled)),
+        ),
         CycleVariant(
             "asyncfilelock-inline",
             "filelock.AsyncFileLock run_in_executor=False",
             s.cycles,
-            _loop_cycles(loop, _filelock_cycle(inline)),
-        )
-    )
-    async_locks: list[AsyncLock] = []
+            timed_async(loop, partial(_file_cycle, inline)),
+        ),
+    ]
+    against: dict[str, str] = {}
 
-    async def build_async(builder: LockBuilder) -> AsyncLock:
-        return builder.build_async()
+    def async_lock(store: ObjectStore, what: str) -> AsyncLock:
+        async def build() -> AsyncLock:  # on the loop, as a user builds one
+            return b.builder(store, b.path(what), "bench").build_async()
 
-    for key, label, kind, url in _store_kinds(b):
-        target = s.cycles_slow if kind.slow else s.cycles
-        if kind.emulator is not None:
-            target = s.cloud_iterations
-        store: ObjectStore = open_store(url)
-        same: Lock = b.builder(store, b.path("sync-same"), "bench").build()
-        asame = loop.run_until_complete(
-            build_async(b.builder(store, b.path("async-same"), "bench"))
-        )
-        async_locks.append(asame)
+        lock = loop.run_until_complete(build())
+        built.append(lock)
+        return lock
+
+    for kind in b.store_kinds:
+        key, label, store = kind.name, kind.label, open_store(b.url(kind))
+        n = s.cloud_iterations if kind.emulator else s.cycles_slow if kind.slow else s.cycles
+        same = b.builder(store, b.path("sync-same"), "bench").build()
         variants.append(
             CycleVariant(
-                f"{key}/sync-same", f"{label}, Lock, same object", target, timed(lock_cycle(same))
+                f"{key}/sync-same",
+                f"{label}, Lock, same object",
+                n,
+                timed(partial(lock_cycle, same)),
             )
         )
-        variants.append(
-            CycleVariant(
-                f"{key}/async-same",
-                f"{label}, AsyncLock, same object",
-                target,
-                _loop_cycles(loop, _async_lock_cycle(asame)),
-            )
-        )
-        pairs.append((f"{key}/async-same", f"{key}/sync-same"))
+        cases = [("", "", async_lock(store, "async-same"))]
         if kind.name == "local":
-            # What if: the same AsyncLock cycle with every LocalStore call made on the loop, as
-            # the memory store's are, syncs included (a private switch of the driver) ...
-            on_loop = loop.run_until_complete(
-                build_async(b.builder(store, b.path("async-inline"), "bench"))
-            )
-            on_loop._inline = True
-            # ... and with every call on the I/O pool, none on the store's quick path.
-            on_pool = loop.run_until_complete(
-                build_async(b.builder(store, b.path("async-pool"), "bench"))
-            )
-            on_pool._nowait = None
-            async_locks.extend((on_loop, on_pool))
-            for suffix, what, lock in (
-                ("inline", "every call on the loop", on_loop),
-                ("pool", "every call on the pool", on_pool),
-            ):
-                variants.append(
-                    CycleVariant(
-                        f"{key}/async-same-{suffix}",
-                        f"{label}, AsyncLock, same object, {what} (what-if)",
-                        target,
-                        _loop_cycles(loop, _async_lock_cycle(lock)),
-                    )
+            # What ifs: every LocalStore call on the loop, syncs included (the driver's private
+            # switch), and every call on the I/O pool (no quick path, as before it existed).
+            on_loop, on_pool = async_lock(store, "on-loop"), async_lock(store, "on-pool")
+            on_loop._inline, on_pool._nowait = True, None
+            cases += [("-inline", ", every call on the loop (what-if)", on_loop)]
+            cases += [("-pool", ", every call on the pool (what-if)", on_pool)]
+        for suffix, what, lock in cases:
+            variants.append(
+                CycleVariant(
+                    f"{key}/async-same{suffix}",
+                    f"{label}, AsyncLock, same object{what}",
+                    n,
+                    timed_async(loop, partial(alock_cycle, lock)),
                 )
-                pairs.append((f"{key}/async-same-{suffix}", f"{key}/sync-same"))
+            )
+            against[f"{key}/async-same{suffix}"] = f"{key}/sync-same"
         if kind.emulator is None:
+            builder = b.builder(store, b.path("fresh"), "bench")
             variants.append(
                 CycleVariant(
                     f"{key}/sync-fresh",
                     f"{label}, Lock, fresh each cycle",
-                    target,
-                    _sync_fresh_cycles(b.builder(store, b.path("sync-fresh"), "bench")),
+                    n,
+                    timed(lock_cycle, builder.build),
                 )
             )
             variants.append(
                 CycleVariant(
                     f"{key}/async-fresh",
                     f"{label}, AsyncLock, fresh each cycle",
-                    target,
-                    _async_fresh_cycles(loop, b.builder(store, b.path("async-fresh"), "bench")),
+                    n,
+                    timed_async(loop, alock_cycle, builder.build_async),
                 )
             )
-            pairs.append((f"{key}/async-fresh", f"{key}/sync-fresh"))
-    run_interleaved(variants, s)
-    if any(lock.is_current_owner() for lock in async_locks):
-        raise RuntimeError("an AsyncLock still holds its lock after its cycles")
-
-    by_key = {v.key: v for v in variants}
-    medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
-    sync_of = dict(pairs)
-    flock_ref = medians["asyncfilelock"]
-    table: list[list[str]] = []
-    rows: list[Json] = []
-    for v in variants:
-        summary = summarize(v.samples, 1e3)
-        ref = sync_of.get(v.key)
-        ratio = None if ref is None else summary.median / medians[ref]
-        cpu_ratio = None if ref is None else v.cpu_us / by_key[ref].cpu_us
-        table.append(
-            [
-                v.label,
-                fmt_num(summary.median),
-                fmt_num(summary.p99),
-                "" if ratio is None else f"{ratio:.2f}x",
-                "" if cpu_ratio is None else f"{cpu_ratio:.2f}x",
-                f"{summary.median / flock_ref:.2f}x",
-                fmt_num(v.cpu_us),
-                str(summary.n),
-            ]
-        )
-        rows.append(
-            {
-                "variant": v.key,
-                "label": v.label,
-                "unit": "us",
-                "cpu_us_per_cycle": v.cpu_us,
-                "vs_sync": None if ratio is None else round(ratio, 3),
-                "cpu_vs_sync": None if cpu_ratio is None else round(cpu_ratio, 3),
-                "vs_asyncfilelock": round(summary.median / flock_ref, 3),
-                "target_vs_sync": TARGET_RATIO if ratio is not None else None,
-                "met": None if ratio is None else ratio <= TARGET_RATIO,
-                **asdict(summary),
-            }
-        )
-    return table, rows
+            against[f"{key}/async-fresh"] = f"{key}/sync-fresh"
+    return variants, against
 
 
 async def _ping_pong(locks: tuple[AsyncLock, AsyncLock], handoffs: int, hold_s: float) -> list[int]:
@@ -312,8 +185,8 @@ def section_aio_handoff(b: Bench) -> Section:
     s = b.sizes
     cases: list[tuple[str, str, str, Callable[[], list[int]]]] = []
     loop = asyncio.new_event_loop()
-    for key, label, kind, url in _store_kinds(b):
-        store = open_store(url)
+    for kind in b.store_kinds:
+        key, label, store = kind.name, kind.label, open_store(b.url(kind))
         count = s.cloud_handoffs if kind.emulator is not None else 2 * s.handoffs
 
         async def pair(
@@ -392,35 +265,26 @@ def section_aio_handoff(b: Bench) -> Section:
 
 def section_aio(b: Bench) -> Section:
     loop = asyncio.new_event_loop()
+    built: list[AsyncLock] = []
     try:
-        table, rows = _cycle_section(b, loop)
+        variants, against = _cycle_variants(b, loop, built)
+        run_interleaved(variants, b.sizes)
     finally:
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
+    if any(lock.is_current_owner() for lock in built):
+        raise RuntimeError("an AsyncLock still holds its lock after its cycles")
+    table, rows = compare(variants, against)
     s = b.sizes
     return Section(
         name="aio",
         title="asyncio: await try_lock() + await unlock() (µs per cycle)",
-        headers=[
-            "variant",
-            "median",
-            "p99",
-            "vs sync",
-            "CPU vs sync",
-            "vs AsyncFileLock",
-            "CPU µs",
-            "n",
-        ],
+        headers=["variant", "median", "p99", "vs sync", "CPU µs", "CPU vs sync", "n"],
         table=table,
         rows=rows,
         notes=[
-            f"vs sync: the AsyncLock's median over the sync Lock's on the same store, same "
-            f"variant (target, issue 11: <= {TARGET_RATIO:g}x); CPU: process CPU of all "
-            "threads per cycle, mean.",
-            "Memory-store calls run inline on the loop; LocalStore calls on the loop when they "
-            "need no sync and meet no lock held by another thread or process, else on the "
-            "library's pool of 4 threads; cloud stores' on its pool of 32. AsyncFileLock runs in "
-            "the loop's default executor unless run_in_executor=False.",
+            f"vs sync: the AsyncLock's median over the sync Lock's on the same store (target, "
+            f"issue 11: <= {TARGET_RATIO:g}x); CPU: process CPU of all threads per cycle, mean.",
             f"Variants interleaved in {s.rounds} rounds after {s.warmup} warm-up cycles each; "
             f"each capped at {s.budget_s:g} s.",
         ],

@@ -30,16 +30,25 @@ import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import _servers
-from _bench import Bench, StoreKind
-from _harness import Cycles, CycleVariant, Json, Section, fmt_num, run_interleaved, summarize
+from _bench import Bench, StoreKind, alock_cycle
+from _harness import (
+    Cycles,
+    CycleVariant,
+    Json,
+    Section,
+    fmt_num,
+    run_interleaved,
+    summarize,
+    timed_async,
+)
 from _service import Service, ServiceError, post_json
 
 from prioritylock import LockBuilder
 from prioritylock.stores import open_store
-from sections.aio import _async_fresh_cycles, _async_lock_cycle, _loop_cycles
 
 STORE = "locks"  # the store's name in the service (Dapr's storeName)
 EXPIRY_S = 60  # expiryInSeconds of every TryLock (each is unlocked at once)
@@ -207,7 +216,9 @@ def _store_variants(
             f"{kind.name}/in-process-fresh",
             f"{label}, in process: AsyncLock, fresh each cycle",
             target,
-            _async_fresh_cycles(loop, b.builder(store, b.path("serve-fresh"), "bench")),
+            timed_async(
+                loop, alock_cycle, b.builder(store, b.path("serve-fresh"), "bench").build_async
+            ),
         )
     )
     variants.append(
@@ -215,7 +226,7 @@ def _store_variants(
             f"{kind.name}/in-process-same",
             f"{label}, in process: AsyncLock, same object",
             target,
-            _loop_cycles(loop, _async_lock_cycle(same)),
+            timed_async(loop, partial(alock_cycle, same)),
         )
     )
     return variants
