@@ -53,61 +53,40 @@ async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) 
 
 
 class Alpha1Holders:
-    """N alpha1 locks of ``expiry`` seconds: resource ``hold-I``, owner ``holder-I``."""
+    """N alpha1 locks of ``expiry`` s (never renewed): resource ``hold-RUN-I``, owner
+    ``holder-I``. Held at the end: a rival's TryLock of each must fail."""
 
-    def __init__(
-        self, session: aiohttp.ClientSession, service: Service, n: int, expiry: int, limit: int
-    ) -> None:
-        self._session = session
+    def __init__(self, session: aiohttp.ClientSession, service: Service, args: Any) -> None:
+        self._session, self._n, self._expiry = session, args.holders, int(args.expiry)
         self._base = f"http://127.0.0.1:{service.http_port}/v1.0-alpha1"
-        self._n = n
-        self._expiry = expiry
-        self._limit = asyncio.Semaphore(limit)
+        self._limit = asyncio.Semaphore(args.concurrent)
         self._run = uuid.uuid4().hex[:8]
 
-    def _resource(self, i: int) -> str:
-        return f"hold-{self._run}-{i}"
-
-    async def _each(self, call: Any) -> list[Any]:
+    async def _each(self, op: str, owner: str | None, answer: str) -> list[Any]:
         async def one(i: int) -> Any:
+            body: dict[str, Any] = {
+                "resourceId": f"hold-{self._run}-{i}",
+                "lockOwner": owner or f"holder-{i}",
+            }
+            if op == "lock":
+                body["expiryInSeconds"] = self._expiry if owner is None else 1
             async with self._limit:
-                return await call(i)
+                return (await _post(self._session, f"{self._base}/{op}/{STORE}", body))[answer]
 
-        return list(await asyncio.gather(*(one(i) for i in range(self._n))))
+        return list(await asyncio.gather(*map(one, range(self._n))))
 
     async def acquire(self) -> None:
-        async def lock(i: int) -> Any:
-            body = {
-                "resourceId": self._resource(i),
-                "lockOwner": f"holder-{i}",
-                "expiryInSeconds": self._expiry,
-            }
-            return (await _post(self._session, f"{self._base}/lock/{STORE}", body))["success"]
-
-        refused = [i for i, ok in enumerate(await self._each(lock)) if ok is not True]
+        refused = [i for i, ok in enumerate(await self._each("lock", None, "success")) if not ok]
         if refused:
             raise ServiceError(f"{len(refused)} of {self._n} TryLocks refused, e.g. #{refused[0]}")
 
     async def check_held(self) -> None:
-        async def rival(i: int) -> Any:
-            body = {
-                "resourceId": self._resource(i),
-                "lockOwner": "rival",
-                "expiryInSeconds": 1,
-            }
-            return (await _post(self._session, f"{self._base}/lock/{STORE}", body))["success"]
-
-        taken = [i for i, ok in enumerate(await self._each(rival)) if ok is not False]
-        if taken:
+        if taken := [ok for ok in await self._each("lock", "rival", "success") if ok is not False]:
             raise ServiceError(f"{len(taken)} of {self._n} locks were free to a rival")
 
     async def release(self) -> None:
-        async def unlock(i: int) -> Any:
-            body = {"resourceId": self._resource(i), "lockOwner": f"holder-{i}"}
-            return (await _post(self._session, f"{self._base}/unlock/{STORE}", body))["status"]
-
-        wrong = [(i, s) for i, s in enumerate(await self._each(unlock)) if s != 0]
-        if wrong:
+        statuses = await self._each("unlock", None, "status")
+        if wrong := [(i, s) for i, s in enumerate(statuses) if s != 0]:
             raise ServiceError(f"{len(wrong)} of {self._n} unlocks answered non-zero: {wrong[:3]}")
 
     async def abort(self) -> None:
@@ -148,26 +127,12 @@ class StreamHolders:
     renewal: the step less the interval is how late that renewal ran.
     """
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        service: Service,
-        n: int,
-        ttl_s: float,
-        limit: int,
-        *,
-        ping_s: float,
-        sample: int,
-        slack_s: float,
-    ) -> None:
-        self._session = session
+    def __init__(self, session: aiohttp.ClientSession, service: Service, args: Any) -> None:
+        self._session, self._n, n, sample = session, args.holders, args.holders, args.sample
         self._base = f"http://127.0.0.1:{service.http_port}/v1.0-alpha2/lock/{STORE}"
-        self._n = n
-        self._ttl = ttl_s
-        self._renew = ttl_s / 3  # the service renews every third of the ttl
-        self._limit = asyncio.Semaphore(limit)
-        self._ping = ping_s
-        self._slack = slack_s
+        self._ttl, self._ping, self._slack = args.expiry, args.ping_interval, args.slack
+        self._renew = self._ttl / 3  # the service renews every third of the ttl
+        self._limit = asyncio.Semaphore(args.concurrent)
         self._run = uuid.uuid4().hex[:8]
         self._streams: list[_Stream] = []
         self._sampled = sorted({i * n // min(sample, n) for i in range(min(sample, n))})
@@ -178,10 +143,9 @@ class StreamHolders:
         self._renewed: dict[int, tuple[float, float]] = {}
         # A stalled stream (no line for three ping intervals) is a read timeout, not a hang.
         self._stream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=30, sock_read=3 * ping_s + 5
+            total=None, sock_connect=30, sock_read=3 * self._ping + 5
         )
         self.lateness: list[float] = []  # s, one per ping once every stream was open
-        self.lateness_opening: list[float] = []  # s, pings while streams were still opening
         self.ages: list[float] = []  # s, renewed_at age of each sample during the window
         self.renewal_late: list[float] = []  # s, renewed_at step less the interval
         self.end_ages: list[float] = []  # s, the same of every lock at the end
@@ -245,7 +209,8 @@ class StreamHolders:
                         return
                 else:
                     late = now - stream.last_line - self._ping
-                    (self.lateness if self._all_open else self.lateness_opening).append(late)
+                    if self._all_open:
+                        self.lateness.append(late)
                 stream.last_line = now
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             stream.trouble = f"{type(exc).__name__}: {exc}"
@@ -351,18 +316,12 @@ class StreamHolders:
             "slack_s": self._slack,
             "pings": len(self.lateness),
             "ping_late_ms": ms_summary(self.lateness),
-            "ping_late_min_ms": round(1000 * min(self.lateness), 3) if self.lateness else None,
-            "pings_while_opening": len(self.lateness_opening),
-            "ping_late_while_opening_ms": ms_summary(self.lateness_opening),
             "sampled_locks": len(self._sampled),
             "lease_reads": len(self.ages),
             "renewed_age_ms": ms_summary(self.ages),
             "renewed_age_at_end_ms": ms_summary(self.end_ages),
             "renewals_seen": len(self.renewal_late),
             "renewal_late_ms": ms_summary(self.renewal_late),
-            "renewal_late_min_ms": (
-                round(1000 * min(self.renewal_late), 3) if self.renewal_late else None
-            ),
             "time_left_min_s": round(min(self.time_left), 3) if self.time_left else None,
             "stale": len(self.stale),
             "stale_examples": self.stale[:5],
@@ -438,23 +397,7 @@ async def run(
     connector = aiohttp.TCPConnector(limit=limit)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        holders: StreamHolders | Alpha1Holders
-        stream_holders: StreamHolders | None = None
-        if streams:
-            holders = stream_holders = StreamHolders(
-                session,
-                service,
-                args.holders,
-                args.expiry,
-                args.concurrent,
-                ping_s=args.ping_interval,
-                sample=args.sample,
-                slack_s=args.slack,
-            )
-        else:
-            holders = Alpha1Holders(
-                session, service, args.holders, int(args.expiry), args.concurrent
-            )
+        holders = (StreamHolders if streams else Alpha1Holders)(session, service, args)
         try:
             result["load_start"] = load_average()
             print(f"idle window, {args.idle:g} s ...", flush=True)
@@ -470,8 +413,8 @@ async def run(
             await holders.abort()
             raise
         finally:
-            if stream_holders is not None:
-                result["streams"] = figures = stream_holders.figures()
+            if isinstance(holders, StreamHolders):
+                result["streams"] = figures = holders.figures()
                 if "check" in result:
                     # The window's CPU includes our lease reads: estimated at what the check's
                     # read of every lock cost the service each.
@@ -511,8 +454,7 @@ def _streams_line(f: dict[str, Any]) -> str:
     return (
         f"streams (ttl {f['ttl_s']:g} s, renewed every {f['renew_interval_s']:g} s, ping every "
         f"{f['ping_interval_s']:g} s): {f['pings']} pings once all were open, late by p50 "
-        f"{late['p50']} ms, p99 {late['p99']} ms, max {late['max']} ms (while opening: "
-        f"{f['pings_while_opening']}, max {f['ping_late_while_opening_ms']['max']} ms); "
+        f"{late['p50']} ms, p99 {late['p99']} ms, max {late['max']} ms; "
         f"{f['lease_reads']} lease reads of "
         f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
         f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
