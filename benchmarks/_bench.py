@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,8 +24,6 @@ from prioritylock import AsyncLock, Lock, LockBuilder
 from prioritylock.stores import ObjectStore
 
 HERE = Path(__file__).resolve().parent
-#: The script the handoff and contention sections start their child processes with.
-RUN_PY = HERE / "run.py"
 
 # -- sizes -----------------------------------------------------------------------------------------
 
@@ -220,6 +220,27 @@ async def alock_cycle(lock: AsyncLock) -> None:
     if not await lock.try_lock():
         raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
     await lock.unlock()
+
+
+def processes(target: Callable[..., None], n: int, *args: Any, timeout: float) -> list[Any]:
+    """``target(*args, barrier, results)`` in ``n`` new processes (spawned: no threads or locks
+    inherited), released together at ``barrier`` once all are ready: what each ``results.put``
+    (in order of arrival), each waited for at most ``timeout`` s after the start."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(n + 1), ctx.Queue()
+    children = [ctx.Process(target=target, args=(*args, barrier, results)) for _ in range(n)]
+    for child in children:
+        child.start()
+    try:
+        barrier.wait(timeout=120)
+        return [results.get(timeout=timeout) for _ in children]
+    except threading.BrokenBarrierError:
+        raise RuntimeError("a child process failed before the start (traceback above)") from None
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
 
 
 def local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:

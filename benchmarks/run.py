@@ -44,8 +44,8 @@ from _harness import (
 from _servers import EmulatorError
 from sections.aio import section_aio, section_aio_handoff
 from sections.cloud import section_cloud
-from sections.contention import child_contention, section_contention
-from sections.handoff import child_handoff, section_handoff
+from sections.contention import section_contention
+from sections.handoff import section_handoff
 from sections.overhead import section_overhead
 from sections.preemption import section_preemption
 from sections.requests import section_requests
@@ -151,13 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"comma-separated subset of {','.join(k.name for k in STORE_KINDS)} (default: all)",
     )
     parser.add_argument("--dir", default=None, help="parent of the scratch dir (default: $TMPDIR)")
-    parser.add_argument("--child-handoff", help=argparse.SUPPRESS)
-    parser.add_argument("--child-contention", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child_handoff:
-        return child_handoff(args.child_handoff)
-    if args.child_contention:
-        return child_contention(args.child_contention)
 
     wanted = [s.strip() for s in args.sections.split(",") if s.strip()] or list(SECTIONS)
     unknown = sorted(set(wanted) - set(SECTIONS))

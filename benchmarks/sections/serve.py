@@ -25,7 +25,6 @@ status 0, or the section raises and the run fails.
 from __future__ import annotations
 
 import asyncio
-import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -43,6 +42,7 @@ from _harness import (
     fmt_num,
     run_interleaved,
     summarize,
+    timed,
     timed_async,
 )
 from _service import Service, ServiceError, post_json
@@ -72,19 +72,11 @@ def _http_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
     unlock_body = {"resourceId": resource, "lockOwner": "bench-http"}
     lock_path, unlock_path = f"/v1.0-alpha1/lock/{STORE}", f"/v1.0-alpha1/unlock/{STORE}"
 
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            got = post_json(conn, lock_path, lock_body)
-            _check_lock(got.get("success"), "HTTP")
-            done = post_json(conn, unlock_path, unlock_body)
-            _check_unlock(done.get("status"), "HTTP")
-            out[i] = clock() - t0
-        return out
+    def cycle() -> None:
+        _check_lock(post_json(conn, lock_path, lock_body).get("success"), "HTTP")
+        _check_unlock(post_json(conn, unlock_path, unlock_body).get("status"), "HTTP")
 
-    return run
+    return timed(cycle)
 
 
 def _grpc_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
@@ -100,17 +92,11 @@ def _grpc_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
         store_name=STORE, resource_id=resource, lock_owner="bench-grpc"
     )
 
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            _check_lock(stub.TryLockAlpha1(lock_req, timeout=10).success, "gRPC")
-            _check_unlock(stub.UnlockAlpha1(unlock_req, timeout=10).status, "gRPC")
-            out[i] = clock() - t0
-        return out
+    def cycle() -> None:
+        _check_lock(stub.TryLockAlpha1(lock_req, timeout=10).success, "gRPC")
+        _check_unlock(stub.UnlockAlpha1(unlock_req, timeout=10).status, "gRPC")
 
-    return run
+    return timed(cycle)
 
 
 def _sdk_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
@@ -128,19 +114,11 @@ def _sdk_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
         client = DaprClient()
     stack.callback(client.close)
 
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            got = client.try_lock(STORE, resource, "bench-sdk", EXPIRY_S)
-            _check_lock(got.success, "Dapr SDK")
-            done = client.unlock(STORE, resource, "bench-sdk")
-            _check_unlock(done.status.value, "Dapr SDK")
-            out[i] = clock() - t0
-        return out
+    def cycle() -> None:
+        _check_lock(client.try_lock(STORE, resource, "bench-sdk", EXPIRY_S).success, "Dapr SDK")
+        _check_unlock(client.unlock(STORE, resource, "bench-sdk").status.value, "Dapr SDK")
 
-    return run
+    return timed(cycle)
 
 
 class _ServiceCpu:
