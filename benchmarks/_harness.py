@@ -1,15 +1,10 @@
 """What every benchmark shares: timing, interleaved rounds, statistics, machine facts, results.
 
-- Timing: :func:`timed` turns a body into a timed loop (``time.perf_counter_ns`` per call);
-  :class:`CycleVariant` and :func:`run_interleaved` run several loops in interleaved rounds, after
-  a warm-up, each within its share of a time budget, so the machine's noise hits them alike.
-- Statistics: :func:`summarize` (median, nearest-rank p99, mean, min, max), :func:`percentile`,
-  :func:`ms_summary`; :func:`fmt_num` and :func:`fmt_counts` for the printed tables.
-- Machine facts: :func:`machine_info` (CPU, cores, Python, library and git commit, filesystem,
-  load average), :func:`cpu_times` with :func:`steal_percent` and :func:`cpu_split` (what the
-  machine's CPU did meanwhile, from ``/proc/stat``), :func:`process_cpu_s` of another process.
-- Results: :class:`Section` (a table for people, rows for the JSON file) and :func:`write_json`,
-  which replaces the file atomically.
+Timing: :func:`timed` / :func:`timed_async` make a timed loop of a body, :class:`CycleVariant` and
+:func:`run_interleaved` run loops in interleaved rounds within a time budget (so the machine's
+noise hits them alike), :func:`compare` tabulates them. Also :func:`summarize` and friends, the
+machine's facts and CPU (``/proc``), :class:`Section` (a table for people, rows for the JSON
+file) and :func:`write_json` (atomic).
 """
 
 from __future__ import annotations
@@ -22,9 +17,9 @@ import os
 import platform
 import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -266,24 +261,9 @@ def stats_delta(store: ObjectStore, action: Callable[[], object]) -> dict[str, i
 
 def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
     """Run ``bodies`` on threads at the same time; re-raise the first failure here."""
-    errors: list[BaseException] = []
-
-    def guarded(body: Callable[[], None]) -> None:
-        try:
-            body()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=guarded, args=(body,), name=f"{name}-{i}")
-        for i, body in enumerate(bodies)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    with ThreadPoolExecutor(len(bodies), thread_name_prefix=name) as pool:
+        for future in [pool.submit(body) for body in bodies]:
+            future.result()
 
 
 # -- machine ---------------------------------------------------------------------------------------
@@ -341,11 +321,8 @@ def cpu_times() -> list[int] | None:
 
 def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
     """% of the CPU time between two :func:`cpu_times` the hypervisor gave to other guests."""
-    if before is None or after is None or len(before) < 8 or len(after) < 8:
-        return None
-    delta = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
-    total = sum(delta)
-    return 100 * delta[7] / total if total > 0 else None
+    split = cpu_split(before, after)
+    return None if split is None else split["steal"]
 
 
 def load_average() -> float | None:

@@ -1,21 +1,11 @@
-"""Cloud-store emulators for the benchmarks, and what the benchmarks do with them.
+"""The benchmarks' side of the cloud-store emulators (the servers themselves are started and
+stopped by :mod:`tools.emulators`, shared with the tests; here they also die with the benchmark).
 
-The servers themselves (moto and SeaweedFS for S3, fake-gcs-server for GCS, Azurite for Azure Blob)
-are started and stopped by :mod:`tools.emulators` (in the checkout, not the package), the same code
-the test suite uses:
-free ports on 127.0.0.1, one process group each with a log, ready once each answers as itself,
-SIGTERM then SIGKILL at the end however it ends; here they also die with the benchmark
-(parent-death signal), which starts them before it starts any thread. What is the benchmarks' own:
-
-- :class:`Emulator` makes buckets, names them as store URLs, says which environment variables
-  those URLs need (credentials, ``STORAGE_EMULATOR_HOST``), and opens a :class:`RawClient`: the
-  conditional PUT and the GET made directly with the SDK, as the floor the store is measured
-  against.
-- :func:`running`, :func:`environment` and :func:`versions` (of the emulators and SDKs, for the
-  results).
-
-The credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
-fake-gcs-server, and Azurite's well-known development key, which Microsoft publishes for emulators.
+:class:`Emulator` makes buckets, names them as store URLs, gives the environment those URLs need
+and opens a :class:`RawClient` (one GET, one conditional PUT with the SDK: the floor a store is
+measured against); :func:`store_url` is the one way a script opens a store to measure. The
+credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
+fake-gcs-server, and Azurite's published development key.
 """
 
 from __future__ import annotations
@@ -38,19 +28,8 @@ if _CHECKOUT not in sys.path:
     sys.path.insert(0, _CHECKOUT)
 
 from tools import emulators as _servers  # noqa: E402
-from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY, EmulatorError  # noqa: E402
-
-__all__ = [
-    "AZURITE_ACCOUNT",
-    "AZURITE_KEY",
-    "Emulator",
-    "EmulatorError",
-    "RawClient",
-    "environment",
-    "running",
-    "store_url",
-    "versions",
-]
+from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY  # noqa: E402
+from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
 
 REGION = "us-east-1"
 GCS_PROJECT = "prioritylock-bench"

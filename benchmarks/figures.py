@@ -1,15 +1,10 @@
-"""Draw the benchmark figures of docs/benchmarks.md from the results files (standard library only).
+"""Draw the figures of docs/benchmarks.md from the results files (standard library only).
 
     python benchmarks/figures.py      # rewrites docs/figures/bench-*.svg from benchmarks/results/
 
-``run.py`` calls :func:`write_figures` after a run that wrote ``results/latest.json``, and a test
-keeps the committed SVGs equal to what this script draws from the committed results. Every bar
-is one number of a results file, and each figure names the file, date and commit it came from:
-
-- ``bench-cycle.svg``: uncontended ``try_lock()`` + ``unlock()``, µs (``latest.json``, overhead);
-- ``bench-cloud.svg``: lock operations on each cloud emulator next to the SDK's own GET and
-  conditional PUT, ms (``latest.json``, cloud);
-- ``bench-scale.svg``: one process holding many leases, CPU % of one core (``scale-*.json``).
+``run.py`` calls :func:`write_figures` after a run that wrote ``results/latest.json``; a test keeps
+the committed SVGs equal to what this draws. Every bar is one number of a results file, and each
+figure names the file, date and commit it came from.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -71,15 +70,6 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "aio-handoff": section_aio_handoff,
     "serve": section_serve,
 }
-
-
-@contextmanager
-def _scratch(parent: str | None) -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="prioritylock-bench-", dir=parent))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
@@ -163,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown stores: {', '.join(unknown)}")
     kinds = tuple(k for k in STORE_KINDS if not picked or k.name in picked)
     started = time.monotonic()
-    with _scratch(args.dir) as root:
+    with tempfile.TemporaryDirectory(prefix="prioritylock-bench-", dir=args.dir) as tmp:
+        root = Path(tmp)
         bench = Bench(sizes=QUICK if args.quick else FULL, root=root, kinds=kinds)
         machine = machine_info(root)
         print(f"prioritylock benchmarks{' (quick)' if args.quick else ''}")

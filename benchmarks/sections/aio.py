@@ -1,14 +1,8 @@
-"""``aio`` and ``aio-handoff``: the asyncio lock (``AsyncLock``) against ``Lock`` and ``filelock``.
+"""``aio`` and ``aio-handoff``: the asyncio lock (``AsyncLock``) against the sync ``Lock``.
 
 - Cycle: µs per uncontended ``await try_lock()`` + ``await unlock()`` on every picked store (the
-  same ``AsyncLock`` object, and a fresh one per cycle), against the sync ``Lock`` doing the same
-  on the same store, and on the local disk against ``filelock.AsyncFileLock`` (its default,
-  ``run_in_executor=True``, and inline) and ``filelock.FileLock``; variants interleaved in rounds.
-  Async cycles run on one event loop that lives for the whole section, each timed inside it.
-  On the LocalStore also two what-ifs: every store call made on the loop, syncs and waits
-  included (the driver's private ``_inline`` switch), and every store call on the I/O pool (its
-  ``_nowait`` entry removed: the driver before LocalStore's quick path), to show what the quick
-  path saves and what it costs.
+  same ``AsyncLock`` object, and a new one per cycle), against the sync ``Lock`` doing the same
+  on the same store; one event loop for the whole section, variants interleaved in rounds.
 - Handoff: two tasks of one loop pass the lock back and forth; holder's ``await unlock()`` call
   -> the waiter's ``await lock()`` returns, against two threads with sync ``Lock`` objects.
 
@@ -24,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
 
-import filelock
 from _bench import Bench, alock_cycle, lock_cycle
 from _harness import (
     CycleVariant,
@@ -38,10 +31,9 @@ from _harness import (
     timed_async,
 )
 
-from prioritylock import AsyncLock
+from prioritylock import AsyncLock, LockBuilder
 from prioritylock.stores import ObjectStore, open_store
 from sections.handoff import handoff_threads
-from sections.overhead import acquire_release
 
 #: The target of issue 11: the async cycle within this factor of the sync one.
 TARGET_RATIO = 1.5
@@ -49,103 +41,55 @@ TARGET_RATIO = 1.5
 TARGET_HANDOFF_MS = 1.0
 
 
-async def _file_cycle(lock: filelock.AsyncFileLock) -> None:
-    await lock.acquire()
-    await lock.release()
-
-
 def _cycle_variants(
     b: Bench, loop: asyncio.AbstractEventLoop, built: list[AsyncLock]
 ) -> tuple[list[CycleVariant], dict[str, str]]:
     """The variants, and which sync variant each async one is compared with."""
     s = b.sizes
-    (b.root / "filelock-aio").mkdir()
-    path = b.root / "filelock-aio"
-    sync_file = filelock.FileLock(str(path / "sync.lock"))
-
-    async def make(*args: object, **kwargs: object) -> filelock.AsyncFileLock:
-        return filelock.AsyncFileLock(*args, **kwargs)  # type: ignore[arg-type]
-
-    pooled = loop.run_until_complete(make(str(path / "pool.lock")))
-    inline = loop.run_until_complete(make(str(path / "inline.lock"), run_in_executor=False))
-    variants = [
-        CycleVariant(
-            "filelock",
-            "filelock.FileLock (same disk)",
-            s.cycles,
-            timed(partial(acquire_release, sync_file)),
-        ),
-        CycleVariant(
-            "asyncfilelock",
-            "filelock.AsyncFileLock (default: in executor)",
-            s.cycles,
-            timed_async(loop, partial(_file_cycle, pooled)),
-        ),
-        CycleVariant(
-            "asyncfilelock-inline",
-            "filelock.AsyncFileLock run_in_executor=False",
-            s.cycles,
-            timed_async(loop, partial(_file_cycle, inline)),
-        ),
-    ]
+    variants: list[CycleVariant] = []
     against: dict[str, str] = {}
 
-    def async_lock(store: ObjectStore, what: str) -> AsyncLock:
-        async def build() -> AsyncLock:  # on the loop, as a user builds one
-            return b.builder(store, b.path(what), "bench").build_async()
-
-        lock = loop.run_until_complete(build())
-        built.append(lock)
-        return lock
+    async def build(builder: LockBuilder) -> AsyncLock:  # on the loop, as a user builds one
+        return builder.build_async()
 
     for kind in b.store_kinds:
         key, label, store = kind.name, kind.label, open_store(b.url(kind))
         n = s.cloud_iterations if kind.emulator else s.cycles_slow if kind.slow else s.cycles
-        same = b.builder(store, b.path("sync-same"), "bench").build()
-        variants.append(
+        same = b.builder(store, b.path("same"), "bench").build()
+        asame = loop.run_until_complete(build(b.builder(store, b.path("async-same"), "bench")))
+        built.append(asame)
+        fresh = b.builder(store, b.path("fresh"), "bench")
+        afresh = b.builder(store, b.path("async-fresh"), "bench")
+        variants += [
             CycleVariant(
                 f"{key}/sync-same",
                 f"{label}, Lock, same object",
                 n,
                 timed(partial(lock_cycle, same)),
-            )
-        )
-        cases = [("", "", async_lock(store, "async-same"))]
-        if kind.name == "local":
-            # What ifs: every LocalStore call on the loop, syncs included (the driver's private
-            # switch), and every call on the I/O pool (no quick path, as before it existed).
-            on_loop, on_pool = async_lock(store, "on-loop"), async_lock(store, "on-pool")
-            on_loop._inline, on_pool._nowait = True, None
-            cases += [("-inline", ", every call on the loop (what-if)", on_loop)]
-            cases += [("-pool", ", every call on the pool (what-if)", on_pool)]
-        for suffix, what, lock in cases:
-            variants.append(
-                CycleVariant(
-                    f"{key}/async-same{suffix}",
-                    f"{label}, AsyncLock, same object{what}",
-                    n,
-                    timed_async(loop, partial(alock_cycle, lock)),
-                )
-            )
-            against[f"{key}/async-same{suffix}"] = f"{key}/sync-same"
+            ),
+            CycleVariant(
+                f"{key}/async-same",
+                f"{label}, AsyncLock, same object",
+                n,
+                timed_async(loop, partial(alock_cycle, asame)),
+            ),
+        ]
+        against[f"{key}/async-same"] = f"{key}/sync-same"
         if kind.emulator is None:
-            builder = b.builder(store, b.path("fresh"), "bench")
-            variants.append(
+            variants += [
                 CycleVariant(
                     f"{key}/sync-fresh",
-                    f"{label}, Lock, fresh each cycle",
+                    f"{label}, Lock, new each cycle",
                     n,
-                    timed(lock_cycle, builder.build),
-                )
-            )
-            variants.append(
+                    timed(lock_cycle, fresh.build),
+                ),
                 CycleVariant(
                     f"{key}/async-fresh",
-                    f"{label}, AsyncLock, fresh each cycle",
+                    f"{label}, AsyncLock, new each cycle",
                     n,
-                    timed_async(loop, alock_cycle, builder.build_async),
-                )
-            )
+                    timed_async(loop, alock_cycle, afresh.build_async),
+                ),
+            ]
             against[f"{key}/async-fresh"] = f"{key}/sync-fresh"
     return variants, against
 

@@ -15,7 +15,7 @@ from dataclasses import asdict
 from functools import partial
 from multiprocessing.connection import Connection
 
-from _bench import NONDURABLE, Bench
+from _bench import Bench
 from _harness import Json, Section, fmt_num, summarize
 
 from prioritylock import Lock, LockBuilder
@@ -138,18 +138,14 @@ def section_handoff(b: Bench) -> Section:
                     partial(handoff_threads, b, stores, n, hold),
                 )
             )
-            for key, label, query in (
-                ("local", "", ""),
-                ("local-nondurable", " durable=false", NONDURABLE),
-            ):
-                cases.append(
-                    (
-                        f"{key}/processes/{hold:g}",
-                        f"LocalStore{label}, 2 processes",
-                        hold,
-                        partial(handoff_processes, b, url + query, n, hold),
-                    )
+            cases.append(
+                (
+                    f"local/processes/{hold:g}",
+                    "LocalStore, 2 processes",
+                    hold,
+                    partial(handoff_processes, b, url, n, hold),
                 )
+            )
     table: list[list[str]] = []
     rows: list[Json] = []
     for key, label, hold, run in cases:
