@@ -41,7 +41,7 @@ from _harness import (
     write_json,
 )
 from _servers import EmulatorError
-from sections.aio import section_aio, section_aio_handoff
+from sections.aio import section_aio
 from sections.cloud import section_cloud
 from sections.contention import section_contention
 from sections.handoff import section_handoff
@@ -53,9 +53,7 @@ from sections.serve import section_serve
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset(
-    {"cloud", "preemption", "requests", "handoff", "aio", "aio-handoff", "serve"}
-)
+CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff", "aio", "serve"})
 
 
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
@@ -67,7 +65,6 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "handoff": section_handoff,
     "contention": section_contention,
     "aio": section_aio,
-    "aio-handoff": section_aio_handoff,
     "serve": section_serve,
 }
 

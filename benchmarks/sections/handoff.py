@@ -1,12 +1,14 @@
 """``handoff``: holder's ``unlock()`` call -> the blocked waiter's ``lock()`` returns.
 
-Two peers pass the lock back and forth: between threads of one process (one store object, and
-on the LocalStore a store object each) and between processes (``time.monotonic_ns`` is
-system-wide); on the cloud stores between threads on one store object.
+Two peers pass the lock back and forth, on every store: two threads with ``Lock`` objects on one
+store object, and two tasks of one event loop with ``AsyncLock`` objects; on the LocalStore also
+two processes (``time.monotonic_ns`` is system-wide). Every handoff is checked: the waiter
+holds, with a higher fence (tasks), or its ``lock()`` returned (threads, processes).
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import threading
 import time
@@ -18,7 +20,7 @@ from multiprocessing.connection import Connection
 from _bench import Bench
 from _harness import Json, Section, fmt_num, summarize
 
-from prioritylock import Lock, LockBuilder
+from prioritylock import AsyncLock, Lock, LockBuilder
 from prioritylock.stores import ObjectStore, open_store
 
 Times = dict[str, dict[int, int]]
@@ -84,6 +86,39 @@ def handoff_threads(
     return _latencies(times, other)
 
 
+async def _ping_pong(
+    builders: tuple[LockBuilder, LockBuilder], handoffs: int, hold_s: float
+) -> list[int]:
+    """The lock passes ``handoffs`` times between two tasks of this loop. Handoff ``i``: the
+    waiter's task calls ``await lock()``; the holder lets it block for ``hold_s``, notes the time
+    and calls ``await unlock()``; the waiter notes when ``lock()`` returned."""
+    out: list[int] = []
+    holder, waiter = builders[0].build_async(), builders[1].build_async()
+    await holder.lock(timeout=10)
+    fence = holder.fencing_token
+    for _ in range(handoffs):
+        returned: list[int] = []
+
+        async def wait(lock: AsyncLock = waiter, into: list[int] = returned) -> None:
+            await lock.lock(timeout=10)
+            into.append(time.perf_counter_ns())
+
+        task = asyncio.create_task(wait())
+        await asyncio.sleep(hold_s)
+        if task.done():
+            raise RuntimeError("the waiter got the lock while it was held")
+        t0 = time.perf_counter_ns()
+        await holder.unlock()
+        await task
+        if not waiter.is_current_owner() or waiter.fencing_token <= fence:
+            raise RuntimeError("handoff: the waiter does not hold the lock with a newer fence")
+        fence = waiter.fencing_token
+        out.append(returned[0] - t0)
+        holder, waiter = waiter, holder
+    await holder.unlock()
+    return out
+
+
 def _child(url: str, path: tuple[str, str], chan: Connection, handoffs: int, hold_s: float) -> None:
     lock = LockBuilder().store(url).path(*path).owner("child").build()
     chan.send(handoff_peer(lock, chan, False, handoffs, hold_s))
@@ -111,45 +146,51 @@ def handoff_processes(b: Bench, url: str, handoffs: int, hold_s: float) -> list[
 
 def section_handoff(b: Bench) -> Section:
     s = b.sizes
+    loop = asyncio.new_event_loop()
     cases: list[tuple[str, str, float, Callable[[], list[int]]]] = []
     for kind in b.store_kinds:
         url = b.url(kind)
-        shared = open_store(url)
+        store = open_store(url)
         n = s.cloud_handoffs if kind.emulator else s.handoffs
-        cases.append(
+        path = b.path("aio")
+        tasks = partial(
+            _ping_pong,
+            (b.builder(store, path, "task-0"), b.builder(store, path, "task-1")),
+            n,
+            s.hold_s,
+        )
+        cases += [
             (
                 f"{kind.name}/threads",
-                f"{kind.label}, 2 threads, one store object",
+                f"{kind.label}, 2 threads (Lock)",
                 s.hold_s,
-                partial(handoff_threads, b, (shared, shared), n, s.hold_s),
-            )
-        )
-        if kind.name != "local":
-            continue
-        for hold, n in ((s.hold_s, s.handoffs), (s.hold_long_s, s.handoffs_long)):
-            # Two open_store() calls: store objects of one directory (``namespace``), so a
-            # release still wakes the waiter in process.
-            stores = (open_store(url), open_store(url))
-            cases.append(
-                (
-                    f"local/threads-2-stores/{hold:g}",
-                    f"{kind.label}, 2 threads, a store object each",
-                    hold,
-                    partial(handoff_threads, b, stores, n, hold),
+                partial(handoff_threads, b, (store, store), n, s.hold_s),
+            ),
+            (
+                f"{kind.name}/tasks",
+                f"{kind.label}, 2 tasks of one loop (AsyncLock)",
+                s.hold_s,
+                lambda tasks=tasks: loop.run_until_complete(tasks()),  # type: ignore[misc]
+            ),
+        ]
+        if kind.name == "local":
+            for hold, n in ((s.hold_s, s.handoffs), (s.hold_long_s, s.handoffs_long)):
+                cases.append(
+                    (
+                        f"local/processes/{hold:g}",
+                        "LocalStore, 2 processes",
+                        hold,
+                        partial(handoff_processes, b, url, n, hold),
+                    )
                 )
-            )
-            cases.append(
-                (
-                    f"local/processes/{hold:g}",
-                    "LocalStore, 2 processes",
-                    hold,
-                    partial(handoff_processes, b, url, n, hold),
-                )
-            )
     table: list[list[str]] = []
     rows: list[Json] = []
-    for key, label, hold, run in cases:
-        summary = summarize(run(), 1e6)
+    try:
+        results = [(key, label, hold, summarize(run(), 1e6)) for key, label, hold, run in cases]
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+    for key, label, hold, summary in results:
         table.append(
             [
                 label,
@@ -170,6 +211,7 @@ def section_handoff(b: Bench) -> Section:
         rows=rows,
         notes=[
             "hold: how long the waiter has been blocked when the holder releases; a waiter in "
-            "another process polls, backing off from 5 ms towards poll_interval (1 s)."
+            "another process polls, backing off from 5 ms towards poll_interval (1 s). Target "
+            "(issue 11): the same-loop handoff on memory <= 1 ms median."
         ],
     )
