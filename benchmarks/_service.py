@@ -1,12 +1,10 @@
 """``prioritylock serve`` as the benchmarks start it: a subprocess on free ports of 127.0.0.1,
 ready once ``GET /v1.0/healthz/outbound`` answers 204, stopped with SIGTERM (killed if it
-lingers), and its CPU time read from ``/proc``.
-
-Shared by the ``serve`` section (``sections/serve.py``) and ``serve_scale.py``.
-"""
+lingers), its CPU, memory and open files read from ``/proc``."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -17,7 +15,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from _harness import process_cpu_s
@@ -109,24 +106,17 @@ class Service:
         return used
 
     def rss_kib(self) -> int | None:
-        """The service's resident memory (``VmRSS`` of ``/proc/PID/status``), KiB; None if
-        unreadable."""
-        try:
-            with open(f"/proc/{self.pid}/status", encoding="ascii") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
+        """The service's resident memory (``VmRSS``), KiB; None if unreadable."""
+        with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
+            status = Path(f"/proc/{self.pid}/status").read_text(encoding="ascii").splitlines()
+            return int(next(x for x in status if x.startswith("VmRSS:")).split()[1])
         return None
 
     def open_fds(self) -> int | None:
-        """How many file descriptors the service has open (``/proc/PID/fd``); None if
-        unreadable."""
-        try:
+        """How many file descriptors the service has open; None if unreadable."""
+        with contextlib.suppress(OSError):
             return len(os.listdir(f"/proc/{self.pid}/fd"))
-        except OSError:
-            return None
+        return None
 
     def stderr(self, tail: int | None = 2000) -> str:
         """What the service wrote to stderr (its log): the last ``tail`` characters, or all."""
@@ -146,12 +136,7 @@ class Service:
     def __enter__(self) -> Service:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -40,7 +40,7 @@ from _harness import (
     write_json,
 )
 
-from prioritylock import AsyncLock, Heartbeat, Lock, LockBuilder, PriorityLockError, signals
+from prioritylock import AsyncLock, Heartbeat, Lock, LockBuilder, signals
 from prioritylock._ascheduler import AsyncScheduler, ScheduledAsyncTask
 from prioritylock._scheduler import ScheduledTask
 from prioritylock.stores import ObjectStore, open_store
@@ -157,68 +157,34 @@ def _requests(store: ObjectStore, before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
 
 
-def measure(store: ObjectStore, leases: int, seconds: float, emulator: int | None) -> Json:
-    """``leases`` Lock objects held on ``store`` by one threaded heartbeat for ``seconds``."""
-    heartbeat = MeasuringHeartbeat()
-    tally = heartbeat.tally
-    build = LockBuilder().store(store).heartbeat(heartbeat)
-    locks = [build.path("scale", str(i)).build() for i in range(leases)]
-    tally.locks = {f"lease {lock.key}": lock for lock in locks}
-    with _losses() as lost, ThreadPoolExecutor(SETUP_WORKERS) as pool:
-        try:
-            t0 = time.perf_counter()
-            if not all(pool.map(lambda lock: lock.try_lock(), locks)):
-                raise RuntimeError("a free lock could not be acquired")
-            acquired = time.perf_counter() - t0
-            tally.clear()
-            before = store.stats.snapshot()
-            with CpuWindow(emulator=emulator) as window:
-                time.sleep(seconds)  # the workload: holding; the heartbeat does all the work
-            row = _row(tally, window, _requests(store, before))
-            row["still_held"] = sum(lock.is_current_owner() for lock in locks)
-            row["lost_reasons"] = sorted(set(lost))
-            row["lost"] = len(lost)
-            t0 = time.perf_counter()
-            for _ in pool.map(_release, locks):
-                pass
-        finally:
-            heartbeat.close()
-    return {**row, "acquire_all_s": round(acquired, 3), "release_all_s": _since(t0)}
-
-
-def _release(lock: Lock) -> None:
-    with contextlib.suppress(PriorityLockError):
-        lock.unlock()
-
-
-def _since(t0: float) -> float:
-    return round(time.perf_counter() - t0, 3)
-
-
-async def measure_async(
-    store: ObjectStore, leases: int, seconds: float, emulator: int | None
+async def measure(
+    store: ObjectStore, leases: int, seconds: float, emulator: int | None, aio: bool
 ) -> Json:
-    """:func:`measure` for AsyncLock objects held by this event loop's scheduler."""
-    scheduler = MeasuringScheduler()
-    tally = scheduler.tally
-    build = LockBuilder().store(store)
-    locks = [build.path("scale", str(i)).build_async(scheduler=scheduler) for i in range(leases)]
+    """``leases`` locks held on ``store`` for ``seconds``: ``Lock`` objects on a threaded
+    heartbeat, or (``aio``) ``AsyncLock`` objects on this event loop's scheduler."""
+    scheduler = MeasuringScheduler() if aio else MeasuringHeartbeat()
+    tally, build = scheduler.tally, LockBuilder().store(store)
+    if isinstance(scheduler, MeasuringHeartbeat):
+        build.heartbeat(scheduler)
+        locks: list[Any] = [build.path("scale", str(i)).build() for i in range(leases)]
+    else:
+        locks = [
+            build.path("scale", str(i)).build_async(scheduler=scheduler) for i in range(leases)
+        ]
     tally.locks = {f"lease {lock.key}": lock for lock in locks}
-    gate = asyncio.Semaphore(SETUP_WORKERS)
+    gate, pool = asyncio.Semaphore(SETUP_WORKERS), ThreadPoolExecutor(SETUP_WORKERS)
 
-    async def acquire(lock: AsyncLock) -> bool:
+    async def each(op: str, lock: Any) -> Any:  # at most SETUP_WORKERS at a time, either way
         async with gate:
-            return await lock.try_lock()
-
-    async def release(lock: AsyncLock) -> None:
-        async with gate:
-            with contextlib.suppress(PriorityLockError):
-                await lock.unlock()
+            call = getattr(lock, op)
+            if aio:
+                return await call()
+            return await asyncio.get_running_loop().run_in_executor(pool, call)
 
     with _losses() as lost:
         try:
             t0 = time.perf_counter()
-            if not all(await asyncio.gather(*map(acquire, locks))):
+            if not all(await asyncio.gather(*(each("try_lock", lock) for lock in locks))):
                 raise RuntimeError("a free lock could not be acquired")
             acquired = time.perf_counter() - t0
             tally.clear()
@@ -226,18 +192,21 @@ async def measure_async(
             probe = asyncio.create_task(lag_probe(lags))
             before = store.stats.snapshot()
             with CpuWindow(emulator=emulator) as window:
-                await asyncio.sleep(seconds)  # the workload: holding
+                await asyncio.sleep(seconds)  # the workload: holding; the heartbeat does it all
             probe.cancel()
             row = _row(tally, window, _requests(store, before))
-            row["loop_lag_ms"] = ms_summary(lags)
+            row["loop_lag_ms"] = ms_summary(lags) if aio else None
             row["still_held"] = sum(lock.is_current_owner() for lock in locks)
             row["lost_reasons"] = sorted(set(lost))
             row["lost"] = len(lost)
             t0 = time.perf_counter()
-            await asyncio.gather(*map(release, locks))
+            # A lost lease's unlock() raises: counted above already.
+            await asyncio.gather(*(each("unlock", lock) for lock in locks), return_exceptions=True)
         finally:
-            await scheduler.aclose()
-    return {**row, "acquire_all_s": round(acquired, 3), "release_all_s": _since(t0)}
+            pool.shutdown()
+            await scheduler.aclose() if aio else scheduler.close()  # type: ignore[union-attr]
+    released = round(time.perf_counter() - t0, 3)
+    return {**row, "acquire_all_s": round(acquired, 3), "release_all_s": released}
 
 
 def _three(summary: dict[str, float | None]) -> str:
@@ -283,10 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _servers.store_url(args.store, "scale") as (url, emulator):
             store = open_store(url)
             pid = emulator.pid if emulator else None
-            if args.aio:
-                rows.append(asyncio.run(measure_async(store, n, args.seconds, pid)))
-            else:
-                rows.append(measure(store, n, args.seconds, pid))
+            rows.append(asyncio.run(measure(store, n, args.seconds, pid, args.aio)))
             store.close()
             if emulator is not None:
                 facts["versions"] = _servers.versions()

@@ -48,7 +48,7 @@ def test_serve_section_times_every_client(tmp_path: Path) -> None:
         row = rows[f"memory/{name}"]
         assert row["n"] > 0 and row["median"] > 0
         assert row["service_cpu_us_per_cycle"] is not None
-    assert rows["memory/in-process-fresh"]["vs_in_process_fresh"] == 1.0
+    assert rows["memory/in-process-fresh"]["ratio"] == 1.0
     assert "Task was destroyed" not in done.stderr
 
 

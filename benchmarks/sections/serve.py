@@ -1,25 +1,13 @@
 """``serve``: a TryLock + Unlock round trip through ``prioritylock serve``, against the same cycle
-made in process with ``AsyncLock``.
+made in process with ``AsyncLock`` (a new lock object each cycle, as the service builds one per
+TryLock, and the same object).
 
-Per picked store, one service (``python -m prioritylock serve``, a subprocess on free ports of
-127.0.0.1, its store a fresh namespace of that kind), and one client at a time, sequentially, each
-on a resource of its own that it locks and unlocks again and again (the same resource every
-cycle, so the lease document exists and each cycle is one conditional replace per call):
-
-- HTTP: ``POST /v1.0-alpha1/lock/locks`` then ``/unlock/locks`` on one kept-alive HTTP/1.1
-  connection (``http.client``), JSON bodies as Dapr's HTTP API has them;
-- gRPC: ``TryLockAlpha1`` then ``UnlockAlpha1`` on one channel (``grpcio``, sync) with the stubs
-  and messages of the ``dapr`` package, which is what the service speaks;
-- the Dapr SDK: ``DaprClient().try_lock()`` then ``.unlock()`` (gRPC underneath, plus the SDK's
-  own checks, warning and retry wrapper): what an existing Dapr app pays;
-- in process, for reference: ``await try_lock()`` + ``await unlock()`` on one event loop, with a
-  fresh ``AsyncLock`` each cycle (what the service does for each TryLock: it builds a lock object
-  per acquisition) and with the same object.
-
-Variants are interleaved in rounds. Besides the client's wall time per cycle, the section records
-this process's CPU per cycle and the service's (from ``/proc/PID/stat``, warm-up excluded).
-Every answer is checked: a TryLock must succeed (``success`` true) and an Unlock must answer
-status 0, or the section raises and the run fails.
+Per picked store (memory and the cloud ones), one service (``_service.py``) and one client at a
+time, each on its own resource, the same every cycle: HTTP (``/v1.0-alpha1/lock`` and
+``/unlock`` on one kept-alive connection), gRPC (the ``dapr`` package's stubs on one channel)
+and the Dapr SDK (``DaprClient``: what an existing Dapr app pays). Variants are interleaved; the
+service's CPU per cycle comes from ``/proc`` (warm-up excluded). Every answer is checked: a
+TryLock must succeed and an Unlock answer status 0, or the section raises.
 """
 
 from __future__ import annotations
@@ -28,7 +16,6 @@ import asyncio
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
 from functools import partial
 from typing import Any
 
@@ -37,11 +24,10 @@ from _bench import Bench, StoreKind, alock_cycle
 from _harness import (
     Cycles,
     CycleVariant,
-    Json,
     Section,
+    compare,
     fmt_num,
     run_interleaved,
-    summarize,
     timed,
     timed_async,
 )
@@ -247,40 +233,14 @@ def section_serve(b: Bench) -> Section:
 
 
 def _render(variants: list[CycleVariant], service_cpu: dict[str, _ServiceCpu]) -> Section:
-    medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
-    table: list[list[str]] = []
-    rows: list[Json] = []
-    for v in variants:
-        summary = summarize(v.samples, 1e3)
-        store = v.key.split("/", 1)[0]
-        ref = medians[f"{store}/in-process-fresh"]
-        ops = 1e6 / summary.mean
-        meter = service_cpu.get(v.key)
+    against = {v.key: f"{v.key.split('/', 1)[0]}/in-process-fresh" for v in variants}
+    table, rows = compare(variants, against)
+    for line, row in zip(table, rows, strict=True):
+        meter = service_cpu.get(row["variant"])
         served = None if meter is None else meter.us_per_cycle
-        table.append(
-            [
-                v.label,
-                fmt_num(summary.median),
-                fmt_num(summary.p99),
-                f"{ops:,.0f}",
-                f"{summary.median / ref:.1f}x",
-                fmt_num(v.cpu_us),
-                "" if served is None else fmt_num(served),
-                str(summary.n),
-            ]
-        )
-        rows.append(
-            {
-                "variant": v.key,
-                "label": v.label,
-                "unit": "us",
-                "cycles_per_s": round(ops, 1),
-                "vs_in_process_fresh": round(summary.median / ref, 3),
-                "client_cpu_us_per_cycle": round(v.cpu_us, 2),
-                "service_cpu_us_per_cycle": None if served is None else round(served, 2),
-                **asdict(summary),
-            }
-        )
+        row["service_cpu_us_per_cycle"] = served
+        row["cycles_per_s"] = round(1e6 / row["mean"], 1)
+        line[-1:-1] = [f"{row['cycles_per_s']:,.0f}", "" if served is None else fmt_num(served)]
     return Section(
         name="serve",
         title="prioritylock serve: TryLock + Unlock, one client at a time (µs per round trip)",
@@ -288,20 +248,18 @@ def _render(variants: list[CycleVariant], service_cpu: dict[str, _ServiceCpu]) -
             "variant",
             "median",
             "p99",
-            "cycles/s",
             "vs in-process",
             "client CPU µs",
+            "CPU vs in-process",
+            "cycles/s",
             "service CPU µs",
             "n",
         ],
         table=table,
         rows=rows,
         notes=[
-            "One cycle: TryLock (a free lock: must answer success) + Unlock (must answer 0), "
-            "sequential, each client on its own resource, the same one every cycle.",
-            "cycles/s: 1 / the mean cycle; vs in-process: the median over the in-process "
-            "AsyncLock cycle with a fresh lock object (what the service does per TryLock).",
-            "client CPU: this process's CPU per cycle (all threads); service CPU: the service "
-            "process's (from /proc), timed chunks only.",
+            "vs in-process: the median over the in-process AsyncLock cycle with a new lock object "
+            "(what the service does per TryLock); cycles/s: 1 / the mean cycle; client CPU: this "
+            "process's per cycle; service CPU: the service process's (from /proc)."
         ],
     )
