@@ -99,18 +99,9 @@ def summarize(samples_ns: Sequence[int], unit_ns: float) -> Summary:
     """Median, p99 (nearest rank), mean, min and max of ``samples_ns`` in units of ``unit_ns``."""
     if not samples_ns:
         raise ValueError("no samples")
-    ordered = sorted(samples_ns)
-    n = len(ordered)
-    mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-    p99 = ordered[max(0, math.ceil(0.99 * n) - 1)]
-    return Summary(
-        n=n,
-        median=mid / unit_ns,
-        p99=p99 / unit_ns,
-        mean=sum(ordered) / n / unit_ns,
-        min=ordered[0] / unit_ns,
-        max=ordered[-1] / unit_ns,
-    )
+    s = sorted(samples_ns)
+    stats = (statistics.median(s), percentile(s, 0.99), statistics.fmean(s), s[0], s[-1])
+    return Summary(len(s), *(x / unit_ns for x in stats))
 
 
 def fmt_num(value: float) -> str:

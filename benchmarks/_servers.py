@@ -30,6 +30,7 @@ if _CHECKOUT not in sys.path:
 from tools import emulators as _servers  # noqa: E402
 from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY  # noqa: E402
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
+from tools.emulators import free_port as free_port  # noqa: E402, PLC0414 (re-exported)
 
 REGION = "us-east-1"
 GCS_PROJECT = "prioritylock-bench"

@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from _harness import process_cpu_s
+from _servers import free_port
 
 STARTUP_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ServiceError(RuntimeError):

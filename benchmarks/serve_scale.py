@@ -424,45 +424,35 @@ async def run(
 
 
 def _report(result: dict[str, Any], n: int) -> None:
-    idle, hold = result["idle"], result["hold"]
-    acq, rel = result["acquire"], result["release"]
+    idle, acq, hold, rel = (result[k] for k in ("idle", "acquire", "hold", "release"))
     print(f"idle: service CPU {idle['service_cpu_percent']:.2f}% of a core")
     print(
-        f"acquire {n}: {acq['wall_s']:.2f} s ({acq['per_s']:,.0f}/s), "
-        f"service CPU {acq['service_cpu_us_each']:,.0f} µs each"
+        f"acquire {n}: {acq['per_s']:,.0f}/s, service CPU {acq['service_cpu_us_each']:,.0f} µs each"
     )
     print(
         f"hold {n} for {hold['seconds']:.0f} s: service CPU {hold['service_cpu_percent']:.2f}% "
-        f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second), RSS "
-        f"{hold['service_rss_kib']} KiB, {hold['service_open_fds']} fds; health check "
-        f"p50 {hold['health_ms']['p50']} ms, max {hold['health_ms']['max']} ms; "
-        f"client CPU {hold['client_cpu_percent']:.2f}%, loop lag max "
-        f"{hold['client_loop_lag_ms']['max']} ms; emulator CPU "
-        f"{hold['emulator_cpu_percent']}%; machine {hold['machine_cpu']}"
+        f"(max {hold['service_cpu_percent_max_1s']}% in a second), {hold['service_rss_kib']} KiB, "
+        f"{hold['service_open_fds']} fds; health check {_ms(hold['health_ms'])}; client CPU "
+        f"{hold['client_cpu_percent']:.2f}%, loop lag {_ms(hold['client_loop_lag_ms'])}; "
+        f"emulator CPU {hold['emulator_cpu_percent']}%"
     )
-    streams = result.get("streams")
-    if streams is not None:
-        print(_streams_line(streams))
-    print(
-        f"all {n} still held at the end; release: {rel['wall_s']:.2f} s, "
-        f"service CPU {rel['service_cpu_us_each']:,.0f} µs each"
-    )
+    if "streams" in result:
+        print(_streams_line(result["streams"]))
+    print(f"all {n} still held at the end; release: {rel['service_cpu_us_each']:,.0f} µs each")
+
+
+def _ms(summary: dict[str, float | None]) -> str:
+    return "p50 / p99 / max " + " / ".join(str(v) for v in summary.values()) + " ms"
 
 
 def _streams_line(f: dict[str, Any]) -> str:
-    late, age = f["ping_late_ms"], f["renewed_age_ms"]
     return (
-        f"streams (ttl {f['ttl_s']:g} s, renewed every {f['renew_interval_s']:g} s, ping every "
-        f"{f['ping_interval_s']:g} s): {f['pings']} pings once all were open, late by p50 "
-        f"{late['p50']} ms, p99 {late['p99']} ms, max {late['max']} ms; "
-        f"{f['lease_reads']} lease reads of "
-        f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
-        f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
-        f"{f['renewals_seen']} renewals seen, late by p50 {f['renewal_late_ms']['p50']} ms, "
-        f"max {f['renewal_late_ms']['max']} ms; "
-        f"time left min {f['time_left_min_s']} s; {f['stale']} stale, "
-        f"{f['streams_in_trouble']} streams in trouble; the reads cost the service about "
-        f"{f.get('lease_reads_cpu_percent_est')}% of a core"
+        f"streams: {f['pings']} pings late by {_ms(f['ping_late_ms'])}; {f['lease_reads']} "
+        f"lease reads of {f['sampled_locks']} locks: renewed {_ms(f['renewed_age_ms'])} ago "
+        f"(at the end: max {f['renewed_age_at_end_ms']['max']} ms); {f['renewals_seen']} "
+        f"renewals late by {_ms(f['renewal_late_ms'])}; time left min {f['time_left_min_s']} s; "
+        f"{f['stale']} stale, {f['streams_in_trouble']} streams in trouble; the reads cost the "
+        f"service about {f.get('lease_reads_cpu_percent_est')}% of a core"
     )
 
 
