@@ -420,11 +420,11 @@ class CpuWindow:
         self.load = load_average()
         self._machine, self._own = cpu_times(), time.process_time()
         self._others = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
-        self._t0 = time.perf_counter()
+        self.started = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.seconds = max(time.perf_counter() - self._t0, 1e-6)
+        self.seconds = max(time.perf_counter() - self.started, 1e-6)
         self.percent: dict[str, float | None] = {
             "own": round(100 * (time.process_time() - self._own) / self.seconds, 2)
         }

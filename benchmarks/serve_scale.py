@@ -348,7 +348,7 @@ async def _window(
     health: list[float] = []
     with CpuWindow(service=service.pid, emulator=emulator) as window:
         last_cpu, last_t = service.cpu_s(), time.monotonic()
-        while time.monotonic() - window._t0 < seconds:
+        while time.perf_counter() - window.started < seconds:
             await asyncio.sleep(1.0)  # the sampling period, not a synchronisation
             health.append(await _health_s(session, service))
             cpu, now = service.cpu_s(), time.monotonic()
