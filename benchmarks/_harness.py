@@ -135,10 +135,6 @@ class CycleVariant:
         """Mean process CPU µs per cycle: the work done, however loaded the machine is."""
         return self.cpu_ns / len(self.samples) / 1e3
 
-    def over_budget(self, sizes: Pacing, round_index: int) -> bool:
-        """Whether this variant used its share of the time budget for rounds up to this one."""
-        return self.spent_s >= sizes.budget_s * (round_index + 1) / sizes.rounds
-
 
 def timed(body: Callable[..., object], setup: Callable[[], object] | None = None) -> Cycles:
     """k timed calls of ``body`` (ns each). With ``setup``, each call is ``body(setup())`` and the
@@ -193,7 +189,8 @@ def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
     for r in range(sizes.rounds):
         for v in variants:
             left = v.target - len(v.samples)
-            if left <= 0 or v.over_budget(sizes, r):
+            # Each round's share of the budget, and the rounds' before it.
+            if left <= 0 or v.spent_s >= sizes.budget_s * (r + 1) / sizes.rounds:
                 continue
             chunk = min(left, math.ceil(v.target / sizes.rounds))
             started = time.perf_counter()
@@ -204,10 +201,16 @@ def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
 
 
 def compare(
-    variants: Sequence[CycleVariant], against: Mapping[str, str], unit: str = "us"
-) -> tuple[list[list[str]], list[Json]]:
-    """A table (label, median, p99, vs ref, CPU per cycle, CPU vs ref, n) and JSON rows of timed
-    ``variants`` (µs), each compared with the variant ``against[key]`` (none if absent)."""
+    name: str,
+    title: str,
+    variants: Sequence[CycleVariant],
+    against: Mapping[str, str],
+    vs: str,
+    sizes: Pacing,
+    notes: Sequence[str] = (),
+) -> Section:
+    """The section of timed ``variants`` (µs): label, median, p99, vs ref, CPU per cycle, CPU vs
+    ref and n, each compared with the variant ``against[key]`` (none if absent), called ``vs``."""
     by_key = {v.key: v for v in variants}
     medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
     table: list[list[str]] = []
@@ -219,10 +222,15 @@ def compare(
         cells = [fmt_num(s.median), fmt_num(s.p99), _times(ratio), fmt_num(v.cpu_us), _times(cpu)]
         table.append([v.label, *cells, str(s.n)])
         rows.append(
-            {"variant": v.key, "label": v.label, "unit": unit, "cpu_us_per_cycle": v.cpu_us}
+            {"variant": v.key, "label": v.label, "unit": "us", "cpu_us_per_cycle": v.cpu_us}
             | {"vs": ref, "ratio": ratio, "cpu_ratio": cpu, **asdict(s)}
         )
-    return table, rows
+    headers = ["variant", "median", "p99", f"vs {vs}", "CPU µs", f"CPU vs {vs}", "n"]
+    pacing = (
+        f"Variants interleaved in {sizes.rounds} rounds after {sizes.warmup} warm-up cycles each; "
+        f"each capped at {sizes.budget_s:g} s. CPU µs: process CPU of all threads per cycle, mean."
+    )
+    return Section(name, title, headers, table, rows, [*notes, pacing])
 
 
 def _times(ratio: float | None) -> str:
@@ -260,60 +268,9 @@ def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
 # -- machine ---------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _filesystem(path: Path) -> str:
-    """``device fstype`` of the mount holding ``path`` (Linux), else ``unknown``."""
-    best = ("", "unknown")
-    try:
-        with open("/proc/mounts", encoding="utf-8") as f:
-            for line in f:
-                parts = line.split()
-                if (
-                    len(parts) >= 3
-                    and str(path).startswith(parts[1])
-                    and len(parts[1]) > len(best[0])
-                ):
-                    best = (parts[1], f"{parts[0]} {parts[2]} on {parts[1]}")
-    except OSError:
-        pass
-    return best[1]
-
-
 def _git(*args: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
     return done.stdout.strip()
-
-
-def cpu_times() -> list[int] | None:
-    """The machine's CPU time counters (Linux ``/proc/stat``: user nice system idle iowait irq
-    softirq steal ...), in clock ticks; None elsewhere."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            first = f.readline().split()
-    except OSError:
-        return None
-    return [int(x) for x in first[1:]] if first and first[0] == "cpu" else None
-
-
-def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
-    """% of the CPU time between two :func:`cpu_times` the hypervisor gave to other guests."""
-    split = cpu_split(before, after)
-    return None if split is None else split["steal"]
 
 
 def load_average() -> float | None:
@@ -321,42 +278,30 @@ def load_average() -> float | None:
 
 
 def machine_info(root: Path | None = None) -> Json:
-    """The machine, software and moment of a run; ``root``: the scratch directory (its
+    """The machine, software and moment of a run (Linux); ``root``: the scratch directory (its
     filesystem is where LocalStore and filelock live)."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
     facts: Json = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": next(
+            (x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?"
+        ),
         "cores": os.cpu_count(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "prioritylock": prioritylock.__version__,
         "filelock": filelock.__version__,
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         "git_dirty_files": len(_git("status", "--porcelain").splitlines()),
-        "loadavg_start": load,
+        "loadavg_start": os.getloadavg(),
     }
-    if root is not None:
-        facts["tmp_dir"] = str(root)
-        facts["filesystem"] = _filesystem(root)
+    if root is not None:  # the longest mount point above ``root``: ``device fstype on mount``
+        mounts = [m.split() for m in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
+        dev, on, fs = max(
+            (m for m in mounts if str(root).startswith(m[1])), key=lambda m: len(m[1])
+        )[:3]
+        facts |= {"tmp_dir": str(root), "filesystem": f"{dev} {fs} on {on}"}
     return facts
-
-
-def machine_line(m: Json) -> str:
-    load = m.get("loadavg_start")
-    load_text = f", load {load[0]:.2f}" if load else ""
-    return (
-        f"{m['date']} | {m['cpu']}, {m['cores']} cores | {m['platform']} | {m['python']} | "
-        f"filelock {m['filelock']} | prioritylock {m['prioritylock']} @ {m['git_commit']}"
-        f"{' (+' + str(m['git_dirty_files']) + ' changed files)' if m['git_dirty_files'] else ''}"
-        f" | {m['filesystem']}{load_text}"
-    )
-
-
-def emulator_line(m: Json) -> str:
-    started = ", ".join(f"{n} {e['startup_s']:g} s" for n, e in m.get("emulators", {}).items())
-    versions = ", ".join(f"{k} {v}" for k, v in m.get("emulator_versions", {}).items())
-    return f"emulators up in: {started} | {versions}"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -376,12 +321,16 @@ def ms_summary(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def cpu_split(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (``/proc/stat``: user nice system idle iowait irq softirq
+    steal), in clock ticks."""
+    return [int(x) for x in Path("/proc/stat").read_text(encoding="ascii").split()[1:9]]
+
+
+def cpu_split(before: list[int], after: list[int]) -> dict[str, float]:
     """How the machine's CPU time went between two :func:`cpu_times`: % busy, idle (iowait
     included) and stolen by a hypervisor."""
-    if before is None or after is None or len(before) < 8 or len(after) < 8:
-        return None
-    d = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
+    d = [a - b for a, b in zip(after, before, strict=True)]
     total = sum(d) or 1
     idle, steal = d[3] + d[4], d[7]
     return {

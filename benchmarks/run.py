@@ -29,18 +29,7 @@ from pathlib import Path
 import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
 import figures
 from _bench import FULL, HERE, QUICK, STORE_KINDS, Bench, StoreKind
-from _harness import (
-    Json,
-    Section,
-    cpu_times,
-    emulator_line,
-    load_average,
-    machine_info,
-    machine_line,
-    steal_percent,
-    write_json,
-)
-from _servers import EmulatorError
+from _harness import CpuWindow, Json, Section, machine_info, write_json
 from sections.aio import section_aio
 from sections.cloud import section_cloud
 from sections.contention import section_contention
@@ -100,90 +89,64 @@ def _emulators(bench: Bench, kinds: Sequence[StoreKind], sections: Sequence[str]
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_sections(
-    bench: Bench, wanted: Sequence[str], machine: Json, done: dict[str, Section]
-) -> None:
-    machine["emulators"] = {
-        name: {"startup_s": round(e.startup_s, 2), "endpoint": e.endpoint}
-        for name, e in bench.emulators.items()
-    }
-    if bench.emulators:
-        machine["emulator_versions"] = _servers.versions()
-        print(emulator_line(machine), flush=True)
+def _run_sections(bench: Bench, wanted: Sequence[str], done: dict[str, Section]) -> None:
     for name, run in SECTIONS.items():
         if name in wanted:
-            load = load_average()
-            cpu = cpu_times()
-            t0 = time.monotonic()
-            section = done[name] = run(bench)
-            section.elapsed_s = time.monotonic() - t0
-            section.load = load
-            section.steal = steal_percent(cpu, cpu_times())
-            print()
-            print(section.render(), flush=True)
+            with CpuWindow() as window:
+                section = done[name] = run(bench)
+            section.elapsed_s, section.load = window.seconds, window.load
+            section.steal = window.machine["steal"]
+            print(f"\n{section.render()}", flush=True)
+
+
+def _pick(parser: argparse.ArgumentParser, value: str, choices: Sequence[str]) -> list[str]:
+    """The comma-separated names of ``value`` (all ``choices`` if none), checked."""
+    picked = [x.strip() for x in value.split(",") if x.strip()] or list(choices)
+    if unknown := sorted(set(picked) - set(choices)):
+        parser.error(f"unknown: {', '.join(unknown)} (choose from {', '.join(choices)})")
+    return picked
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test (< 60 s)")
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
-    parser.add_argument(
-        "--sections",
-        default="",
-        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all)",
-    )
-    parser.add_argument(
-        "--stores",
-        default="",
-        help=f"comma-separated subset of {','.join(k.name for k in STORE_KINDS)} (default: all)",
-    )
+    parser.add_argument("--sections", default="", help="comma-separated (default: all)")
+    parser.add_argument("--stores", default="", help="comma-separated (default: all)")
     parser.add_argument("--dir", default=None, help="parent of the scratch dir (default: $TMPDIR)")
     args = parser.parse_args(argv)
-
-    wanted = [s.strip() for s in args.sections.split(",") if s.strip()] or list(SECTIONS)
-    unknown = sorted(set(wanted) - set(SECTIONS))
-    if unknown:
-        parser.error(f"unknown sections: {', '.join(unknown)}")
-    picked = {s.strip() for s in args.stores.split(",") if s.strip()}
-    unknown = sorted(picked - {k.name for k in STORE_KINDS})
-    if unknown:
-        parser.error(f"unknown stores: {', '.join(unknown)}")
-    kinds = tuple(k for k in STORE_KINDS if not picked or k.name in picked)
+    wanted = _pick(parser, args.sections, list(SECTIONS))
+    picked = _pick(parser, args.stores, [k.name for k in STORE_KINDS])
+    kinds = tuple(k for k in STORE_KINDS if k.name in picked)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="prioritylock-bench-", dir=args.dir) as tmp:
-        root = Path(tmp)
-        bench = Bench(sizes=QUICK if args.quick else FULL, root=root, kinds=kinds)
-        machine = machine_info(root)
-        print(f"prioritylock benchmarks{' (quick)' if args.quick else ''}")
-        print(machine_line(machine), flush=True)
+        bench = Bench(sizes=QUICK if args.quick else FULL, root=Path(tmp), kinds=kinds)
+        machine = machine_info(bench.root)
+        print(" | ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
         done: dict[str, Section] = {}
         try:
             with _emulators(bench, kinds, wanted):
-                _run_sections(bench, wanted, machine, done)
-        except EmulatorError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            print("(install it, or leave its store out with --stores)", file=sys.stderr)
+                if bench.emulators:
+                    machine["emulators"] = {
+                        name: {"startup_s": round(e.startup_s, 2), "endpoint": e.endpoint}
+                        for name, e in bench.emulators.items()
+                    }
+                    machine["emulator_versions"] = _servers.versions()
+                _run_sections(bench, wanted, done)
+        except _servers.EmulatorError as exc:
+            print(
+                f"error: {exc}\n(install it, or leave its store out with --stores)", file=sys.stderr
+            )
             return 2
     elapsed = time.monotonic() - started
-    machine["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
-    payload: Json = {
-        "machine": machine,
-        "quick": args.quick,
-        "stores": [k.name for k in kinds],
-        "sizes": asdict(bench.sizes),
-        "elapsed_s": round(elapsed, 1),
-        "sections": {
-            n: {
-                "title": s.title,
-                "elapsed_s": round(s.elapsed_s, 1),
-                "load": s.load,
-                "steal_percent": s.steal,
-                "rows": s.rows,
-                "notes": s.notes,
-            }
-            for n, s in done.items()
-        },
+    machine["loadavg_end"] = os.getloadavg()
+    sections = {
+        n: {"title": s.title, "elapsed_s": round(s.elapsed_s, 1), "load": s.load}
+        | {"steal_percent": s.steal, "rows": s.rows, "notes": s.notes}
+        for n, s in done.items()
     }
+    payload: Json = {"machine": machine, "quick": args.quick, "stores": [k.name for k in kinds]}
+    payload |= {"sizes": asdict(bench.sizes), "elapsed_s": round(elapsed, 1), "sections": sections}
     write_json(args.json, payload)
     print(f"\n{elapsed:.1f} s; results in {args.json}")
     if args.json.resolve() == DEFAULT_JSON:

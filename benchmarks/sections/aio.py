@@ -12,14 +12,7 @@ import asyncio
 from functools import partial
 
 from _bench import Bench, alock_cycle, lock_cycle
-from _harness import (
-    CycleVariant,
-    Section,
-    compare,
-    run_interleaved,
-    timed,
-    timed_async,
-)
+from _harness import CycleVariant, Section, compare, run_interleaved, timed, timed_async
 
 from prioritylock import AsyncLock, LockBuilder
 from prioritylock.stores import open_store
@@ -47,37 +40,20 @@ def _cycle_variants(
         built.append(asame)
         fresh = b.builder(store, b.path("fresh"), "bench")
         afresh = b.builder(store, b.path("async-fresh"), "bench")
-        variants += [
-            CycleVariant(
-                f"{key}/sync-same",
-                f"{label}, Lock, same object",
-                n,
-                timed(partial(lock_cycle, same)),
-            ),
-            CycleVariant(
-                f"{key}/async-same",
-                f"{label}, AsyncLock, same object",
-                n,
-                timed_async(loop, partial(alock_cycle, asame)),
-            ),
+        on_loop = partial(timed_async, loop)
+        cases = [
+            ("sync-same", "Lock, same object", timed(partial(lock_cycle, same))),
+            ("async-same", "AsyncLock, same object", on_loop(partial(alock_cycle, asame))),
         ]
-        against[f"{key}/async-same"] = f"{key}/sync-same"
         if kind.emulator is None:
-            variants += [
-                CycleVariant(
-                    f"{key}/sync-fresh",
-                    f"{label}, Lock, new each cycle",
-                    n,
-                    timed(lock_cycle, fresh.build),
-                ),
-                CycleVariant(
-                    f"{key}/async-fresh",
-                    f"{label}, AsyncLock, new each cycle",
-                    n,
-                    timed_async(loop, alock_cycle, afresh.build_async),
-                ),
+            cases += [
+                ("sync-fresh", "Lock, new each cycle", timed(lock_cycle, fresh.build)),
+                ("async-fresh", "AsyncLock, new each", on_loop(alock_cycle, afresh.build_async)),
             ]
-            against[f"{key}/async-fresh"] = f"{key}/sync-fresh"
+        variants += [
+            CycleVariant(f"{key}/{case}", f"{label}, {text}", n, run) for case, text, run in cases
+        ]
+        against |= {f"{key}/async-{x}": f"{key}/sync-{x}" for x in ("same", "fresh")}
     return variants, against
 
 
@@ -92,18 +68,9 @@ def section_aio(b: Bench) -> Section:
         loop.close()
     if any(lock.is_current_owner() for lock in built):
         raise RuntimeError("an AsyncLock still holds its lock after its cycles")
-    table, rows = compare(variants, against)
-    s = b.sizes
-    return Section(
-        name="aio",
-        title="asyncio: await try_lock() + await unlock() (µs per cycle)",
-        headers=["variant", "median", "p99", "vs sync", "CPU µs", "CPU vs sync", "n"],
-        table=table,
-        rows=rows,
-        notes=[
-            f"vs sync: the AsyncLock's median over the sync Lock's on the same store (target, "
-            f"issue 11: <= {TARGET_RATIO:g}x); CPU: process CPU of all threads per cycle, mean.",
-            f"Variants interleaved in {s.rounds} rounds after {s.warmup} warm-up cycles each; "
-            f"each capped at {s.budget_s:g} s.",
-        ],
+    note = (
+        "vs sync: the AsyncLock's median over the sync Lock's on the same store (target, "
+        f"issue 11: <= {TARGET_RATIO:g}x)."
     )
+    title = "asyncio: await try_lock() + await unlock() (µs per cycle)"
+    return compare("aio", title, variants, against, "sync", b.sizes, [note])

@@ -26,15 +26,11 @@ def section_overhead(b: Bench) -> Section:
     s = b.sizes
     (b.root / "filelock").mkdir()
     file_lock = filelock.FileLock(str(b.root / "filelock" / "bench.lock"))
-    variants = [
-        CycleVariant("timer", "empty cycle (timer overhead)", s.cycles, timed(int)),
-        CycleVariant(
-            "threading",
-            "threading.Lock",
-            s.cycles,
-            timed(partial(acquire_release, threading.Lock())),
-        ),
-        CycleVariant(
+    thread_lock = timed(partial(acquire_release, threading.Lock()))
+    cases = [
+        ("timer", "empty cycle (timer overhead)", s.cycles, timed(int)),
+        ("threading", "threading.Lock", s.cycles, thread_lock),
+        (
             "filelock",
             "filelock.FileLock (same disk)",
             s.cycles,
@@ -46,28 +42,14 @@ def section_overhead(b: Bench) -> Section:
         store = open_store(url)
         same = b.builder(store, b.path("same"), "bench").build()
         fresh = b.builder(store, b.path("fresh"), "bench").build
-        variants += [
-            CycleVariant(
-                f"{key}/same",
-                f"{label}, same Lock object",
-                target,
-                timed(partial(lock_cycle, same)),
-            ),
-            CycleVariant(
-                f"{key}/fresh", f"{label}, fresh Lock each cycle", target, timed(lock_cycle, fresh)
-            ),
-        ]
+        cases.append(
+            (f"{key}/same", f"{label}, same Lock object", target, timed(partial(lock_cycle, same)))
+        )
+        cases.append(
+            (f"{key}/fresh", f"{label}, fresh Lock each cycle", target, timed(lock_cycle, fresh))
+        )
+    variants = [CycleVariant(*case) for case in cases]
     run_interleaved(variants, s)
-    table, rows = compare(variants, {v.key: "filelock" for v in variants})
-    return Section(
-        name="overhead",
-        title="Uncontended acquire+release: try_lock()+unlock() (µs per cycle)",
-        headers=["variant", "median", "p99", "vs filelock", "CPU µs", "CPU vs filelock", "n"],
-        table=table,
-        rows=rows,
-        notes=[
-            "CPU µs: process CPU time of all threads (heartbeat included) per cycle, mean.",
-            f"Variants interleaved in {s.rounds} rounds after {s.warmup} warm-up cycles each; "
-            f"each capped at {s.budget_s:g} s.",
-        ],
-    )
+    title = "Uncontended acquire+release: try_lock()+unlock() (µs per cycle)"
+    against = {v.key: "filelock" for v in variants}
+    return compare("overhead", title, variants, against, "filelock", s)

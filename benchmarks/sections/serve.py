@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 import _servers
-from _bench import Bench, StoreKind, alock_cycle
+from _bench import Bench, Sizes, StoreKind, alock_cycle
 from _harness import (
     Cycles,
     CycleVariant,
@@ -112,26 +112,18 @@ class _ServiceCpu:
     call, the warm-up, is left out)."""
 
     def __init__(self, service: Service) -> None:
-        self.service = service
-        self.cpu_s = 0.0
-        self.cycles = 0
-        self._warm = False
+        self.service, self.cpu_s, self.cycles = service, 0.0, -1
 
     def wrap(self, run: Cycles) -> Cycles:
         def wrapped(k: int) -> list[int]:
             before = self.service.cpu_s()
             out = run(k)
-            if self._warm:
+            if self.cycles >= 0:
                 self.cpu_s += self.service.cpu_s() - before
-                self.cycles += k
-            self._warm = True
+            self.cycles += 1 if self.cycles < 0 else k
             return out
 
         return wrapped
-
-    @property
-    def us_per_cycle(self) -> float | None:
-        return 1e6 * self.cpu_s / self.cycles if self.cycles else None
 
 
 @contextmanager
@@ -152,47 +144,30 @@ def _store_variants(
     s = b.sizes
     target = s.cloud_iterations if kind.emulator is not None else s.cycles_slow
     service = stack.enter_context(Service({STORE: b.url(kind)}, b.root / "serve-logs"))
-    label = kind.label
-    clients: list[tuple[str, str, Cycles]] = [
+    clients = [
         ("http", "HTTP, one keep-alive connection", _http_cycles(service, "r-http", stack)),
         ("grpc", "gRPC, Dapr's stubs on one channel", _grpc_cycles(service, "r-grpc", stack)),
         ("sdk", "Dapr Python SDK (DaprClient, gRPC)", _sdk_cycles(service, "r-sdk", stack)),
     ]
     variants: list[CycleVariant] = []
-    for name, client_label, run in clients:
+    for name, text, run in clients:
         meter = service_cpu[f"{kind.name}/{name}"] = _ServiceCpu(service)
-        variants.append(
-            CycleVariant(
-                f"{kind.name}/{name}",
-                f"{label}, service: {client_label}",
-                target,
-                meter.wrap(run),
-            )
-        )
+        label = f"{kind.label}, service: {text}"
+        variants.append(CycleVariant(f"{kind.name}/{name}", label, target, meter.wrap(run)))
     store = open_store(b.url(kind))
 
     async def build(builder: LockBuilder) -> Any:
         return builder.build_async()
 
     same = loop.run_until_complete(build(b.builder(store, b.path("serve-same"), "bench")))
-    variants.append(
-        CycleVariant(
-            f"{kind.name}/in-process-fresh",
-            f"{label}, in process: AsyncLock, fresh each cycle",
-            target,
-            timed_async(
-                loop, alock_cycle, b.builder(store, b.path("serve-fresh"), "bench").build_async
-            ),
-        )
-    )
-    variants.append(
-        CycleVariant(
-            f"{kind.name}/in-process-same",
-            f"{label}, in process: AsyncLock, same object",
-            target,
-            timed_async(loop, partial(alock_cycle, same)),
-        )
-    )
+    fresh = b.builder(store, b.path("serve-fresh"), "bench").build_async
+    in_process = [
+        ("fresh", "fresh each cycle", timed_async(loop, alock_cycle, fresh)),
+        ("same", "same object", timed_async(loop, partial(alock_cycle, same))),
+    ]
+    for name, text, run in in_process:
+        label = f"{kind.label}, in process: AsyncLock, {text}"
+        variants.append(CycleVariant(f"{kind.name}/in-process-{name}", label, target, run))
     return variants
 
 
@@ -229,37 +204,25 @@ def section_serve(b: Bench) -> Section:
             run_interleaved(variants, b.sizes)
     finally:
         _close_loop(loop)
-    return _render(variants, service_cpu)
+    return _render(variants, service_cpu, b.sizes)
 
 
-def _render(variants: list[CycleVariant], service_cpu: dict[str, _ServiceCpu]) -> Section:
+def _render(
+    variants: list[CycleVariant], service_cpu: dict[str, _ServiceCpu], sizes: Sizes
+) -> Section:
     against = {v.key: f"{v.key.split('/', 1)[0]}/in-process-fresh" for v in variants}
-    table, rows = compare(variants, against)
-    for line, row in zip(table, rows, strict=True):
+    title = "prioritylock serve: TryLock + Unlock, one client at a time (µs per round trip)"
+    note = (
+        "vs in-process: the median over the in-process AsyncLock cycle with a new lock object "
+        "(what the service does per TryLock); cycles/s: 1 / the mean cycle; service CPU: the "
+        "service process's per cycle (from /proc)."
+    )
+    section = compare("serve", title, variants, against, "in-process", sizes, [note])
+    section.headers[-1:-1] = ["cycles/s", "service CPU µs"]
+    for line, row in zip(section.table, section.rows, strict=True):
         meter = service_cpu.get(row["variant"])
-        served = None if meter is None else meter.us_per_cycle
+        served = 1e6 * meter.cpu_s / meter.cycles if meter and meter.cycles > 0 else None
         row["service_cpu_us_per_cycle"] = served
         row["cycles_per_s"] = round(1e6 / row["mean"], 1)
         line[-1:-1] = [f"{row['cycles_per_s']:,.0f}", "" if served is None else fmt_num(served)]
-    return Section(
-        name="serve",
-        title="prioritylock serve: TryLock + Unlock, one client at a time (µs per round trip)",
-        headers=[
-            "variant",
-            "median",
-            "p99",
-            "vs in-process",
-            "client CPU µs",
-            "CPU vs in-process",
-            "cycles/s",
-            "service CPU µs",
-            "n",
-        ],
-        table=table,
-        rows=rows,
-        notes=[
-            "vs in-process: the median over the in-process AsyncLock cycle with a new lock object "
-            "(what the service does per TryLock); cycles/s: 1 / the mean cycle; client CPU: this "
-            "process's per cycle; service CPU: the service process's (from /proc)."
-        ],
-    )
+    return section
