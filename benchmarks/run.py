@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
 import _servers  # benchmarks/_servers.py: run as a script, this directory is on the path
 import figures
-from _bench import FULL, HERE, QUICK, STORE_KINDS, Bench, StoreKind
+from _bench import FULL, HERE, QUICK, STORE_KINDS, Bench
 from _harness import CpuWindow, Json, Section, machine_info, write_json
 from sections.aio import section_aio
 from sections.cloud import section_cloud
@@ -56,37 +54,6 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "aio": section_aio,
     "serve": section_serve,
 }
-
-
-@contextmanager
-def _emulators(bench: Bench, kinds: Sequence[StoreKind], sections: Sequence[str]) -> Iterator[None]:
-    """The emulators of the picked cloud stores, running (and their store URLs' environment set)
-    while the ``with`` block runs, if a section that uses them is picked; stopped however it
-    ends. SIGTERM unwinds like Ctrl-C, so the servers are stopped then too."""
-    names = [k.emulator for k in kinds if k.emulator is not None]
-    if not names or not set(sections) & CLOUD_SECTIONS:
-        yield
-        return
-
-    def terminate(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminate)
-    work = bench.root / "emulators"
-    work.mkdir()
-    try:
-        print(f"starting emulators: {', '.join(names)}", flush=True)
-        with _servers.running(names, work) as running:
-            env: dict[str, str | None] = {}
-            for emulator in running.values():
-                env.update(emulator.env())
-            bench.emulators = running
-            with _servers.environment(env):
-                yield
-            print("stopping emulators", flush=True)
-    finally:
-        bench.emulators = {}
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_sections(bench: Bench, wanted: Sequence[str], done: dict[str, Section]) -> None:
@@ -124,8 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine = machine_info(bench.root)
         print(" | ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
         done: dict[str, Section] = {}
+        # The emulators of the picked cloud stores, if a section that uses them is picked.
+        names = [k.emulator for k in kinds if k.emulator and set(wanted) & CLOUD_SECTIONS]
         try:
-            with _emulators(bench, kinds, wanted):
+            with _servers.running(names, bench.root) as bench.emulators:
                 if bench.emulators:
                     machine["emulators"] = {
                         name: {"startup_s": round(e.startup_s, 2), "endpoint": e.endpoint}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
-from _bench import Bench, alock_cycle, lock_cycle
+from _bench import Bench, alock_cycle, close_loop, lock_cycle
 from _harness import CycleVariant, Section, compare, run_interleaved, timed, timed_async
 
 from prioritylock import AsyncLock, LockBuilder
@@ -64,8 +64,7 @@ def section_aio(b: Bench) -> Section:
         variants, against = _cycle_variants(b, loop, built)
         run_interleaved(variants, b.sizes)
     finally:
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
+        close_loop(loop)
     if any(lock.is_current_owner() for lock in built):
         raise RuntimeError("an AsyncLock still holds its lock after its cycles")
     note = (

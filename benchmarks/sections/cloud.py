@@ -115,7 +115,7 @@ def _cloud_run(b: Bench, kind: StoreKind) -> CloudRun:
     first.unlock()
     first.close()
     assert found is not None
-    raw = b.emulators[kind.emulator].raw(b.bucket(kind))
+    raw = _servers.raw_client(b.emulators[kind.emulator], b.bucket(kind))
     raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
     return CloudRun(
         kind=kind,

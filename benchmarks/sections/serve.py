@@ -20,7 +20,7 @@ from functools import partial
 from typing import Any
 
 import _servers
-from _bench import Bench, Sizes, StoreKind, alock_cycle
+from _bench import Bench, Sizes, StoreKind, alock_cycle, close_loop
 from _harness import (
     Cycles,
     CycleVariant,
@@ -177,20 +177,6 @@ def _serve_kinds(b: Bench) -> list[StoreKind]:
     return [k for k in b.store_kinds if k.name == "memory" or k.emulator is not None]
 
 
-def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Stop what the AsyncLocks left running on ``loop`` (the scheduler's task), then close it."""
-
-    async def cancel_all() -> None:
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-    loop.run_until_complete(cancel_all())
-    loop.run_until_complete(loop.shutdown_default_executor())
-    loop.close()
-
-
 def section_serve(b: Bench) -> Section:
     loop = asyncio.new_event_loop()
     service_cpu: dict[str, _ServiceCpu] = {}
@@ -203,7 +189,7 @@ def section_serve(b: Bench) -> Section:
                 raise ServiceError("no store to serve: pick memory or a cloud store")
             run_interleaved(variants, b.sizes)
     finally:
-        _close_loop(loop)
+        close_loop(loop)
     return _render(variants, service_cpu, b.sizes)
 
 
