@@ -10,7 +10,6 @@ figure names the file, date and commit it came from.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,13 +63,13 @@ class Chart:
 
 
 def _num(value: float) -> str:
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
+    return (
+        f"{value:,.0f}"
+        if value >= 100
+        else f"{value:.{1 if value >= 10 else 2}f}"
+        if value >= 1
+        else f"{value:.3g}"
+    )
 
 
 def _ticks(top: float) -> list[float]:
@@ -149,17 +148,16 @@ def _rect(x: float, y: float, w: float, h: float, fill: str) -> str:
 def _text(
     x: float,
     y: float,
-    content: str,
+    text: str,
     size: float,
-    *,
     anchor: str = "start",
-    bold: bool = False,
     fill: str = INK,
+    bold: bool = False,
 ) -> str:
     weight = ' font-weight="bold"' if bold else ""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{weight} '
-        f'fill="{fill}">{escape(content)}</text>'
+        f'fill="{fill}">{escape(text)}</text>'
     )
 
 
@@ -280,20 +278,13 @@ def scale_chart(scale: dict[str, Json]) -> Chart:
     )
 
 
-def load_results(results: Path = RESULTS) -> tuple[Json, dict[str, Json]]:
-    """``latest.json`` and the ``scale-*.json`` files of ``results``."""
-    latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
-    scale = {
-        path.name: json.loads(path.read_text(encoding="utf-8"))
-        for path in sorted(results.glob("scale-*.json"))
-    }
-    return latest, scale
-
-
 def draw(results: Path = RESULTS) -> dict[str, str]:
     """The figures, by file name, drawn from the results in ``results``: those whose data are
     there (a run of some sections only leaves the others' figures as they were)."""
-    latest, scale = load_results(results)
+    latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
+    scale = {
+        p.name: json.loads(p.read_text(encoding="utf-8")) for p in results.glob("scale-*.json")
+    }
     sections = latest.get("sections", {})
     charts: dict[str, Chart] = {}
     if sections.get("overhead", {}).get("rows"):
@@ -307,15 +298,12 @@ def draw(results: Path = RESULTS) -> dict[str, str]:
 
 def write_figures(results: Path = RESULTS, out: Path = OUT) -> list[Path]:
     """Redraw the figures into ``out``; returns the files written."""
-    written = []
-    for name, svg in draw(results).items():
-        path = out / name
-        path.write_text(svg, encoding="utf-8")
-        written.append(path)
-    return written
+    drawn = draw(results)
+    for name, svg in drawn.items():
+        (out / name).write_text(svg, encoding="utf-8")
+    return [out / name for name in drawn]
 
 
 if __name__ == "__main__":
     for path in write_figures():
         print(path.relative_to(HERE.parent))
-    sys.exit(0)
