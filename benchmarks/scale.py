@@ -32,8 +32,6 @@ import _servers
 from _harness import (
     CpuWindow,
     Json,
-    Section,
-    fmt_num,
     lag_probe,
     machine_info,
     ms_summary,
@@ -209,32 +207,17 @@ async def measure(
     return {**row, "acquire_all_s": round(acquired, 3), "release_all_s": released}
 
 
-def _three(summary: dict[str, float | None]) -> str:
-    return " / ".join("-" if v is None else fmt_num(v) for v in summary.values())
-
-
-def render(store: str, driver: str, rows: Sequence[Json]) -> str:
-    headers = ["leases", "CPU % core", "emulator %", "req/s (needed)", "task late ms"]
-    headers += ["renewal done late ms", "min margin s", "renewals/lease", "held", "lost"]
-    headers += ["loop lag ms"] if driver == "asyncio" else []
-    table = []
-    for r in rows:
-        line = [f"{r['leases']:,}", fmt_num(r["cpu_percent_of_one_core"])]
-        line += [str(r["emulator_cpu_percent_of_one_core"] or "-")]
-        line += [f"{r['requests_per_s']:.0f} ({r['requests_per_s_expected']:.0f})"]
-        line += [_three(r["late_ms"]), _three(r["renew_done_late_ms"]), str(r["min_margin_s"])]
-        line += [f"{r['renewals_per_lease_min']}-{r['renewals_per_lease_max']}"]
-        line += [f"{r['still_held']:,}", str(r["lost"])]
-        line += [_three(r["loop_lag_ms"])] if driver == "asyncio" else []
-        table.append(line)
-    notes = [
-        f"{r['leases']:,}: acquired in {r['acquire_all_s']:.1f} s, released in "
-        f"{r['release_all_s']:.1f} s; machine CPU {r['machine_cpu_percent']}"
-        + (f"; lost: {', '.join(r['lost_reasons'])}" if r["lost_reasons"] else "")
-        for r in rows
-    ]
-    title = f"scale on {store}, {driver} (late: p50 / p99 / max)"
-    return Section("scale", title, headers, table, list(rows), notes).render()
+def _line(r: Json) -> str:
+    """A row's figures in a line (ms: p50 / p99 / max)."""
+    ms = {k: "/".join(str(v) for v in r[k].values()) for k in r if k.endswith("_ms") and r[k]}
+    return (
+        f"{r['leases']:,} leases: CPU {r['cpu_percent_of_one_core']}% of a core (emulator "
+        f"{r['emulator_cpu_percent_of_one_core']}%, machine {r['machine_cpu_percent']}); "
+        f"{r['requests_per_s']} requests/s ({r['requests_per_s_expected']} needed); late ms {ms}; "
+        f"renewals/lease {r['renewals_per_lease_min']}-{r['renewals_per_lease_max']}, min margin "
+        f"{r['min_margin_s']} s; acquired in {r['acquire_all_s']} s, released in "
+        f"{r['release_all_s']} s; held {r['still_held']:,}, lost {r['lost']} {r['lost_reasons']}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -257,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if emulator is not None:
                 facts["versions"] = _servers.versions()
     driver = "asyncio" if args.aio else "threads"
-    print(render(args.store, driver, rows))
+    print(f"scale on {args.store}, {driver}:", *map(_line, rows), sep="\n")
     if args.json:
         payload = {"store": args.store, "driver": driver, "machine": facts, "rows": rows}
         write_json(args.json, payload)
