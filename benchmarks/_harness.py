@@ -94,6 +94,10 @@ class Summary:
     min: float
     max: float
 
+    def cells(self) -> list[str]:
+        """Median, p99 and n, as a table shows them."""
+        return [fmt_num(self.median), fmt_num(self.p99), str(self.n)]
+
 
 def summarize(samples_ns: Sequence[int], unit_ns: float) -> Summary:
     """Median, p99 (nearest rank), mean, min and max of ``samples_ns`` in units of ``unit_ns``."""

@@ -33,6 +33,7 @@ from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY  # noqa: E402
 from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import free_port as free_port  # noqa: E402, PLC0414 (re-exported)
+from tools.emulators import http_get as http_get  # noqa: E402, PLC0414 (re-exported)
 
 REGION = "us-east-1"
 GCS_PROJECT = "prioritylock-bench"

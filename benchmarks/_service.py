@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from _harness import process_cpu_s
-from _servers import free_port
+from _servers import free_port, http_get
 
 STARTUP_S = 30.0
 
@@ -27,25 +27,19 @@ class ServiceError(RuntimeError):
 
 
 class Service:
-    """One ``prioritylock serve`` process serving ``stores`` (name -> URL) for ``app_id``,
-    with ``extra_args`` added to its command line (e.g. ``--ping-interval``).
+    """One ``prioritylock serve`` process serving ``stores`` (name -> URL), with ``extra_args``
+    added to its command line (e.g. ``--ping-interval``).
 
     Its stdout and stderr go to files in ``log_dir`` (a pipe nobody reads could fill and block
     it); the environment is this process's, so an emulator's credentials reach it.
     """
 
     def __init__(
-        self,
-        stores: Mapping[str, str],
-        log_dir: Path,
-        *,
-        app_id: str = "bench",
-        env: Mapping[str, str] | None = None,
-        extra_args: Sequence[str] = (),
+        self, stores: Mapping[str, str], log_dir: Path, extra_args: Sequence[str] = ()
     ) -> None:
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id]
+        self.http_port, self.grpc_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", "bench"]
         for name, url in stores.items():
             args += ["--store", f"{name}={url}"]
         args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
@@ -53,8 +47,7 @@ class Service:
         log_dir.mkdir(parents=True, exist_ok=True)
         self._out = log_dir / f"serve-{self.http_port}.out"
         self._err = log_dir / f"serve-{self.http_port}.err"
-        full = {**os.environ, **(env or {})}
-        full.pop("DAPR_API_TOKEN", None)
+        full = {k: v for k, v in os.environ.items() if k != "DAPR_API_TOKEN"}
         with self._out.open("w") as out, self._err.open("w") as err:
             self.proc = subprocess.Popen(args, env=full, stdout=out, stderr=err)
         try:
@@ -67,30 +60,16 @@ class Service:
     def pid(self) -> int:
         return self.proc.pid
 
-    @property
-    def grpc_target(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
-
     def connection(self) -> http.client.HTTPConnection:
         """A new HTTP/1.1 connection to the service (kept alive between requests)."""
         return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServiceError(f"serve exited {self.proc.returncode}: {self.stderr()}")
-            conn = self.connection()
-            try:
-                conn.request("GET", "/v1.0/healthz/outbound")
-                if conn.getresponse().status == 204:
-                    return
-            except OSError:
-                pass
-            finally:
-                conn.close()
+        while (http_get(f"{self.url}/v1.0/healthz/outbound") or (0,))[0] != 204:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.stderr()}")
             time.sleep(0.05)  # polling a process we don't control: no event to wait on
-        raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.stderr()}")
 
     def cpu_s(self) -> float:
         """CPU seconds the service has used so far."""

@@ -209,14 +209,19 @@ async def measure(
 
 def _line(r: Json) -> str:
     """A row's figures in a line (ms: p50 / p99 / max)."""
-    ms = {k: "/".join(str(v) for v in r[k].values()) for k in r if k.endswith("_ms") and r[k]}
+
+    def ms(key: str) -> str:
+        return "/".join(str(v) for v in (r[key] or {}).values()) or "-"
+
     return (
         f"{r['leases']:,} leases: CPU {r['cpu_percent_of_one_core']}% of a core (emulator "
         f"{r['emulator_cpu_percent_of_one_core']}%, machine {r['machine_cpu_percent']}); "
-        f"{r['requests_per_s']} requests/s ({r['requests_per_s_expected']} needed); late ms {ms}; "
-        f"renewals/lease {r['renewals_per_lease_min']}-{r['renewals_per_lease_max']}, min margin "
-        f"{r['min_margin_s']} s; acquired in {r['acquire_all_s']} s, released in "
-        f"{r['release_all_s']} s; held {r['still_held']:,}, lost {r['lost']} {r['lost_reasons']}"
+        f"{r['requests_per_s']} requests/s ({r['requests_per_s_expected']} needed); task late "
+        f"{ms('late_ms')} ms, renewal done late {ms('renew_done_late_ms')} ms, loop lag "
+        f"{ms('loop_lag_ms')} ms; renewals/lease {r['renewals_per_lease_min']}-"
+        f"{r['renewals_per_lease_max']}, min margin {r['min_margin_s']} s; acquired in "
+        f"{r['acquire_all_s']} s, released in {r['release_all_s']} s; held {r['still_held']:,}, "
+        f"lost {r['lost']} {r['lost_reasons']}"
     )
 
 

@@ -74,7 +74,7 @@ class StreamHolders:
 
     def __init__(self, session: aiohttp.ClientSession, service: Service, args: Any) -> None:
         self._session, self._n = session, args.holders
-        self._base = f"http://127.0.0.1:{service.http_port}/v1.0-alpha2/lock/{STORE}"
+        self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
         self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
         self._renew = self._ttl / 3  # the service renews every third of the ttl
         self._limit = asyncio.Semaphore(args.concurrent)
@@ -249,7 +249,7 @@ async def _window(
         while time.perf_counter() - window.started < seconds:
             await asyncio.sleep(1.0)  # the sampling period, not a synchronisation
             t0 = time.perf_counter()
-            async with session.get(f"http://127.0.0.1:{service.http_port}/v1.0/healthz") as r:
+            async with session.get(f"{service.url}/v1.0/healthz") as r:
                 if r.status != 204:
                     raise ServiceError(f"healthz answered {r.status}")
             health.append(time.perf_counter() - t0)

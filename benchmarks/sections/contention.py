@@ -83,89 +83,76 @@ def _variants(b: Bench) -> list[tuple[str, str, Json]]:
     return variants
 
 
+HEADERS = ["variant", "acq/s", "vs filelock", "switches/s", "per process min/med/max"]
+HEADERS += ["wait p50/p99 ms", "max ms", "requests/acq", "CPU %", "overlaps"]
+
+
+def _measure(b: Bench, key: str, label: str, spec: Json) -> Json:
+    """One variant's window: what the processes did, as a results row."""
+    s = b.sizes
+    load = load_average()
+    records = processes(
+        contend, s.contention_procs, spec, s.contention_s, timeout=s.contention_s + 60
+    )
+    per_process = sorted(len(events) for events, _, _ in records)
+    acquisitions = sum(per_process)
+    timeline = sorted((acq, rel, i) for i, r in enumerate(records) for _, acq, rel in r[0])
+    pairs = list(itertools.pairwise(timeline))
+    overlaps = sum(1 for x, y in pairs if y[0] < x[1])
+    if overlaps:
+        raise RuntimeError(f"contention: {overlaps} overlapping acquisitions on {label}")
+    waits = [acq - att for events, _, _ in records for att, acq, _ in events]
+    requests: Counter[str] = Counter()
+    for _, _, counts in records:
+        requests.update(counts)
+    return {
+        "variant": key,
+        "label": label,
+        "processes": s.contention_procs,
+        "seconds": s.contention_s,
+        "acquisitions": acquisitions,
+        "acquisitions_per_s": acquisitions / s.contention_s,
+        "switches_per_s": sum(1 for x, y in pairs if x[2] != y[2]) / s.contention_s,
+        "per_process": per_process,
+        "wait_ms": vars(summarize(waits, 1e6)) if waits else None,
+        "requests_per_acquisition": {
+            k: round(n / max(acquisitions, 1), 2) for k, n in requests.items()
+        },
+        "cpu_percent_of_one_core": 100 * sum(r[1] for r in records) / s.contention_s,
+        "overlaps": overlaps,
+        "load": load,
+    }
+
+
 def section_contention(b: Bench) -> Section:
     s = b.sizes
-    table: list[list[str]] = []
-    rows: list[Json] = []
-    ref = None
-    for key, label, spec in _variants(b):
-        load = load_average()
-        records = processes(
-            contend, s.contention_procs, spec, s.contention_s, timeout=s.contention_s + 60
-        )
-        per_process = sorted(len(events) for events, _, _ in records)
-        acquisitions = sum(per_process)
-        timeline = sorted((acq, rel, i) for i, r in enumerate(records) for _, acq, rel in r[0])
-        pairs = list(itertools.pairwise(timeline))
-        switches = sum(1 for x, y in pairs if x[2] != y[2])
-        overlaps = sum(1 for x, y in pairs if y[0] < x[1])
-        waits = [acq - att for events, _, _ in records for att, acq, _ in events]
-        wait = summarize(waits, 1e6) if waits else None
-        requests: Counter[str] = Counter()
-        for _, _, counts in records:
-            requests.update(counts)
-        per_acq = (
-            {k: round(n / acquisitions, 2) for k, n in requests.items()} if acquisitions else {}
-        )
-        rate = acquisitions / s.contention_s
-        ref = ref or rate
-        cpu = 100 * sum(r[1] for r in records) / s.contention_s
+    rows = [_measure(b, *variant) for variant in _variants(b)]
+    table = []
+    for r in rows:
+        r["vs_filelock"] = r["acquisitions_per_s"] / rows[0]["acquisitions_per_s"]
+        per, w = r["per_process"], r["wait_ms"] or dict.fromkeys(("median", "p99", "max"), 0)
+        counts = r["requests_per_acquisition"]
+        rate, switches = (fmt_num(r[k]) for k in ("acquisitions_per_s", "switches_per_s"))
         table.append(
             [
-                label,
-                fmt_num(rate),
-                f"{rate / ref:.2f}x",
-                fmt_num(switches / s.contention_s),
-                f"{per_process[0]} / {statistics.median(per_process):g} / {per_process[-1]}",
-                "-" if wait is None else f"{fmt_num(wait.median)} / {fmt_num(wait.p99)}",
-                "-" if wait is None else fmt_num(wait.max),
-                fmt_counts(per_acq) if per_acq else "-",
-                f"{cpu:.0f}",
-                str(overlaps),
+                r["label"],
+                rate,
+                f"{r['vs_filelock']:.2f}x",
+                switches,
+                f"{per[0]} / {statistics.median(per):g} / {per[-1]}",
+                f"{fmt_num(w['median'])} / {fmt_num(w['p99'])}",
+                fmt_num(w["max"]),
+                fmt_counts(counts) if counts else "-",
+                f"{r['cpu_percent_of_one_core']:.0f}",
+                str(r["overlaps"]),
             ]
         )
-        rows.append(
-            {
-                "variant": key,
-                "label": label,
-                "processes": s.contention_procs,
-                "seconds": s.contention_s,
-                "acquisitions": acquisitions,
-                "acquisitions_per_s": rate,
-                "vs_filelock": rate / ref,
-                "switches_per_s": switches / s.contention_s,
-                "per_process": per_process,
-                "wait_ms": None if wait is None else vars(wait),
-                "requests_per_acquisition": per_acq,
-                "cpu_percent_of_one_core": cpu,
-                "overlaps": overlaps,
-                "load": load,
-            }
-        )
-        if overlaps:
-            raise RuntimeError(f"contention: {overlaps} overlapping acquisitions on {label}")
-    return Section(
-        name="contention",
-        title=f"Contention: {s.contention_procs} processes x 1 lock, lock() -> unlock() loop",
-        headers=[
-            "variant",
-            "acq/s",
-            "vs filelock",
-            "switches/s",
-            "per process min/med/max",
-            "wait p50/p99 ms",
-            "max ms",
-            "requests/acq",
-            "CPU %",
-            "overlaps",
-        ],
-        table=table,
-        rows=rows,
-        notes=[
-            f"{s.contention_procs} processes, {s.contention_s:g} s each variant, all starting "
-            "at once, default settings (prioritylock polls up to every 1 s; filelock every "
-            "50 ms). switches/s: consecutive acquisitions by different processes; wait: lock() "
-            "call -> it returned; CPU: all the processes, % of one core.",
-            f"The machine has {os.cpu_count()} cores: the processes also contend for CPU.",
-        ],
-    )
+    title = f"Contention: {s.contention_procs} processes x 1 lock, lock() -> unlock() loop"
+    notes = [
+        f"{s.contention_procs} processes, {s.contention_s:g} s each variant, all starting at once, "
+        "default settings (prioritylock polls up to every 1 s; filelock every 50 ms). switches/s: "
+        "consecutive acquisitions by different processes; wait: lock() call -> it returned; CPU: "
+        "all the processes, % of one core.",
+        f"The machine has {os.cpu_count()} cores: the processes also contend for CPU.",
+    ]
+    return Section("contention", title, HEADERS, table, rows, notes)

@@ -12,13 +12,14 @@ import asyncio
 import multiprocessing
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from functools import partial
 from multiprocessing.connection import Connection
+from typing import Any
 
-from _bench import Bench
-from _harness import Json, Section, fmt_num, summarize
+from _bench import Bench, close_loop
+from _harness import Section, summarize
 
 from prioritylock import AsyncLock, Lock, LockBuilder
 from prioritylock.stores import ObjectStore, open_store
@@ -119,6 +120,12 @@ async def _ping_pong(
     return out
 
 
+def _in_loop(
+    loop: asyncio.AbstractEventLoop, ping_pong: Callable[[], Coroutine[Any, Any, list[int]]]
+) -> list[int]:
+    return loop.run_until_complete(ping_pong())
+
+
 def _child(url: str, path: tuple[str, str], chan: Connection, handoffs: int, hold_s: float) -> None:
     lock = LockBuilder().store(url).path(*path).owner("child").build()
     chan.send(handoff_peer(lock, chan, False, handoffs, hold_s))
@@ -149,69 +156,31 @@ def section_handoff(b: Bench) -> Section:
     loop = asyncio.new_event_loop()
     cases: list[tuple[str, str, float, Callable[[], list[int]]]] = []
     for kind in b.store_kinds:
-        url = b.url(kind)
+        url, n, path = b.url(kind), s.cloud_handoffs if kind.emulator else s.handoffs, b.path("aio")
         store = open_store(url)
-        n = s.cloud_handoffs if kind.emulator else s.handoffs
-        path = b.path("aio")
-        tasks = partial(
-            _ping_pong,
-            (b.builder(store, path, "task-0"), b.builder(store, path, "task-1")),
-            n,
-            s.hold_s,
-        )
-        cases += [
-            (
-                f"{kind.name}/threads",
-                f"{kind.label}, 2 threads (Lock)",
-                s.hold_s,
-                partial(handoff_threads, b, (store, store), n, s.hold_s),
-            ),
-            (
-                f"{kind.name}/tasks",
-                f"{kind.label}, 2 tasks of one loop (AsyncLock)",
-                s.hold_s,
-                lambda tasks=tasks: loop.run_until_complete(tasks()),  # type: ignore[misc]
-            ),
-        ]
+        tasks = (b.builder(store, path, "task-0"), b.builder(store, path, "task-1"))
+        threads = partial(handoff_threads, b, (store, store), n, s.hold_s)
+        in_loop = partial(_in_loop, loop, partial(_ping_pong, tasks, n, s.hold_s))
+        cases.append((f"{kind.name}/threads", f"{kind.label}, 2 threads (Lock)", s.hold_s, threads))
+        label = f"{kind.label}, 2 tasks of one loop (AsyncLock)"
+        cases.append((f"{kind.name}/tasks", label, s.hold_s, in_loop))
         if kind.name == "local":
-            for hold, n in ((s.hold_s, s.handoffs), (s.hold_long_s, s.handoffs_long)):
-                cases.append(
-                    (
-                        f"local/processes/{hold:g}",
-                        "LocalStore, 2 processes",
-                        hold,
-                        partial(handoff_processes, b, url, n, hold),
-                    )
-                )
-    table: list[list[str]] = []
-    rows: list[Json] = []
+            for hold, k in ((s.hold_s, s.handoffs), (s.hold_long_s, s.handoffs_long)):
+                run = partial(handoff_processes, b, url, k, hold)
+                cases.append((f"local/processes/{hold:g}", "LocalStore, 2 processes", hold, run))
     try:
         results = [(key, label, hold, summarize(run(), 1e6)) for key, label, hold, run in cases]
     finally:
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
-    for key, label, hold, summary in results:
-        table.append(
-            [
-                label,
-                f"{hold * 1000:g}",
-                fmt_num(summary.median),
-                fmt_num(summary.p99),
-                str(summary.n),
-            ]
-        )
-        rows.append(
-            {"case": key, "label": label, "hold_ms": hold * 1000, "unit": "ms"} | asdict(summary)
-        )
-    return Section(
-        name="handoff",
-        title="Handoff: holder's unlock() call -> the blocked waiter's lock() returns (ms)",
-        headers=["case", "hold ms", "median", "p99", "n"],
-        table=table,
-        rows=rows,
-        notes=[
-            "hold: how long the waiter has been blocked when the holder releases; a waiter in "
-            "another process polls, backing off from 5 ms towards poll_interval (1 s). Target "
-            "(issue 11): the same-loop handoff on memory <= 1 ms median."
-        ],
+        close_loop(loop)
+    table = [[label, f"{hold * 1000:g}", *summary.cells()] for _, label, hold, summary in results]
+    rows = [
+        {"case": key, "label": label, "hold_ms": hold * 1000, "unit": "ms"} | asdict(summary)
+        for key, label, hold, summary in results
+    ]
+    title = "Handoff: holder's unlock() call -> the blocked waiter's lock() returns (ms)"
+    note = (
+        "hold: how long the waiter has been blocked when the holder releases; a waiter in "
+        "another process polls, backing off from 5 ms towards poll_interval (1 s). Target "
+        "(issue 11): the same-loop handoff on memory <= 1 ms median."
     )
+    return Section("handoff", title, ["case", "hold ms", "median", "p99", "n"], table, rows, [note])

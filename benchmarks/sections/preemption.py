@@ -11,9 +11,10 @@ import random
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import cast
 
 from _bench import Bench, StoreKind
-from _harness import Json, Section, fmt_num, summarize
+from _harness import Json, Section, summarize
 from _wrappers import TallyStore
 
 from prioritylock import CleanupNotice, Lock, LockListener
@@ -56,8 +57,7 @@ def preemptions(b: Bench, kind: StoreKind, variant: str) -> PreemptionResult:
     key = f"preemption/{kind.name}/{variant}"
     if key not in b.shared:
         b.shared[key] = preemption_runs(b, kind, variant, b.sizes.preemptions)
-    result: PreemptionResult = b.shared[key]
-    return result
+    return cast(PreemptionResult, b.shared[key])
 
 
 def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> PreemptionResult:
@@ -91,8 +91,7 @@ def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> Pre
         holder.lock(timeout=5)
         requestor = requestor_builder.build()
         time.sleep(random.uniform(0, PREEMPT_WATCH_INTERVAL))  # any phase of the holder's watch
-        t0 = time.monotonic()
-        started = time.perf_counter_ns()
+        t0, started = time.monotonic(), time.perf_counter_ns()
         if not requestor.try_lock():
             raise RuntimeError("the higher-priority try_lock() did not get the lock")
         samples.append(time.perf_counter_ns() - started)
@@ -117,34 +116,15 @@ def section_preemption(b: Bench) -> Section:
         for variant, label in PREEMPT_VARIANTS:
             result = preemptions(b, kind, variant)
             summary = summarize(result.samples_ns, 1e6)
-            table.append(
-                [
-                    f"{kind.label}, {label}",
-                    fmt_num(summary.median),
-                    fmt_num(summary.p99),
-                    str(summary.n),
-                ]
-            )
+            table.append([f"{kind.label}, {label}", *summary.cells()])
             rows.append(
-                {
-                    "store": kind.name,
-                    "variant": variant,
-                    "label": label,
-                    "unit": "ms",
-                    "watch_interval_s": PREEMPT_WATCH_INTERVAL,
-                    "requests": result.requests,
-                    **asdict(summary),
-                }
+                {"store": kind.name, "variant": variant, "label": label, "unit": "ms"}
+                | {"watch_interval_s": PREEMPT_WATCH_INTERVAL, "requests": result.requests}
+                | asdict(summary)
             )
-    return Section(
-        name="preemption",
-        title="Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)",
-        headers=["case", "median", "p99", "n"],
-        table=table,
-        rows=rows,
-        notes=[
-            f"Holder: watch_interval {PREEMPT_WATCH_INTERVAL:g} s, a LockListener, "
-            "cleanup_timeout 5 s unless 0; requestor: waiting_timeout 5 s; one process, one "
-            "store object."
-        ],
+    title = "Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)"
+    note = (
+        f"Holder: watch_interval {PREEMPT_WATCH_INTERVAL:g} s, a LockListener, cleanup_timeout "
+        "5 s unless 0; requestor: waiting_timeout 5 s; one process, one store object."
     )
+    return Section("preemption", title, ["case", "median", "p99", "n"], table, rows, [note])
