@@ -110,13 +110,8 @@ def summarize(samples_ns: Sequence[int], unit_ns: float) -> Summary:
 
 def fmt_num(value: float) -> str:
     """Three significant figures, at least; no exponent."""
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
+    return f"{value:,.{digits}f}"
 
 
 # -- timed loops, interleaved ----------------------------------------------------------------------

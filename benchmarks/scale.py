@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import math
 import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,12 +74,6 @@ class Tally:
                 self.margin.append(deadline - now)
                 self.renewals[name] += 1
 
-    def clear(self) -> None:
-        with self._mutex:
-            for values in (self.start_late, self.done_late, self.margin):
-                values.clear()
-            self.renewals.clear()
-
 
 class MeasuringHeartbeat(Heartbeat):
     """The threaded heartbeat, each task's run recorded in :attr:`tally`."""
@@ -106,20 +99,6 @@ class MeasuringScheduler(AsyncScheduler):
         mark = self.tally.begin(entry.name, entry.when, self.clock.monotonic())
         await super()._run(entry)
         self.tally.end(mark, self.clock.monotonic())
-
-
-@contextlib.contextmanager
-def _losses() -> Iterator[list[str]]:
-    lost: list[str] = []
-
-    def on_lost(sender: object, **kwargs: Any) -> None:
-        lost.append(str(kwargs.get("reason")))
-
-    signals.lock_lost.connect(on_lost, weak=False)
-    try:
-        yield lost
-    finally:
-        signals.lock_lost.disconnect(on_lost)
 
 
 def _row(tally: Tally, window: CpuWindow, requests: dict[str, int]) -> Json:
@@ -150,11 +129,6 @@ def _row(tally: Tally, window: CpuWindow, requests: dict[str, int]) -> Json:
     }
 
 
-def _requests(store: ObjectStore, before: dict[str, int]) -> dict[str, int]:
-    after = store.stats.snapshot()
-    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
-
-
 async def measure(
     store: ObjectStore, leases: int, seconds: float, emulator: int | None, aio: bool
 ) -> Json:
@@ -179,30 +153,36 @@ async def measure(
                 return await call()
             return await asyncio.get_running_loop().run_in_executor(pool, call)
 
-    with _losses() as lost:
-        try:
-            t0 = time.perf_counter()
-            if not all(await asyncio.gather(*(each("try_lock", lock) for lock in locks))):
-                raise RuntimeError("a free lock could not be acquired")
-            acquired = time.perf_counter() - t0
-            tally.clear()
-            lags: list[float] = []
-            probe = asyncio.create_task(lag_probe(lags))
-            before = store.stats.snapshot()
-            with CpuWindow(emulator=emulator) as window:
-                await asyncio.sleep(seconds)  # the workload: holding; the heartbeat does it all
-            probe.cancel()
-            row = _row(tally, window, _requests(store, before))
-            row["loop_lag_ms"] = ms_summary(lags) if aio else None
-            row["still_held"] = sum(lock.is_current_owner() for lock in locks)
-            row["lost_reasons"] = sorted(set(lost))
-            row["lost"] = len(lost)
-            t0 = time.perf_counter()
-            # A lost lease's unlock() raises: counted above already.
-            await asyncio.gather(*(each("unlock", lock) for lock in locks), return_exceptions=True)
-        finally:
-            pool.shutdown()
-            await scheduler.aclose() if aio else scheduler.close()  # type: ignore[union-attr]
+    lost: list[str] = []
+
+    def on_lost(sender: object, **kwargs: Any) -> None:
+        lost.append(str(kwargs.get("reason")))
+
+    signals.lock_lost.connect(on_lost, weak=False)
+    try:
+        t0 = time.perf_counter()
+        if not all(await asyncio.gather(*(each("try_lock", lock) for lock in locks))):
+            raise RuntimeError("a free lock could not be acquired")
+        acquired = time.perf_counter() - t0
+        scheduler.tally = tally = Tally(tally.locks)  # the acquisitions left out
+        lags: list[float] = []
+        probe = asyncio.create_task(lag_probe(lags))
+        before = store.stats.snapshot()
+        with CpuWindow(emulator=emulator) as window:
+            await asyncio.sleep(seconds)  # the workload: holding; the heartbeat does it all
+        probe.cancel()
+        after = store.stats.snapshot()
+        row = _row(tally, window, {k: after[k] - before[k] for k in after if after[k] != before[k]})
+        row["loop_lag_ms"] = ms_summary(lags) if aio else None
+        row["still_held"] = sum(lock.is_current_owner() for lock in locks)
+        row |= {"lost_reasons": sorted(set(lost)), "lost": len(lost)}
+        t0 = time.perf_counter()
+        # A lost lease's unlock() raises: counted above already.
+        await asyncio.gather(*(each("unlock", lock) for lock in locks), return_exceptions=True)
+    finally:
+        signals.lock_lost.disconnect(on_lost)
+        pool.shutdown()
+        await scheduler.aclose() if aio else scheduler.close()  # type: ignore[union-attr]
     released = round(time.perf_counter() - t0, 3)
     return {**row, "acquire_all_s": round(acquired, 3), "release_all_s": released}
 

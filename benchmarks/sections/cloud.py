@@ -145,37 +145,25 @@ def section_cloud(b: Bench) -> Section:
     table: list[list[str]] = []
     rows: list[Json] = []
     for run in runs:
-        table.append([f"{run.kind.label}: {run.iterations} rounds", "", "", "", "", "", ""])
+        table.append([f"{run.kind.label}: {run.iterations} rounds", *[""] * 6])
         medians = {op: summarize(v, 1e6).median for op, v in run.samples.items()}
         for op, label, base in _CLOUD_OPS:
             summary = summarize(run.samples[op], 1e6)
-            mean_requests = {k: v / summary.n for k, v in run.requests.get(op, {}).items()}
+            requests = {k: v / summary.n for k, v in run.requests.get(op, {}).items()}
             ratio = summary.median / sum(medians[x] for x in base) if base else None
-            own = _median_ms(run.own.get(op))
-            against = "+".join(x[4:].upper() for x in base)
-            table.append(
-                [
-                    f"  {label}",
-                    fmt_num(summary.median),
-                    fmt_num(summary.p99),
-                    fmt_counts(mean_requests) if base else "1",
-                    f"{ratio:.2f}x {against}" if ratio is not None else "",
-                    fmt_num(own) if own is not None else "",
-                    str(summary.n),
-                ]
-            )
+            own = summarize(run.own[op], 1e6).median if run.own.get(op) else None
             rows.append(
-                {
-                    "store": run.kind.name,
-                    "operation": op,
-                    "label": label,
-                    "unit": "ms",
-                    "requests": mean_requests if base else {"total": 1},
-                    "ratio_to_raw": ratio,
-                    "raw_baseline": list(base),
-                    "outside_store_ms": own,
-                    **asdict(summary),
-                }
+                {"store": run.kind.name, "operation": op, "label": label, "unit": "ms"}
+                | {"requests": requests if base else {"total": 1}, "ratio_to_raw": ratio}
+                | {"raw_baseline": list(base), "outside_store_ms": own, **asdict(summary)}
+            )
+            versus = (
+                "" if ratio is None else f"{ratio:.2f}x {'+'.join(x[4:].upper() for x in base)}"
+            )
+            median, p99, n = summary.cells()
+            count = fmt_counts(requests) if base else "1"
+            table.append(
+                [f"  {label}", median, p99, count, versus, "" if own is None else fmt_num(own), n]
             )
         run.raw.close()
         run.store.close()
@@ -199,7 +187,3 @@ def section_cloud(b: Bench) -> Section:
         rows=rows,
         notes=notes,
     )
-
-
-def _median_ms(samples_ns: list[int] | None) -> float | None:
-    return summarize(samples_ns, 1e6).median if samples_ns else None
