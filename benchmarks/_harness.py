@@ -312,12 +312,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 def ms_summary(values: Sequence[float]) -> dict[str, float | None]:
     """p50, p99 and max of ``values`` (seconds) in ms, rounded to µs; None when there are none."""
     if not values:
-        return {"p50": None, "p99": None, "max": None}
-    return {
-        "p50": round(1000 * statistics.median(values), 3),
-        "p99": round(1000 * percentile(values, 0.99), 3),
-        "max": round(1000 * max(values), 3),
-    }
+        return dict.fromkeys(("p50", "p99", "max"))
+    stats = (statistics.median(values), percentile(values, 0.99), max(values))
+    return {k: round(1000 * x, 3) for k, x in zip(("p50", "p99", "max"), stats, strict=True)}
 
 
 def cpu_times() -> list[int]:
@@ -339,13 +336,9 @@ def cpu_split(before: list[int], after: list[int]) -> dict[str, float]:
     }
 
 
-def process_cpu_s(pid: int) -> float | None:
+def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by process ``pid`` (Linux ``/proc``)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -373,14 +366,7 @@ class CpuWindow:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = max(time.perf_counter() - self.started, 1e-6)
-        self.percent: dict[str, float | None] = {
-            "own": round(100 * (time.process_time() - self._own) / self.seconds, 2)
-        }
-        for name, pid in self._pids.items():
-            before, after = self._others[name], process_cpu_s(pid)
-            self.percent[name] = (
-                None
-                if before is None or after is None
-                else round(100 * (after - before) / self.seconds, 2)
-            )
+        used = {name: process_cpu_s(pid) - self._others[name] for name, pid in self._pids.items()}
+        used["own"] = time.process_time() - self._own
+        self.percent = {name: round(100 * s / self.seconds, 2) for name, s in used.items()}
         self.machine = cpu_split(self._machine, cpu_times())

@@ -73,10 +73,7 @@ class Service:
 
     def cpu_s(self) -> float:
         """CPU seconds the service has used so far."""
-        used = process_cpu_s(self.pid)
-        if used is None:
-            raise ServiceError("cannot read the service's CPU time (Linux /proc only)")
-        return used
+        return process_cpu_s(self.pid)
 
     def rss_kib(self) -> int | None:
         """The service's resident memory (``VmRSS``), KiB; None if unreadable."""

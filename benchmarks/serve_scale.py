@@ -3,7 +3,7 @@
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5] [--ttl 30]
         [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--json PATH]
 
-One service (``_service.py``) and this process as its client (aiohttp, ``--concurrent``
+One service (``_service.py``) and this process as its client (aiohttp, :data:`CONCURRENT`
 requests in flight besides the streams). Each holder is an alpha2 NDJSON stream on its own lock
 (``ttl`` renewed by the service, pinged every ``--ping-interval``). Measured: the service's CPU
 idle, per acquisition, over the hold window (sampled every second, with a health check's latency
@@ -42,6 +42,8 @@ from _service import Service, ServiceError
 from prioritylock.server._config import ServeConfig
 
 STORE = "locks"
+CONCURRENT = 32  # requests in flight besides the streams
+SAMPLED = 36  # locks read back during the window
 DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
 
 
@@ -64,7 +66,7 @@ class StreamHolders:
 
     While they are held, a task per stream reads its lines: every ``ping`` is timed against the
     ping interval (how late it came after the line before); anything else, the stream's end or a
-    read error marks it in trouble. From outside, ``sample`` of the locks (spread over the N) are
+    read error marks it in trouble. From outside, :data:`SAMPLED` locks (spread over the N) are
     read back through ``GET .../{resourceId}``, one at a time at random, each about every half
     renewal interval: the lease must be held, by its owner, at the fence it was acquired with,
     and renewed within the renewal interval (a third of the ttl) plus ``slack``, or it counts as
@@ -77,10 +79,10 @@ class StreamHolders:
         self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
         self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
         self._renew = self._ttl / 3  # the service renews every third of the ttl
-        self._limit = asyncio.Semaphore(args.concurrent)
+        self._limit = asyncio.Semaphore(CONCURRENT)
         self._run = uuid.uuid4().hex[:8]
         self._streams: list[_Stream] = []
-        k = min(args.sample, self._n)
+        k = min(SAMPLED, self._n)
         self._sampled = sorted({i * self._n // k for i in range(k)})
         self._sampler: asyncio.Task[None] | None = None
         self._all_open = False
@@ -288,7 +290,7 @@ async def run(args: Any, service: Service, result: dict[str, Any], emulator: int
     """Idle, acquire, hold, check, release; figures go into ``result`` as they come, so a
     failed run still reports how far it got."""
     # Each stream keeps its connection: room for them all, plus the samples and health checks.
-    connector = aiohttp.TCPConnector(limit=args.concurrent + args.holders + 8)
+    connector = aiohttp.TCPConnector(limit=CONCURRENT + args.holders + 8)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         holders = StreamHolders(session, service, args)
@@ -321,9 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle", type=float, default=5.0, help="the idle window before it")
     parser.add_argument("--store", default="memory", help="memory, a URL, or an emulator")
     parser.add_argument("--ttl", type=float, default=30.0, help="each stream's lease, s")
-    parser.add_argument("--concurrent", type=int, default=32, help="requests in flight")
     parser.add_argument("--ping-interval", type=float, default=DEFAULT_PING_S)
-    parser.add_argument("--sample", type=int, default=36, help="locks read back")
     parser.add_argument("--slack", type=float, default=1.0, help="renewal lateness allowed, s")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mode": "streams",
         "holders": args.holders,
         "expiry_s": args.ttl,
-        "concurrent": args.concurrent,
+        "concurrent": CONCURRENT,
         "store": url.split("?", 1)[0],
         **({"emulator": emulator.name, "versions": _servers.versions()} if emulator else {}),
         **result,

@@ -133,10 +133,7 @@ def _held_lock(b: Bench, kind: StoreKind, timings: str, out: Json) -> Callable[[
     """A lock held for about ``waiter_s`` and an idle one next to it, with the default timings
     or Hudi's (watched at the renew interval, as ``from_properties`` sets them), scaled by
     :data:`HELD_SCALE`: the held lock's writes and reads per renew interval, the idle one's."""
-    held_tally, idle_tally = (
-        TallyStore(open_store(b.url(kind))),
-        TallyStore(open_store(b.url(kind))),
-    )
+    held_tally, idle_tally = (TallyStore(open_store(b.url(kind))) for _ in range(2))
     builder = b.builder(held_tally, b.path("held"), "holder").cleanup_timeout(
         DEFAULTS.cleanup_timeout * HELD_SCALE
     )
@@ -196,13 +193,12 @@ def section_requests(b: Bench) -> Section:
         cells = [f"{x['steady_per_s']:.2f}/s (1st s: {x['first_second']})" for x in w.values()]
         table.append([f"blocked waiter reads, poll_interval {poll:g} s", *cells])
         rows.append({"operation": "waiter_reads", "poll_interval": poll} | w)
-    for timings in ("defaults", "hudi"):
+    for timings, name in (("defaults", "default"), ("hudi", "Hudi's")):
         h = {k.name: held[f"{k.name}/{timings}"] for k in kinds}
         cells = [
             f"{x['writes_per_renew_interval']:.2f} w, {x['reads_per_renew_interval']:.2f} r"
             for x in h.values()
         ]
-        name = "default" if timings == "defaults" else "Hudi's"
         table.append([f"held lock, {name} timings: per renew interval", *cells])
         rows.append({"operation": "held", "timings": timings, "scale": HELD_SCALE} | h)
     idle = [fmt_counts(held[f"{k.name}/defaults"]["idle"]) for k in kinds]
@@ -210,9 +206,8 @@ def section_requests(b: Bench) -> Section:
     for variant, label in PREEMPT_VARIANTS:
         counts = {k.name: preemptions(b, k, variant).requests for k in kinds}
         for who in ("requestor", "holder"):
-            table.append(
-                [f"preemption, {label}: {who}", *(fmt_counts(counts[k.name][who]) for k in kinds)]
-            )
+            cells = [fmt_counts(counts[k.name][who]) for k in kinds]
+            table.append([f"preemption, {label}: {who}", *cells])
         rows.append({"operation": "preemption", "variant": variant} | counts)
 
     s = b.sizes
@@ -229,13 +224,15 @@ def section_requests(b: Bench) -> Section:
         for t in ("defaults", "hudi")
     }
     rows.append({"operation": "per_day_at_full_scale", "waiter_reads_per_day": rate * 86400} | day)
+    title = "Store requests per operation (from store.stats; two-client cases split per thread)"
+    headers = ["operation", *(k.label for k in kinds)]
     return Section(
-        name="requests",
-        title="Store requests per operation (from store.stats; two-client cases split per thread)",
-        headers=["operation", *(k.label for k in kinds)],
-        table=table,
-        rows=rows,
-        notes=[
+        "requests",
+        title,
+        headers,
+        table,
+        rows,
+        [
             f"Blocked waiter: steady reads/s counted after the first {s.waiter_settle_s:g} s of "
             f"a {s.waiter_s:g} s wait; all stores pooled, default poll_interval: {rate:.2f} "
             f"reads/s, {rate * 86400:,.0f} a day.",
