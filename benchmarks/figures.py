@@ -43,8 +43,7 @@ class Bar:
     value: float
     colour: str
     shown: str  # the value as printed at the bar's end
-    stacked: float = 0.0  # a second segment after the first (e.g. the emulator's CPU)
-    stacked_colour: str = OURS_LIGHT
+    stacked: float = 0.0  # a second segment after the first, in OURS_LIGHT (the emulator's CPU)
 
 
 @dataclass(frozen=True)
@@ -63,13 +62,9 @@ class Chart:
 
 
 def _num(value: float) -> str:
-    return (
-        f"{value:,.0f}"
-        if value >= 100
-        else f"{value:.{1 if value >= 10 else 2}f}"
-        if value >= 1
-        else f"{value:.3g}"
-    )
+    """Three significant figures, at least."""
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2
+    return f"{value:.3g}" if value < 1 else f"{value:,.{digits}f}"
 
 
 def _ticks(top: float) -> list[float]:
@@ -116,7 +111,7 @@ def render(chart: Chart) -> str:
             rows.append(_rect(x0, y, max(bar.value * scale, 0.5), BAR_H, bar.colour))
             end = x0 + bar.value * scale
             if bar.stacked:
-                rows.append(_rect(end, y, bar.stacked * scale, BAR_H, bar.stacked_colour))
+                rows.append(_rect(end, y, bar.stacked * scale, BAR_H, OURS_LIGHT))
                 end += bar.stacked * scale
             rows.append(_text(end + 4, y + BAR_H - 4, bar.shown, SMALL, fill=MUTED))
             y += BAR_H
@@ -187,13 +182,18 @@ _CYCLE = [
 ]
 
 
-def cycle_chart(latest: Json) -> Chart:
-    rows = {r["variant"]: r for r in latest["sections"]["overhead"]["rows"]}
-    bars = [
-        Bar(label, rows[key]["median"], colour, f"{_num(rows[key]['median'])} µs")
-        for key, label, colour in _CYCLE
-        if key in rows
+def _medians(rows: dict[str, Json], bars: list[tuple[str, str, str]], unit: str) -> list[Bar]:
+    """A bar of each (key, label, colour) of ``bars`` found in ``rows``: its median."""
+    medians = {key: rows[key]["median"] for key, _, _ in bars if key in rows}
+    return [
+        Bar(label, medians[k], c, f"{_num(medians[k])} {unit}")
+        for k, label, c in bars
+        if k in medians
     ]
+
+
+def cycle_chart(latest: Json) -> Chart:
+    bars = _medians({r["variant"]: r for r in latest["sections"]["overhead"]["rows"]}, _CYCLE, "µs")
     return Chart(
         title="Uncontended try_lock() + unlock(): median µs per cycle",
         unit="µs per cycle (median)",
@@ -224,15 +224,10 @@ _CLOUD = [
 
 
 def cloud_chart(latest: Json) -> Chart:
-    rows = {(r["store"], r["operation"]): r for r in latest["sections"]["cloud"]["rows"]}
+    rows = latest["sections"]["cloud"]["rows"]
     groups = []
     for store, title in _STORES.items():
-        bars = [
-            Bar(label, rows[store, op]["median"], colour, f"{_num(rows[store, op]['median'])} ms")
-            for op, label, colour in _CLOUD
-            if (store, op) in rows
-        ]
-        if bars:
+        if bars := _medians({r["operation"]: r for r in rows if r["store"] == store}, _CLOUD, "ms"):
             groups.append(Group(title, bars))
     return Chart(
         title="Cloud stores on their emulators: median ms per operation",
@@ -282,9 +277,8 @@ def draw(results: Path = RESULTS) -> dict[str, str]:
     """The figures, by file name, drawn from the results in ``results``: those whose data are
     there (a run of some sections only leaves the others' figures as they were)."""
     latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
-    scale = {
-        p.name: json.loads(p.read_text(encoding="utf-8")) for p in results.glob("scale-*.json")
-    }
+    files = [results / name for name, _ in _SCALE if (results / name).exists()]
+    scale = {path.name: json.loads(path.read_text(encoding="utf-8")) for path in files}
     sections = latest.get("sections", {})
     charts: dict[str, Chart] = {}
     if sections.get("overhead", {}).get("rows"):

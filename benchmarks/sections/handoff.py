@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import threading
 import time
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
 from multiprocessing.connection import Connection
@@ -70,21 +70,9 @@ def handoff_threads(
     path = b.path("handoff")
     locks = [b.builder(st, path, f"peer-{i}").build() for i, st in enumerate(stores)]
     mine, theirs = multiprocessing.Pipe()
-    result: list[Times | BaseException] = []
-
-    def second() -> None:
-        try:
-            result.append(handoff_peer(locks[1], theirs, False, handoffs, hold_s))
-        except BaseException as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=second, name="bench-handoff-peer")
-    thread.start()
-    times = handoff_peer(locks[0], mine, True, handoffs, hold_s)
-    thread.join()
-    if isinstance(other := result[0], BaseException):
-        raise other
-    return _latencies(times, other)
+    with ThreadPoolExecutor(1, thread_name_prefix="bench-handoff-peer") as pool:
+        other = pool.submit(handoff_peer, locks[1], theirs, False, handoffs, hold_s)
+        return _latencies(handoff_peer(locks[0], mine, True, handoffs, hold_s), other.result())
 
 
 async def _ping_pong(
