@@ -1,16 +1,12 @@
 """prioritylock benchmarks: figures, not pass/fail. One run prints every table side by side.
 
-    python benchmarks/run.py [--quick] [--stores a,b] [--sections a,b] [--json PATH] [--dir DIR]
+    python benchmarks/run.py [--quick] [--stores a,b] [--sections a,b] [--json PATH]
 
 Stores: ``STORE_KINDS`` in ``_bench.py`` (memory, local, and the cloud stores on emulators this
-run starts on free ports of 127.0.0.1 and stops however it ends). Sections: ``SECTIONS`` below,
-each a ``section_NAME(Bench) -> Section`` in ``sections/``; see benchmarks/README.md for what each
-measures. A run that writes the default results file also redraws the docs' figures.
-
-To add a section: write ``sections/NAME.py`` with ``section_NAME(b: Bench) -> Section`` on the
-shared harness (``timed``/``timed_async`` + ``CycleVariant`` + ``run_interleaved`` + ``compare``
-for timed loops; ``b.url(kind)`` for a fresh store; ``Service`` from ``_service.py`` for the
-lock service), list it in ``SECTIONS``, and in ``CLOUD_SECTIONS`` if it uses the emulators.
+run starts on free ports of 127.0.0.1 and stops however it ends); the LocalStore lives under
+``$TMPDIR``. Sections: ``SECTIONS`` below, each a ``section_NAME(Bench) -> Section`` in
+``sections/``; benchmarks/README.md says what each measures and how to add one. A run that
+writes the default results file also redraws the docs' figures.
 """
 
 from __future__ import annotations
@@ -56,16 +52,6 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
 }
 
 
-def _run_sections(bench: Bench, wanted: Sequence[str], done: dict[str, Section]) -> None:
-    for name, run in SECTIONS.items():
-        if name in wanted:
-            with CpuWindow() as window:
-                section = done[name] = run(bench)
-            section.elapsed_s, section.load = window.seconds, window.load
-            section.steal = window.machine["steal"]
-            print(f"\n{section.render()}", flush=True)
-
-
 def _pick(parser: argparse.ArgumentParser, value: str, choices: Sequence[str]) -> list[str]:
     """The comma-separated names of ``value`` (all ``choices`` if none), checked."""
     picked = [x.strip() for x in value.split(",") if x.strip()] or list(choices)
@@ -80,13 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
     parser.add_argument("--sections", default="", help="comma-separated (default: all)")
     parser.add_argument("--stores", default="", help="comma-separated (default: all)")
-    parser.add_argument("--dir", default=None, help="parent of the scratch dir (default: $TMPDIR)")
     args = parser.parse_args(argv)
     wanted = _pick(parser, args.sections, list(SECTIONS))
     picked = _pick(parser, args.stores, [k.name for k in STORE_KINDS])
     kinds = tuple(k for k in STORE_KINDS if k.name in picked)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="prioritylock-bench-", dir=args.dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as tmp:
         bench = Bench(sizes=QUICK if args.quick else FULL, root=Path(tmp), kinds=kinds)
         machine = machine_info(bench.root)
         print(" | ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
@@ -101,7 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         for name, e in bench.emulators.items()
                     }
                     machine["emulator_versions"] = _servers.versions()
-                _run_sections(bench, wanted, done)
+                for name in (n for n in SECTIONS if n in wanted):
+                    with CpuWindow() as window:
+                        section = done[name] = SECTIONS[name](bench)
+                    section.elapsed_s, section.load = window.seconds, window.load
+                    section.steal = window.machine["steal"]
+                    print(f"\n{section.render()}", flush=True)
         except _servers.EmulatorError as exc:
             print(
                 f"error: {exc}\n(install it, or leave its store out with --stores)", file=sys.stderr
