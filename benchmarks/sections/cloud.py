@@ -7,19 +7,20 @@ library's overhead over the store's own cost. The stores take turns round by rou
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import _servers
 from _bench import Bench, StoreKind
 from _harness import Json, Section, T, fmt_counts, fmt_num, summarize
 from _wrappers import StoreTimer
 
-from prioritylock import LockBuilder
-from prioritylock.stores import ObjectStore, open_store
+from prioritylock.stores import open_store
 
 #: (key, label, what its median is compared with: the raw SDK calls whose medians are summed)
 _CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
@@ -33,24 +34,27 @@ _CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
 _BASES = {op: base for op, _, base in _CLOUD_OPS}
 
 
-@dataclass
 class CloudRun:
     """One cloud store's timed operations; stores take turns, one round each at a time."""
 
-    kind: StoreKind
-    store: ObjectStore
-    timer: StoreTimer  # the same store, as the locks see it
-    raw: _servers.RawClient
-    builder: LockBuilder
-    body_len: int  # a lease document's size: the raw PUTs write as many bytes
-    raw_key: str
-    raw_version: str
-    samples: dict[str, list[int]] = field(default_factory=dict)
-    #: op -> its time outside store calls: the library's own work
-    own: dict[str, list[int]] = field(default_factory=dict)
-    requests: dict[str, dict[str, int]] = field(default_factory=dict)  # summed over samples
-    spent_s: float = 0.0
-    iterations: int = 0
+    def __init__(self, b: Bench, kind: StoreKind) -> None:
+        assert kind.emulator is not None
+        self.kind, self.store = kind, open_store(b.url(kind))
+        self.timer = StoreTimer(self.store)  # the same store, as the locks see it
+        self.builder = b.builder(self.timer, b.path("cloud"), "bench")
+        with contextlib.closing(self.builder.build()) as first:
+            first.lock(timeout=10)
+            found = self.store.read(first.key)
+            first.unlock()
+        assert found is not None
+        self.body_len = len(found.data)  # the raw PUTs write as many bytes as a lease document
+        self.raw = _servers.raw_client(b.emulators[kind.emulator], b.bucket(kind))
+        self.raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
+        self.raw_version = self.raw.put(self.raw_key, found.data, None)
+        self.samples: dict[str, list[int]] = {}
+        self.own: dict[str, list[int]] = {}  # time outside store calls: the library's own work
+        self.requests: dict[str, Counter[str]] = {}  # summed over samples
+        self.spent_s, self.iterations = 0.0, 0
 
     def timed(self, op: str, call: Callable[[], T]) -> T:
         """Run ``call``; note its duration and, for lock operations, its requests and its time
@@ -67,10 +71,8 @@ class CloudRun:
         if self.timer.spent_ns() != in_store:
             self.own.setdefault(op, []).append(elapsed - (self.timer.spent_ns() - in_store))
         after = self.store.stats.snapshot()
-        tally = self.requests.setdefault(op, {})
-        for k in after:
-            if k != "total" and after[k] != before[k]:
-                tally[k] = tally.get(k, 0) + after[k] - before[k]
+        made = {k: after[k] - before[k] for k in after if k != "total" and after[k] != before[k]}
+        self.requests.setdefault(op, Counter()).update(made)
         return result
 
     def iteration(self, record: bool = True) -> None:
@@ -104,34 +106,9 @@ class CloudRun:
         self.spent_s += time.perf_counter() - started
 
 
-def _cloud_run(b: Bench, kind: StoreKind) -> CloudRun:
-    assert kind.emulator is not None
-    store = open_store(b.url(kind))
-    timer = StoreTimer(store)
-    builder = b.builder(timer, b.path("cloud"), "bench")
-    first = builder.build()
-    first.lock(timeout=10)
-    found = store.read(first.key)
-    first.unlock()
-    first.close()
-    assert found is not None
-    raw = _servers.raw_client(b.emulators[kind.emulator], b.bucket(kind))
-    raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
-    return CloudRun(
-        kind=kind,
-        store=store,
-        timer=timer,
-        raw=raw,
-        builder=builder,
-        body_len=len(found.data),
-        raw_key=raw_key,
-        raw_version=raw.put(raw_key, found.data, None),
-    )
-
-
 def section_cloud(b: Bench) -> Section:
     s = b.sizes
-    runs = [_cloud_run(b, kind) for kind in b.cloud_kinds]
+    runs = [CloudRun(b, kind) for kind in b.cloud_kinds]
     for run in runs:
         for _ in range(3):
             run.iteration(record=False)  # warm up connections and the SDKs' caches
