@@ -4,11 +4,9 @@ lingers), its CPU, memory and open files read from ``/proc``."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,8 +28,8 @@ class Service:
     """One ``prioritylock serve`` process serving ``stores`` (name -> URL), with ``extra_args``
     added to its command line (e.g. ``--ping-interval``).
 
-    Its stdout and stderr go to files in ``log_dir`` (a pipe nobody reads could fill and block
-    it); the environment is this process's, so an emulator's credentials reach it.
+    Its output goes to a file in ``log_dir`` (a pipe nobody reads could fill and block it); the
+    environment is this process's, so an emulator's credentials reach it.
     """
 
     def __init__(
@@ -39,17 +37,14 @@ class Service:
     ) -> None:
         self.http_port, self.grpc_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
-        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", "bench"]
-        for name, url in stores.items():
-            args += ["--store", f"{name}={url}"]
+        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", "bench", *extra_args]
+        args += [f"--store={name}={url}" for name, url in stores.items()]
         args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
-        args += extra_args
         log_dir.mkdir(parents=True, exist_ok=True)
-        self._out = log_dir / f"serve-{self.http_port}.out"
-        self._err = log_dir / f"serve-{self.http_port}.err"
-        full = {k: v for k, v in os.environ.items() if k != "DAPR_API_TOKEN"}
-        with self._out.open("w") as out, self._err.open("w") as err:
-            self.proc = subprocess.Popen(args, env=full, stdout=out, stderr=err)
+        self._log = log_dir / f"serve-{self.http_port}.log"
+        env = {k: v for k, v in os.environ.items() if k != "DAPR_API_TOKEN"}
+        with self._log.open("w") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             self._wait_ready()
         except BaseException:
@@ -68,35 +63,31 @@ class Service:
         deadline = time.monotonic() + STARTUP_S
         while (http_get(f"{self.url}/v1.0/healthz/outbound") or (0,))[0] != 204:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.stderr()}")
+                raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.output()}")
             time.sleep(0.05)  # polling a process we don't control: no event to wait on
 
     def cpu_s(self) -> float:
         """CPU seconds the service has used so far."""
         return process_cpu_s(self.pid)
 
-    def rss_kib(self) -> int | None:
-        """The service's resident memory (``VmRSS``), KiB; None if unreadable."""
-        with contextlib.suppress(OSError, ValueError, IndexError, StopIteration):
-            status = Path(f"/proc/{self.pid}/status").read_text(encoding="ascii").splitlines()
-            return int(next(x for x in status if x.startswith("VmRSS:")).split()[1])
-        return None
+    def rss_kib(self) -> int:
+        """The service's resident memory (``VmRSS``), KiB."""
+        status = Path(f"/proc/{self.pid}/status").read_text(encoding="ascii")
+        return int(status.split("VmRSS:", 1)[1].split()[0])
 
-    def open_fds(self) -> int | None:
-        """How many file descriptors the service has open; None if unreadable."""
-        with contextlib.suppress(OSError):
-            return len(os.listdir(f"/proc/{self.pid}/fd"))
-        return None
+    def open_fds(self) -> int:
+        """How many file descriptors the service has open."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
 
-    def stderr(self, tail: int | None = 2000) -> str:
-        """What the service wrote to stderr (its log): the last ``tail`` characters, or all."""
-        text = self._err.read_text(errors="replace")
+    def output(self, tail: int | None = 2000) -> str:
+        """What the service wrote (its log): the last ``tail`` characters, or all."""
+        text = self._log.read_text(errors="replace")
         return text if tail is None else text[-tail:]
 
     def close(self) -> None:
         """SIGTERM, then SIGKILL if it has not exited within 20 s."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.terminate()
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

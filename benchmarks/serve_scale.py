@@ -345,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ServiceError as exc:
             failure = str(exc)
         service.close()
-        errors = service.stderr(tail=None)
+        errors = service.output(tail=None)
         if failure is None and ("Traceback" in errors or "ERROR" in errors):
             failure = f"the service logged errors:\n{errors}"
     payload = {
