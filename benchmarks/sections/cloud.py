@@ -155,12 +155,6 @@ def section_cloud(b: Bench) -> Section:
     ]
     if not runs:
         notes = ["No cloud store picked (--stores), so nothing to measure."]
-    return Section(
-        name="cloud",
-        title="Cloud stores on their emulators: lock operations vs the SDK's own GET and "
-        "conditional PUT (ms)",
-        headers=["operation", "median", "p99", "requests", "vs raw", "lib ms", "n"],
-        table=table,
-        rows=rows,
-        notes=notes,
-    )
+    title = "Cloud stores on their emulators: lock operations vs the SDK's own GET and PUT (ms)"
+    headers = ["operation", "median", "p99", "requests", "vs raw", "lib ms", "n"]
+    return Section("cloud", title, headers, table, rows, notes)

@@ -226,24 +226,18 @@ def section_requests(b: Bench) -> Section:
     rows.append({"operation": "per_day_at_full_scale", "waiter_reads_per_day": rate * 86400} | day)
     title = "Store requests per operation (from store.stats; two-client cases split per thread)"
     headers = ["operation", *(k.label for k in kinds)]
-    return Section(
-        "requests",
-        title,
-        headers,
-        table,
-        rows,
-        [
-            f"Blocked waiter: steady reads/s counted after the first {s.waiter_settle_s:g} s of "
-            f"a {s.waiter_s:g} s wait; all stores pooled, default poll_interval: {rate:.2f} "
-            f"reads/s, {rate * 86400:,.0f} a day.",
-            f"Held lock: timings x{HELD_SCALE:g} so a short window holds several renew intervals "
-            f"(Hudi's: lease {HUDI_LEASE_S:g} s, renew and watch every {HUDI_RENEW_S:g} s, as "
-            "from_properties maps them); w = conditional writes, r = reads. Per day at full "
-            f"scale: defaults {day['defaults']['writes']:,.0f} writes + "
-            f"{day['defaults']['reads']:,.0f} reads; Hudi's {day['hudi']['writes']:,.0f} writes + "
-            f"{day['hudi']['reads']:,.0f} reads (the heartbeat's 50 ms grid stretches each scaled "
-            "interval by up to 5%: full-scale counts are up to ~5% higher).",
-            "Preemption: mean over the preemption-latency runs, from the requestor's try_lock() "
-            "call until the holder is told it lost the lock.",
-        ],
-    )
+    notes = [
+        f"Blocked waiter: steady reads/s counted after the first {s.waiter_settle_s:g} s of "
+        f"a {s.waiter_s:g} s wait; all stores pooled, default poll_interval: {rate:.2f} "
+        f"reads/s, {rate * 86400:,.0f} a day.",
+        f"Held lock: timings x{HELD_SCALE:g} so a short window holds several renew intervals "
+        f"(Hudi's: lease {HUDI_LEASE_S:g} s, renew and watch every {HUDI_RENEW_S:g} s, as "
+        "from_properties maps them); w = conditional writes, r = reads. Per day at full "
+        f"scale: defaults {day['defaults']['writes']:,.0f} writes + "
+        f"{day['defaults']['reads']:,.0f} reads; Hudi's {day['hudi']['writes']:,.0f} writes + "
+        f"{day['hudi']['reads']:,.0f} reads (the heartbeat's 50 ms grid stretches each scaled "
+        "interval by up to 5%: full-scale counts are up to ~5% higher).",
+        "Preemption: mean over the preemption-latency runs, from the requestor's try_lock() "
+        "call until the holder is told it lost the lock.",
+    ]
+    return Section("requests", title, headers, table, rows, notes)
