@@ -3,7 +3,7 @@
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5] [--ttl 30]
         [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--json PATH]
 
-One service (``_service.py``) and this process as its client (aiohttp, :data:`CONCURRENT`
+One service (``_servers.Service``) and this process as its client (aiohttp, :data:`CONCURRENT`
 requests in flight besides the streams). Each holder is an alpha2 NDJSON stream on its own lock
 (``ttl`` renewed by the service, pinged every ``--ping-interval``). Measured: the service's CPU
 idle, per acquisition, over the hold window (sampled every second, with a health check's latency
@@ -37,7 +37,7 @@ import _servers
 import aiohttp
 import attrs
 from _harness import CpuWindow, lag_probe, load_average, machine_info, ms_summary, write_json
-from _service import Service, ServiceError
+from _servers import Service, ServiceError
 
 from prioritylock.server._config import ServeConfig
 

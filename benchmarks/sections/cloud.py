@@ -16,9 +16,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 import _servers
-from _bench import Bench, StoreKind
+from _bench import Bench, StoreKind, StoreTimer
 from _harness import Json, Section, T, fmt_counts, fmt_num, summarize
-from _wrappers import StoreTimer
 
 from prioritylock.stores import open_store
 

@@ -13,9 +13,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import cast
 
-from _bench import Bench, StoreKind
+from _bench import Bench, StoreKind, TallyStore
 from _harness import Json, Section, summarize
-from _wrappers import TallyStore
 
 from prioritylock import CleanupNotice, Lock, LockListener
 from prioritylock.stores import open_store

@@ -13,9 +13,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from _bench import Bench, StoreKind
+from _bench import Bench, StoreKind, TallyStore
 from _harness import Json, Section, fmt_counts, run_threads, stats_delta
-from _wrappers import TallyStore
 
 from prioritylock import FakeClock, Heartbeat, LockBuilder, LockTimeout
 from prioritylock.stores import ObjectStore, open_store

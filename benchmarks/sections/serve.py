@@ -2,7 +2,7 @@
 made in process with ``AsyncLock`` (a new lock object each cycle, as the service builds one per
 TryLock, and the same object).
 
-Per picked store (memory and the cloud ones), one service (``_service.py``) and one client at a
+Per picked store (memory and the cloud ones), one service (``_servers.Service``) and one client at a
 time, each on its own resource, the same every cycle: HTTP (``/v1.0-alpha1/lock`` and
 ``/unlock`` on one kept-alive connection), gRPC (the ``dapr`` package's stubs on one channel)
 and the Dapr SDK (``DaprClient``: what an existing Dapr app pays). Variants are interleaved; the
@@ -31,7 +31,7 @@ from _harness import (
     timed,
     timed_async,
 )
-from _service import Service, ServiceError, post_json
+from _servers import Service, ServiceError, post_json
 
 from prioritylock import LockBuilder
 from prioritylock.stores import open_store
