@@ -361,8 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.json:
         write_json(args.json, payload)
-    shown = ("acquire", "hold", "release", "streams")
-    print(json.dumps({k: result[k] for k in shown if k in result}, indent=1))
+    for phase in ("idle", "acquire", "hold", "release", "streams"):
+        print(f"{phase}: {json.dumps(result.get(phase))}")
     if failure is not None:
         print(f"FAILED: {failure}", file=sys.stderr)
         return 1

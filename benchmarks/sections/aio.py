@@ -46,9 +46,10 @@ def _cycle_variants(
             ("async-same", "AsyncLock, same object", on_loop(partial(alock_cycle, asame))),
         ]
         if kind.emulator is None:
+            async_fresh = on_loop(alock_cycle, afresh.build_async)
             cases += [
                 ("sync-fresh", "Lock, new each cycle", timed(lock_cycle, fresh.build)),
-                ("async-fresh", "AsyncLock, new each", on_loop(alock_cycle, afresh.build_async)),
+                ("async-fresh", "AsyncLock, new each cycle", async_fresh),
             ]
         variants += [
             CycleVariant(f"{key}/{case}", f"{label}, {text}", n, run) for case, text, run in cases
