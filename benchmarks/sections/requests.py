@@ -203,7 +203,7 @@ def section_requests(b: Bench) -> Section:
     idle = [fmt_counts(held[f"{k.name}/defaults"]["idle"]) for k in kinds]
     table.append(["idle lock (built, used, released)", *idle])
     for variant, label in PREEMPT_VARIANTS:
-        counts = {k.name: preemptions(b, k, variant).requests for k in kinds}
+        counts = {k.name: preemptions(b, k, variant)[1] for k in kinds}
         for who in ("requestor", "holder"):
             cells = [fmt_counts(counts[k.name][who]) for k in kinds]
             table.append([f"preemption, {label}: {who}", *cells])
