@@ -106,14 +106,10 @@ class Bench:
     _buckets: dict[str, str] = field(default_factory=dict)
 
     @property
-    def cloud_kinds(self) -> tuple[StoreKind, ...]:
-        """The picked stores whose emulator is running."""
-        return tuple(k for k in self.kinds if k.emulator in self.emulators)
-
-    @property
     def store_kinds(self) -> tuple[StoreKind, ...]:
-        """Every picked store that can be opened now."""
-        return tuple(k for k in self.kinds if k.emulator is None) + self.cloud_kinds
+        """Every picked store that can be opened now, the cloud ones (emulator running) last."""
+        cloud = tuple(k for k in self.kinds if k.emulator in self.emulators)
+        return tuple(k for k in self.kinds if k.emulator is None) + cloud
 
     def url(self, kind: StoreKind) -> str:
         """A fresh, empty namespace of ``kind`` as a store URL."""

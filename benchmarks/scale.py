@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 import threading
@@ -187,24 +188,6 @@ async def measure(
     return {**row, "acquire_all_s": round(acquired, 3), "release_all_s": released}
 
 
-def _line(r: Json) -> str:
-    """A row's figures in a line (ms: p50 / p99 / max)."""
-
-    def ms(key: str) -> str:
-        return "/".join(str(v) for v in (r[key] or {}).values()) or "-"
-
-    return (
-        f"{r['leases']:,} leases: CPU {r['cpu_percent_of_one_core']}% of a core (emulator "
-        f"{r['emulator_cpu_percent_of_one_core']}%, machine {r['machine_cpu_percent']}); "
-        f"{r['requests_per_s']} requests/s ({r['requests_per_s_expected']} needed); task late "
-        f"{ms('late_ms')} ms, renewal done late {ms('renew_done_late_ms')} ms, loop lag "
-        f"{ms('loop_lag_ms')} ms; renewals/lease {r['renewals_per_lease_min']}-"
-        f"{r['renewals_per_lease_max']}, min margin {r['min_margin_s']} s; acquired in "
-        f"{r['acquire_all_s']} s, released in {r['release_all_s']} s; held {r['still_held']:,}, "
-        f"lost {r['lost']} {r['lost_reasons']}"
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--store", choices=sorted(DEFAULT_LEASES), default="memory")
@@ -225,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if emulator is not None:
                 facts["versions"] = _servers.versions()
     driver = "asyncio" if args.aio else "threads"
-    print(f"scale on {args.store}, {driver}:", *map(_line, rows), sep="\n")
+    print(f"scale on {args.store}, {driver}:", *map(json.dumps, rows), sep="\n")
     if args.json:
         payload = {"store": args.store, "driver": driver, "machine": facts, "rows": rows}
         write_json(args.json, payload)

@@ -107,7 +107,7 @@ class CloudRun:
 
 def section_cloud(b: Bench) -> Section:
     s = b.sizes
-    runs = [CloudRun(b, kind) for kind in b.cloud_kinds]
+    runs = [CloudRun(b, kind) for kind in b.store_kinds if kind.emulator]
     for run in runs:
         for _ in range(3):
             run.iteration(record=False)  # warm up connections and the SDKs' caches
