@@ -4,98 +4,62 @@
 - :class:`StoreKind` and :data:`STORE_KINDS`: every store a section can loop over;
 - :class:`Bench`: the run's sizes, scratch directory, picked stores and running emulators, and
   fresh namespaces, lock paths and builders on them;
-- :func:`lock_cycle` and :func:`local_stores`, used by more than one section.
+- :func:`lock_cycle`, :func:`alock_cycle` and :func:`local_stores`, used by more than one section;
+- :class:`StoreTimer` (time inside store calls) and :class:`TallyStore` (requests per thread).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import multiprocessing
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _servers
+from _harness import T
 from _servers import Emulator
 
-from prioritylock import Lock, LockBuilder
+from prioritylock import AsyncLock, Lock, LockBuilder
 from prioritylock.stores import ObjectStore
+from prioritylock.testing import DelegatingStore
 
 HERE = Path(__file__).resolve().parent
-#: The script the handoff and contention sections start their child processes with.
-RUN_PY = HERE / "run.py"
 
 # -- sizes -----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Sizes:
-    """How much to measure. Counts are targets; ``budget_s`` caps each timed variant."""
+    """How much to measure (the defaults: a full run). Counts are targets; budgets cap them."""
 
-    cycles: int  # per cycle variant on the memory store and for the baselines
-    cycles_slow: int  # per cycle variant on stores that write to disk or network
-    budget_s: float  # wall-clock cap per cycle variant
-    rounds: int  # variants are interleaved in this many rounds, so noise hits all alike
-    warmup: int
-    handoffs: int
-    hold_s: float  # how long the holder holds once the waiter is waiting
-    handoffs_long: int
-    hold_long_s: float
-    preemptions: int
-    waiter_s: float  # how long the blocked waiter waits
-    waiter_settle_s: float  # steady-state reads/s are counted after this
-    profile_cycles: int
-    profile_cycles_slow: int
-    cloud_iterations: int  # per cloud store: rounds of raw GET, raw PUT, acquire, renew, release
-    cloud_budget_s: float  # wall-clock cap per cloud store
-    cloud_handoffs: int  # per handoff case on a cloud store
-    contention_s: float  # the window each contention variant runs for
-    contention_procs: int  # processes contending for one lock
+    cycles: int = 20_000  # per cycle variant on the memory store and for the baselines
+    cycles_slow: int = 2_000  # per cycle variant on stores that write to disk or network
+    budget_s: float = 6.0  # wall-clock cap per cycle variant
+    rounds: int = 10  # variants are interleaved in this many rounds, so noise hits all alike
+    warmup: int = 200
+    handoffs: int = 50
+    hold_s: float = 0.02  # how long the holder holds once the waiter is waiting
+    handoffs_long: int = 30
+    hold_long_s: float = 0.25
+    preemptions: int = 30
+    waiter_s: float = 12.0  # how long the blocked waiter waits
+    waiter_settle_s: float = 2.0  # steady-state reads/s are counted after this
+    cloud_iterations: int = 200  # per cloud store: rounds of raw GET and PUT and lock operations
+    cloud_budget_s: float = 18.0  # wall-clock cap per cloud store
+    cloud_handoffs: int = 40  # per handoff case on a cloud store
+    contention_s: float = 10.0  # the window each contention variant runs for
+    contention_procs: int = 8  # processes contending for one lock
 
 
-FULL = Sizes(
-    cycles=20_000,
-    cycles_slow=2_000,
-    budget_s=6.0,
-    rounds=10,
-    warmup=200,
-    handoffs=50,
-    hold_s=0.02,
-    handoffs_long=30,
-    hold_long_s=0.25,
-    preemptions=30,
-    waiter_s=12.0,
-    waiter_settle_s=2.0,
-    profile_cycles=5_000,
-    profile_cycles_slow=300,
-    cloud_iterations=200,
-    cloud_budget_s=18.0,
-    cloud_handoffs=40,
-    contention_s=10.0,
-    contention_procs=8,
-)
-
-QUICK = Sizes(
-    cycles=2_000,
-    cycles_slow=200,
-    budget_s=1.5,
-    rounds=4,
-    warmup=50,
-    handoffs=16,
-    hold_s=0.02,
-    handoffs_long=4,
-    hold_long_s=0.25,
-    preemptions=6,
-    waiter_s=3.0,
-    waiter_settle_s=1.5,
-    profile_cycles=1_000,
-    profile_cycles_slow=50,
-    cloud_iterations=25,
-    cloud_budget_s=2.5,
-    cloud_handoffs=8,
-    contention_s=2.0,
-    contention_procs=8,
-)
+FULL = Sizes()
+#: ``--quick``: a smoke test.
+QUICK = Sizes(2_000, 200, 1.5, 4, 50, 16, 0.02, 4, 0.25, 6, 3.0, 1.5, 25, 2.5, 8, 2.0, 8)
 
 
 # -- stores under test -----------------------------------------------------------------------------
@@ -103,57 +67,29 @@ QUICK = Sizes(
 
 @dataclass(frozen=True)
 class StoreKind:
-    """One kind of store. ``Bench.url(kind)`` names a fresh, empty namespace of it as a store URL;
-    ``open_store(url)`` opens a client on it (for ``memory://NAME`` the same object each time).
-
-    Local kinds name it with ``namespace(root)``; an ``emulator`` kind is a fresh prefix in a
-    bucket of that running emulator (``_servers.EMULATORS``), whose URL needs the environment
-    ``_servers.Emulator.env()`` gives (the run sets it).
-    """
+    """One kind of store: ``memory``, ``local`` or a cloud store on a running ``emulator`` (a
+    name of ``tools.emulators``). ``Bench.url(kind)`` names a fresh, empty namespace of it."""
 
     name: str
     label: str
-    cross_process: bool
-    slow: bool  # writes to disk or network: fewer cycles
-    namespace: Callable[[Path], str] | None = None
     emulator: str | None = None
 
+    @property
+    def slow(self) -> bool:
+        """Writes to disk or network: fewer cycles."""
+        return self.name != "memory"
 
+
+_CLOUD = {"s3-moto": "S3 (moto)", "s3-seaweedfs": "S3 (SeaweedFS)", "gcs": "GCS (fake-gcs)"}
+_CLOUD["azure"] = "Azure (Azurite)"
 STORE_KINDS: tuple[StoreKind, ...] = (
-    StoreKind(
-        name="memory",
-        label="MemoryStore",
-        namespace=lambda root: f"memory://bench-{uuid.uuid4().hex}",
-        cross_process=False,
-        slow=False,
-    ),
-    StoreKind(
-        name="local",
-        label="LocalStore",
-        namespace=lambda root: (root / f"local-{uuid.uuid4().hex[:12]}").as_uri(),
-        cross_process=True,
-        slow=True,
-    ),
-    StoreKind(
-        name="s3-moto", label="S3 (moto)", cross_process=False, slow=True, emulator="s3-moto"
-    ),
-    StoreKind(
-        name="s3-seaweedfs",
-        label="S3 (SeaweedFS)",
-        cross_process=False,
-        slow=True,
-        emulator="s3-seaweedfs",
-    ),
-    StoreKind(name="gcs", label="GCS (fake-gcs)", cross_process=False, slow=True, emulator="gcs"),
-    StoreKind(
-        name="azure", label="Azure (Azurite)", cross_process=False, slow=True, emulator="azure"
-    ),
+    StoreKind("memory", "MemoryStore"),
+    StoreKind("local", "LocalStore"),
+    *(StoreKind(name, label, name) for name, label in _CLOUD.items()),
 )
-MEMORY = STORE_KINDS[0]
 #: The query that makes a LocalStore URL skip fsync (``LocalStore(durable=False)``).
 NONDURABLE = "?durable=false"
 
-#: Sections that use the emulated stores: the emulators start only when one of them runs.
 
 # -- the run's context -----------------------------------------------------------------------------
 
@@ -170,34 +106,25 @@ class Bench:
     _buckets: dict[str, str] = field(default_factory=dict)
 
     @property
-    def local_kinds(self) -> tuple[StoreKind, ...]:
-        """The picked stores that need no emulator (memory, local)."""
-        return tuple(k for k in self.kinds if k.emulator is None)
-
-    @property
-    def cloud_kinds(self) -> tuple[StoreKind, ...]:
-        """The picked stores whose emulator is running."""
-        return tuple(k for k in self.kinds if k.emulator in self.emulators)
-
-    @property
     def store_kinds(self) -> tuple[StoreKind, ...]:
-        """Every picked store that can be opened now."""
-        return self.local_kinds + self.cloud_kinds
+        """Every picked store that can be opened now, the cloud ones (emulator running) last."""
+        cloud = tuple(k for k in self.kinds if k.emulator in self.emulators)
+        return tuple(k for k in self.kinds if k.emulator is None) + cloud
 
     def url(self, kind: StoreKind) -> str:
         """A fresh, empty namespace of ``kind`` as a store URL."""
-        if kind.namespace is not None:
-            return kind.namespace(self.root)
-        assert kind.emulator is not None
-        return self.emulators[kind.emulator].url(
-            self.bucket(kind), f"bench-{uuid.uuid4().hex[:12]}"
-        )
+        if kind.name == "memory":
+            return f"memory://bench-{uuid.uuid4().hex}"
+        if kind.emulator is None:
+            return (self.root / f"local-{uuid.uuid4().hex[:12]}").as_uri()
+        emulator = self.emulators[kind.emulator]
+        return _servers.url(emulator, self.bucket(kind), f"bench-{uuid.uuid4().hex[:12]}")
 
     def bucket(self, kind: StoreKind) -> str:
         """The run's bucket (container) on ``kind``'s emulator, made on first use."""
         assert kind.emulator is not None
         if kind.emulator not in self._buckets:
-            self._buckets[kind.emulator] = self.emulators[kind.emulator].make_bucket()
+            self._buckets[kind.emulator] = _servers.make_bucket(self.emulators[kind.emulator])
         return self._buckets[kind.emulator]
 
     def path(self, what: str) -> tuple[str, str]:
@@ -208,25 +135,125 @@ class Bench:
         return LockBuilder().store(store).path(*path).owner(owner)
 
 
-def lock_cycle(lock: Lock) -> Callable[[], None]:
-    """One uncontended ``try_lock()`` + ``unlock()`` of ``lock``."""
+def lock_cycle(lock: Lock) -> None:
+    """One uncontended ``try_lock()`` + ``unlock()``; a refused free lock is an error."""
+    if not lock.try_lock():
+        raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
+    lock.unlock()
 
-    def cycle() -> None:
-        if not lock.try_lock():
-            raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
-        lock.unlock()
 
-    return cycle
+async def alock_cycle(lock: AsyncLock) -> None:
+    """:func:`lock_cycle`, awaited."""
+    if not await lock.try_lock():
+        raise RuntimeError(f"uncontended try_lock() failed on {lock.key}")
+    await lock.unlock()
+
+
+def close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Stop what the AsyncLocks left running on ``loop`` (the scheduler's task), then close it."""
+
+    async def cancel_all() -> None:
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    loop.run_until_complete(cancel_all())
+    loop.run_until_complete(loop.shutdown_default_executor())
+    loop.close()
+
+
+def processes(target: Callable[..., None], n: int, *args: Any, timeout: float) -> list[Any]:
+    """``target(*args, barrier, results)`` in ``n`` new processes (spawned: no threads or locks
+    inherited), released together at ``barrier`` once all are ready: what each ``results.put``
+    (in order of arrival), each waited for at most ``timeout`` s after the start."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(n + 1), ctx.Queue()
+    children = [ctx.Process(target=target, args=(*args, barrier, results)) for _ in range(n)]
+    for child in children:
+        child.start()
+    try:
+        barrier.wait(timeout=120)
+        return [results.get(timeout=timeout) for _ in children]
+    except threading.BrokenBarrierError:
+        raise RuntimeError("a child process failed before the start (traceback above)") from None
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
 
 
 def local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:
-    """(key, label, kind, fresh URL) of the picked local stores, the LocalStore twice: durable
-    (the default) and ``durable=false``."""
-    stores: list[tuple[str, str, StoreKind, str]] = []
-    for kind in b.local_kinds:
-        stores.append((kind.name, kind.label, kind, b.url(kind)))
-        if kind.name == "local":
-            stores.append(
-                ("local-nondurable", "LocalStore durable=false", kind, b.url(kind) + NONDURABLE)
-            )
+    """(key, label, kind, fresh URL) of the picked memory and local stores, the LocalStore
+    twice: durable (the default) and ``durable=false``."""
+    stores = [(k.name, k.label, k, b.url(k)) for k in b.kinds if k.emulator is None]
+    if local := [s for s in stores if s[0] == "local"]:
+        kind = local[0][2]
+        stores.append(
+            ("local-nondurable", "LocalStore durable=false", kind, b.url(kind) + NONDURABLE)
+        )
     return stores
+
+
+# -- store wrappers: what the lock does with its store, the lock none the wiser -------------------
+# Both are DelegatingStores: they keep the inner store's ``stats`` and ``capabilities``, so
+# request counts and the lock's choices are those of the bare store.
+
+
+class StoreTimer(DelegatingStore):
+    """Adds up the time this thread spends inside store calls, so a lock operation's time
+    splits into the store's and the library's own."""
+
+    _local = threading.local()
+
+    def spent_ns(self) -> int:
+        """Time this thread has spent inside store calls so far."""
+        return int(getattr(self._local, "spent", 0))
+
+    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
+        t0 = time.perf_counter_ns()
+        try:
+            return call()
+        finally:
+            self._local.spent = self.spent_ns() + time.perf_counter_ns() - t0
+
+
+#: The tally's name for each kind of request.
+_KINDS = {"read": "reads", "read_if_changed": "reads", "create": "creates", "replace": "replaces"}
+_KINDS |= {"replace_unsynced": "replaces", "delete": "deletes", "list": "lists"}
+
+
+class TallyStore(DelegatingStore):
+    """Notes each request with the label of the thread that made it (:meth:`label_thread`).
+    Its ``namespace`` is hidden: locks on one ``TallyStore`` share its identity instead, and
+    make no cached reads."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self._labels: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self.events: list[tuple[str, str, float]] = []  # (label, kind, monotonic time)
+
+    def label_thread(self, label: str) -> None:
+        self._labels[threading.get_ident()] = label
+
+    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
+        label = self._labels.get(threading.get_ident(), "other")
+        with self._lock:
+            self.events.append((label, _KINDS[op], time.monotonic()))
+        return call()
+
+    def counts(self, label: str | None, since: float, until: float) -> dict[str, int]:
+        """Requests by kind made by threads labelled ``label`` (None: all) in [since, until]."""
+        out = dict.fromkeys(("reads", "creates", "replaces", "deletes", "lists"), 0)
+        with self._lock:
+            events = list(self.events)
+        for who, kind, at in events:
+            if since <= at <= until and (label is None or who == label):
+                out[kind] += 1
+        return out
+
+    @property
+    def namespace(self) -> str:
+        raise AttributeError("namespace")

@@ -1,19 +1,15 @@
 """What every benchmark shares: timing, interleaved rounds, statistics, machine facts, results.
 
-- Timing: :func:`timed` turns a body into a timed loop (``time.perf_counter_ns`` per call);
-  :class:`CycleVariant` and :func:`run_interleaved` run several loops in interleaved rounds, after
-  a warm-up, each within its share of a time budget, so the machine's noise hits them alike.
-- Statistics: :func:`summarize` (median, nearest-rank p99, mean, min, max), :func:`percentile`,
-  :func:`ms_summary`; :func:`fmt_num` and :func:`fmt_counts` for the printed tables.
-- Machine facts: :func:`machine_info` (CPU, cores, Python, library and git commit, filesystem,
-  load average), :func:`cpu_times` with :func:`steal_percent` and :func:`cpu_split` (what the
-  machine's CPU did meanwhile, from ``/proc/stat``), :func:`process_cpu_s` of another process.
-- Results: :class:`Section` (a table for people, rows for the JSON file) and :func:`write_json`,
-  which replaces the file atomically.
+Timing: :func:`timed` / :func:`timed_async` make a timed loop of a body, :class:`CycleVariant` and
+:func:`run_interleaved` run loops in interleaved rounds within a time budget (so the machine's
+noise hits them alike), :func:`compare` tabulates them. Also :func:`summarize` and friends, the
+machine's facts and CPU (``/proc``), :class:`Section` (a table for people, rows for the JSON
+file) and :func:`write_json` (atomic).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import math
@@ -21,10 +17,10 @@ import os
 import platform
 import statistics
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -98,34 +94,24 @@ class Summary:
     min: float
     max: float
 
+    def cells(self) -> list[str]:
+        """Median, p99 and n, as a table shows them."""
+        return [fmt_num(self.median), fmt_num(self.p99), str(self.n)]
+
 
 def summarize(samples_ns: Sequence[int], unit_ns: float) -> Summary:
     """Median, p99 (nearest rank), mean, min and max of ``samples_ns`` in units of ``unit_ns``."""
     if not samples_ns:
         raise ValueError("no samples")
-    ordered = sorted(samples_ns)
-    n = len(ordered)
-    mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
-    p99 = ordered[max(0, math.ceil(0.99 * n) - 1)]
-    return Summary(
-        n=n,
-        median=mid / unit_ns,
-        p99=p99 / unit_ns,
-        mean=sum(ordered) / n / unit_ns,
-        min=ordered[0] / unit_ns,
-        max=ordered[-1] / unit_ns,
-    )
+    s = sorted(samples_ns)
+    stats = (statistics.median(s), percentile(s, 0.99), statistics.fmean(s), s[0], s[-1])
+    return Summary(len(s), *(x / unit_ns for x in stats))
 
 
 def fmt_num(value: float) -> str:
     """Three significant figures, at least; no exponent."""
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2 if value >= 1 else 3
+    return f"{value:,.{digits}f}"
 
 
 # -- timed loops, interleaved ----------------------------------------------------------------------
@@ -148,22 +134,50 @@ class CycleVariant:
         """Mean process CPU µs per cycle: the work done, however loaded the machine is."""
         return self.cpu_ns / len(self.samples) / 1e3
 
-    def over_budget(self, sizes: Pacing, round_index: int) -> bool:
-        """Whether this variant used its share of the time budget for rounds up to this one."""
-        return self.spent_s >= sizes.budget_s * (round_index + 1) / sizes.rounds
 
+def timed(body: Callable[..., object], setup: Callable[[], object] | None = None) -> Cycles:
+    """k timed calls of ``body`` (ns each). With ``setup``, each call is ``body(setup())`` and the
+    setup (e.g. building a new lock object) is left out of the time."""
 
-def timed(body: Callable[[], object]) -> Cycles:
     def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
+        clock, out = time.perf_counter_ns, [0] * k
         for i in range(k):
+            arg = () if setup is None else (setup(),)
             t0 = clock()
-            body()
+            body(*arg)
             out[i] = clock() - t0
         return out
 
     return run
+
+
+def timed_async(
+    loop: asyncio.AbstractEventLoop,
+    body: Callable[..., Awaitable[object]],
+    setup: Callable[[], object] | None = None,
+) -> Cycles:
+    """:func:`timed` for a coroutine function, each chunk of k cycles run inside ``loop``."""
+
+    async def run(k: int) -> list[int]:
+        clock, out = time.perf_counter_ns, [0] * k
+        for i in range(k):
+            arg = () if setup is None else (setup(),)
+            t0 = clock()
+            await body(*arg)
+            out[i] = clock() - t0
+        return out
+
+    return lambda k: loop.run_until_complete(run(k))
+
+
+async def lag_probe(lags: list[float], period_s: float = 0.05) -> None:
+    """Until cancelled: sleep ``period_s`` at a time and record by how much the event loop
+    overslept (s), a view of how long it stalls."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time()
+        await asyncio.sleep(period_s)
+        lags.append(loop.time() - asked - period_s)
 
 
 def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
@@ -174,7 +188,8 @@ def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
     for r in range(sizes.rounds):
         for v in variants:
             left = v.target - len(v.samples)
-            if left <= 0 or v.over_budget(sizes, r):
+            # Each round's share of the budget, and the rounds' before it.
+            if left <= 0 or v.spent_s >= sizes.budget_s * (r + 1) / sizes.rounds:
                 continue
             chunk = min(left, math.ceil(v.target / sizes.rounds))
             started = time.perf_counter()
@@ -182,6 +197,43 @@ def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
             v.samples += v.run(chunk)
             v.cpu_ns += time.process_time_ns() - cpu
             v.spent_s += time.perf_counter() - started
+
+
+def compare(
+    name: str,
+    title: str,
+    variants: Sequence[CycleVariant],
+    against: Mapping[str, str],
+    vs: str,
+    sizes: Pacing,
+    notes: Sequence[str] = (),
+) -> Section:
+    """The section of timed ``variants`` (µs): label, median, p99, vs ref, CPU per cycle, CPU vs
+    ref and n, each compared with the variant ``against[key]`` (none if absent), called ``vs``."""
+    by_key = {v.key: v for v in variants}
+    medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
+    table: list[list[str]] = []
+    rows: list[Json] = []
+    for v in variants:
+        s, ref = summarize(v.samples, 1e3), against.get(v.key)
+        ratio = None if ref is None else s.median / medians[ref]
+        cpu = None if ref is None else v.cpu_us / max(by_key[ref].cpu_us, 1e-9)
+        cells = [fmt_num(s.median), fmt_num(s.p99), _times(ratio), fmt_num(v.cpu_us), _times(cpu)]
+        table.append([v.label, *cells, str(s.n)])
+        rows.append(
+            {"variant": v.key, "label": v.label, "unit": "us", "cpu_us_per_cycle": v.cpu_us}
+            | {"vs": ref, "ratio": ratio, "cpu_ratio": cpu, **asdict(s)}
+        )
+    headers = ["variant", "median", "p99", f"vs {vs}", "CPU µs", f"CPU vs {vs}", "n"]
+    pacing = (
+        f"Variants interleaved in {sizes.rounds} rounds after {sizes.warmup} warm-up cycles each; "
+        f"each capped at {sizes.budget_s:g} s. CPU µs: process CPU of all threads per cycle, mean."
+    )
+    return Section(name, title, headers, table, rows, [*notes, pacing])
+
+
+def _times(ratio: float | None) -> str:
+    return "" if ratio is None else "<0.01x" if ratio < 0.01 else f"{ratio:.2f}x"
 
 
 _KIND_NAMES = {"reads": "read", "creates": "create", "replaces": "replace", "deletes": "delete"}
@@ -207,86 +259,17 @@ def stats_delta(store: ObjectStore, action: Callable[[], object]) -> dict[str, i
 
 def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
     """Run ``bodies`` on threads at the same time; re-raise the first failure here."""
-    errors: list[BaseException] = []
-
-    def guarded(body: Callable[[], None]) -> None:
-        try:
-            body()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=guarded, args=(body,), name=f"{name}-{i}")
-        for i, body in enumerate(bodies)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    with ThreadPoolExecutor(len(bodies), thread_name_prefix=name) as pool:
+        for future in [pool.submit(body) for body in bodies]:
+            future.result()
 
 
 # -- machine ---------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _filesystem(path: Path) -> str:
-    """``device fstype`` of the mount holding ``path`` (Linux), else ``unknown``."""
-    best = ("", "unknown")
-    try:
-        with open("/proc/mounts", encoding="utf-8") as f:
-            for line in f:
-                parts = line.split()
-                if (
-                    len(parts) >= 3
-                    and str(path).startswith(parts[1])
-                    and len(parts[1]) > len(best[0])
-                ):
-                    best = (parts[1], f"{parts[0]} {parts[2]} on {parts[1]}")
-    except OSError:
-        pass
-    return best[1]
-
-
 def _git(*args: str) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
     return done.stdout.strip()
-
-
-def cpu_times() -> list[int] | None:
-    """The machine's CPU time counters (Linux ``/proc/stat``: user nice system idle iowait irq
-    softirq steal ...), in clock ticks; None elsewhere."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            first = f.readline().split()
-    except OSError:
-        return None
-    return [int(x) for x in first[1:]] if first and first[0] == "cpu" else None
-
-
-def steal_percent(before: list[int] | None, after: list[int] | None) -> float | None:
-    """% of the CPU time between two :func:`cpu_times` the hypervisor gave to other guests."""
-    if before is None or after is None or len(before) < 8 or len(after) < 8:
-        return None
-    delta = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
-    total = sum(delta)
-    return 100 * delta[7] / total if total > 0 else None
 
 
 def load_average() -> float | None:
@@ -294,42 +277,30 @@ def load_average() -> float | None:
 
 
 def machine_info(root: Path | None = None) -> Json:
-    """The machine, software and moment of a run; ``root``: the scratch directory (its
+    """The machine, software and moment of a run (Linux); ``root``: the scratch directory (its
     filesystem is where LocalStore and filelock live)."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
     facts: Json = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": next(
+            (x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?"
+        ),
         "cores": os.cpu_count(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "prioritylock": prioritylock.__version__,
         "filelock": filelock.__version__,
         "git_commit": _git("rev-parse", "--short", "HEAD"),
         "git_dirty_files": len(_git("status", "--porcelain").splitlines()),
-        "loadavg_start": load,
+        "loadavg_start": os.getloadavg(),
     }
-    if root is not None:
-        facts["tmp_dir"] = str(root)
-        facts["filesystem"] = _filesystem(root)
+    if root is not None:  # the longest mount point above ``root``: ``device fstype on mount``
+        mounts = [m.split() for m in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
+        dev, on, fs = max(
+            (m for m in mounts if str(root).startswith(m[1])), key=lambda m: len(m[1])
+        )[:3]
+        facts |= {"tmp_dir": str(root), "filesystem": f"{dev} {fs} on {on}"}
     return facts
-
-
-def machine_line(m: Json) -> str:
-    load = m.get("loadavg_start")
-    load_text = f", load {load[0]:.2f}" if load else ""
-    return (
-        f"{m['date']} | {m['cpu']}, {m['cores']} cores | {m['platform']} | {m['python']} | "
-        f"filelock {m['filelock']} | prioritylock {m['prioritylock']} @ {m['git_commit']}"
-        f"{' (+' + str(m['git_dirty_files']) + ' changed files)' if m['git_dirty_files'] else ''}"
-        f" | {m['filesystem']}{load_text}"
-    )
-
-
-def emulator_line(m: Json) -> str:
-    started = ", ".join(f"{n} {e['startup_s']:g} s" for n, e in m.get("emulators", {}).items())
-    versions = ", ".join(f"{k} {v}" for k, v in m.get("emulator_versions", {}).items())
-    return f"emulators up in: {started} | {versions}"
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -341,20 +312,21 @@ def percentile(values: Sequence[float], q: float) -> float:
 def ms_summary(values: Sequence[float]) -> dict[str, float | None]:
     """p50, p99 and max of ``values`` (seconds) in ms, rounded to µs; None when there are none."""
     if not values:
-        return {"p50": None, "p99": None, "max": None}
-    return {
-        "p50": round(1000 * statistics.median(values), 3),
-        "p99": round(1000 * percentile(values, 0.99), 3),
-        "max": round(1000 * max(values), 3),
-    }
+        return dict.fromkeys(("p50", "p99", "max"))
+    stats = (statistics.median(values), percentile(values, 0.99), max(values))
+    return {k: round(1000 * x, 3) for k, x in zip(("p50", "p99", "max"), stats, strict=True)}
 
 
-def cpu_split(before: list[int] | None, after: list[int] | None) -> dict[str, float] | None:
+def cpu_times() -> list[int]:
+    """The machine's CPU time counters (``/proc/stat``: user nice system idle iowait irq softirq
+    steal), in clock ticks."""
+    return [int(x) for x in Path("/proc/stat").read_text(encoding="ascii").split()[1:9]]
+
+
+def cpu_split(before: list[int], after: list[int]) -> dict[str, float]:
     """How the machine's CPU time went between two :func:`cpu_times`: % busy, idle (iowait
     included) and stolen by a hypervisor."""
-    if before is None or after is None or len(before) < 8 or len(after) < 8:
-        return None
-    d = [a - b for a, b in zip(after[:8], before[:8], strict=True)]
+    d = [a - b for a, b in zip(after, before, strict=True)]
     total = sum(d) or 1
     idle, steal = d[3] + d[4], d[7]
     return {
@@ -364,24 +336,10 @@ def cpu_split(before: list[int] | None, after: list[int] | None) -> dict[str, fl
     }
 
 
-def process_cpu_s(pid: int) -> float | None:
+def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by process ``pid`` (Linux ``/proc``)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def func_name(key: tuple[str, int, str]) -> str:
-    """A profiler's function key as ``prioritylock/_lock.py:123(name)``, or ``file.py:...``."""
-    filename, line, name = key
-    if filename == "~":
-        return name
-    if "prioritylock" in filename:
-        return f"{filename[filename.rindex('prioritylock') :]}:{line}({name})"
-    return f"{Path(filename).name}:{line}({name})"
 
 
 def write_json(path: Path, payload: Json) -> None:
@@ -390,3 +348,25 @@ def write_json(path: Path, payload: Json) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+class CpuWindow:
+    """CPU over a ``with`` block, as % of one core: this process's (``own``), other processes'
+    by name (``CpuWindow(emulator=pid)``; a None pid is left out), and how the machine's went."""
+
+    def __init__(self, **pids: int | None) -> None:
+        self._pids = {name: pid for name, pid in pids.items() if pid}
+
+    def __enter__(self) -> CpuWindow:
+        self.load = load_average()
+        self._machine, self._own = cpu_times(), time.process_time()
+        self._others = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = max(time.perf_counter() - self.started, 1e-6)
+        used = {name: process_cpu_s(pid) - self._others[name] for name, pid in self._pids.items()}
+        used["own"] = time.process_time() - self._own
+        self.percent = {name: round(100 * s / self.seconds, 2) for name, s in used.items()}
+        self.machine = cpu_split(self._machine, cpu_times())

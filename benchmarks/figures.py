@@ -1,21 +1,15 @@
-"""Draw the benchmark figures of docs/benchmarks.md from the results files (standard library only).
+"""Draw the figures of docs/benchmarks.md from the results files (standard library only).
 
     python benchmarks/figures.py      # rewrites docs/figures/bench-*.svg from benchmarks/results/
 
-``run.py`` calls :func:`write_figures` after a run that wrote ``results/latest.json``, and a test
-keeps the committed SVGs equal to what this script draws from the committed results. Every bar
-is one number of a results file, and each figure names the file, date and commit it came from:
-
-- ``bench-cycle.svg``: uncontended ``try_lock()`` + ``unlock()``, µs (``latest.json``, overhead);
-- ``bench-cloud.svg``: lock operations on each cloud emulator next to the SDK's own GET and
-  conditional PUT, ms (``latest.json``, cloud);
-- ``bench-scale.svg``: one process holding many leases, CPU % of one core (``scale-*.json``).
+``run.py`` calls :func:`write_figures` after a run that wrote ``results/latest.json``; a test keeps
+the committed SVGs equal to what this draws. Every bar is one number of a results file, and each
+figure names the file, date and commit it came from.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +43,7 @@ class Bar:
     value: float
     colour: str
     shown: str  # the value as printed at the bar's end
-    stacked: float = 0.0  # a second segment after the first (e.g. the emulator's CPU)
-    stacked_colour: str = OURS_LIGHT
+    stacked: float = 0.0  # a second segment after the first, in OURS_LIGHT (the emulator's CPU)
 
 
 @dataclass(frozen=True)
@@ -69,13 +62,9 @@ class Chart:
 
 
 def _num(value: float) -> str:
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 10:
-        return f"{value:.1f}"
-    if value >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3g}"
+    """Three significant figures, at least."""
+    digits = 0 if value >= 100 else 1 if value >= 10 else 2
+    return f"{value:.3g}" if value < 1 else f"{value:,.{digits}f}"
 
 
 def _ticks(top: float) -> list[float]:
@@ -122,7 +111,7 @@ def render(chart: Chart) -> str:
             rows.append(_rect(x0, y, max(bar.value * scale, 0.5), BAR_H, bar.colour))
             end = x0 + bar.value * scale
             if bar.stacked:
-                rows.append(_rect(end, y, bar.stacked * scale, BAR_H, bar.stacked_colour))
+                rows.append(_rect(end, y, bar.stacked * scale, BAR_H, OURS_LIGHT))
                 end += bar.stacked * scale
             rows.append(_text(end + 4, y + BAR_H - 4, bar.shown, SMALL, fill=MUTED))
             y += BAR_H
@@ -154,17 +143,16 @@ def _rect(x: float, y: float, w: float, h: float, fill: str) -> str:
 def _text(
     x: float,
     y: float,
-    content: str,
+    text: str,
     size: float,
-    *,
     anchor: str = "start",
-    bold: bool = False,
     fill: str = INK,
+    bold: bool = False,
 ) -> str:
     weight = ' font-weight="bold"' if bold else ""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{weight} '
-        f'fill="{fill}">{escape(content)}</text>'
+        f'fill="{fill}">{escape(text)}</text>'
     )
 
 
@@ -194,13 +182,18 @@ _CYCLE = [
 ]
 
 
-def cycle_chart(latest: Json) -> Chart:
-    rows = {r["variant"]: r for r in latest["sections"]["overhead"]["rows"]}
-    bars = [
-        Bar(label, rows[key]["median"], colour, f"{_num(rows[key]['median'])} µs")
-        for key, label, colour in _CYCLE
-        if key in rows
+def _medians(rows: dict[str, Json], bars: list[tuple[str, str, str]], unit: str) -> list[Bar]:
+    """A bar of each (key, label, colour) of ``bars`` found in ``rows``: its median."""
+    medians = {key: rows[key]["median"] for key, _, _ in bars if key in rows}
+    return [
+        Bar(label, medians[k], c, f"{_num(medians[k])} {unit}")
+        for k, label, c in bars
+        if k in medians
     ]
+
+
+def cycle_chart(latest: Json) -> Chart:
+    bars = _medians({r["variant"]: r for r in latest["sections"]["overhead"]["rows"]}, _CYCLE, "µs")
     return Chart(
         title="Uncontended try_lock() + unlock(): median µs per cycle",
         unit="µs per cycle (median)",
@@ -231,15 +224,10 @@ _CLOUD = [
 
 
 def cloud_chart(latest: Json) -> Chart:
-    rows = {(r["store"], r["operation"]): r for r in latest["sections"]["cloud"]["rows"]}
+    rows = latest["sections"]["cloud"]["rows"]
     groups = []
     for store, title in _STORES.items():
-        bars = [
-            Bar(label, rows[store, op]["median"], colour, f"{_num(rows[store, op]['median'])} ms")
-            for op, label, colour in _CLOUD
-            if (store, op) in rows
-        ]
-        if bars:
+        if bars := _medians({r["operation"]: r for r in rows if r["store"] == store}, _CLOUD, "ms"):
             groups.append(Group(title, bars))
     return Chart(
         title="Cloud stores on their emulators: median ms per operation",
@@ -285,20 +273,12 @@ def scale_chart(scale: dict[str, Json]) -> Chart:
     )
 
 
-def load_results(results: Path = RESULTS) -> tuple[Json, dict[str, Json]]:
-    """``latest.json`` and the ``scale-*.json`` files of ``results``."""
-    latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
-    scale = {
-        path.name: json.loads(path.read_text(encoding="utf-8"))
-        for path in sorted(results.glob("scale-*.json"))
-    }
-    return latest, scale
-
-
 def draw(results: Path = RESULTS) -> dict[str, str]:
     """The figures, by file name, drawn from the results in ``results``: those whose data are
     there (a run of some sections only leaves the others' figures as they were)."""
-    latest, scale = load_results(results)
+    latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
+    files = [results / name for name, _ in _SCALE if (results / name).exists()]
+    scale = {path.name: json.loads(path.read_text(encoding="utf-8")) for path in files}
     sections = latest.get("sections", {})
     charts: dict[str, Chart] = {}
     if sections.get("overhead", {}).get("rows"):
@@ -312,15 +292,12 @@ def draw(results: Path = RESULTS) -> dict[str, str]:
 
 def write_figures(results: Path = RESULTS, out: Path = OUT) -> list[Path]:
     """Redraw the figures into ``out``; returns the files written."""
-    written = []
-    for name, svg in draw(results).items():
-        path = out / name
-        path.write_text(svg, encoding="utf-8")
-        written.append(path)
-    return written
+    drawn = draw(results)
+    for name, svg in drawn.items():
+        (out / name).write_text(svg, encoding="utf-8")
+    return [out / name for name in drawn]
 
 
 if __name__ == "__main__":
     for path in write_figures():
         print(path.relative_to(HERE.parent))
-    sys.exit(0)

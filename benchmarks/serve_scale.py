@@ -1,44 +1,19 @@
-"""Scale through the service: N locks held at once through one ``prioritylock serve``, and the
-CPU the service process uses to hold them.
+"""Scale through the service: N lock streams held at once through one ``prioritylock serve``.
 
-    python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5]
-                                     [--mode alpha1|streams] [--store URL|s3-moto|s3-seaweedfs]
-                                     [--expiry S] [--concurrent 32] [--json PATH]
-                                     [--ping-interval S] [--sample 36] [--slack 1]
+    python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5] [--ttl 30]
+        [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--json PATH]
 
-One service (a subprocess on free ports of 127.0.0.1; ``--store``, default a memory store, so
-the figures are the service's own cost; ``s3-moto`` or ``s3-seaweedfs`` starts that emulator
-with a new bucket) and one client process (this one, aiohttp, at most ``--concurrent`` requests
-in flight besides the streams). In order:
+One service (``_servers.Service``) and this process as its client (aiohttp, :data:`CONCURRENT`
+requests in flight besides the streams). Each holder is an alpha2 NDJSON stream on its own lock
+(``ttl`` renewed by the service, pinged every ``--ping-interval``). Measured: the service's CPU
+idle, per acquisition, over the hold window (sampled every second, with a health check's latency
+as a view of its event loop) and per release; at the window's end also this process's CPU and
+loop lag, the emulator's CPU, and the service's memory and open files. :class:`StreamHolders`
+says what is checked. Exits 1 on any wrong answer, a lock not held to the end or a stale lease;
+the JSON file is written either way (``failed`` says why).
 
-1. idle: the service's CPU over ``--idle`` seconds (5) with nothing held (its floor);
-2. acquire: N holders take N distinct locks (every answer checked); wall time and the
-   service's CPU per acquisition;
-3. hold: the window (``--seconds``), sampled every second: the service's CPU as % of one core
-   (``/proc/PID/stat``), the machine's CPU (``/proc/stat``), and how long a health check takes
-   to answer (a stalled event loop shows there); at its end this process's CPU, the emulator's,
-   the service's resident memory and open file descriptors; then every lock is checked still
-   held;
-4. release: every holder lets go (checked), and the service's CPU for it.
-
-Modes (``Holders`` implementations):
-
-- ``alpha1``: each holder is a TryLock of ``--expiry`` seconds (default 600, longer than the
-  run). Alpha1 leases are never renewed, so holding them should cost the service nothing: the
-  window measures that. Held at the end: another owner's TryLock must fail.
-- ``streams``: each holder an NDJSON stream of the alpha2 API (``POST
-  /v1.0-alpha2/lock/{store}/{resourceId}`` with ``Accept: application/x-ndjson``) of ``--expiry``
-  seconds' ttl (default 30), whose lease the service renews every third of it while the stream
-  is open; the service pings each stream every ``--ping-interval`` (default: the service's
-  own). The window then measures what renewals and pings cost, whether the pings come on time,
-  and, from ``--sample`` leases read back at random moments, whether the renewals do (see
-  :class:`StreamHolders`). Held at the end: no stream ended or said anything but ``ping``, and
-  every lease is held by its owner at its first fence, renewed within the interval plus
-  ``--slack``. Release is closing the streams; every lock must then read free.
-
-The script exits with status 1 if any answer is wrong, a lock was not held to the end or (streams)
-a lease read stale; the JSON file is written either way, with ``failed`` saying why. The soft
-limit of open files is raised to the hard one first (each stream is a socket on both sides).
+The alpha1 mode (TryLock leases never renewed: ``serve-scale-memory*.json``) was retired after
+commit 63f5101, which holds it.
 """
 
 from __future__ import annotations
@@ -53,120 +28,23 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import _servers
 import aiohttp
 import attrs
-from _harness import (
-    cpu_split,
-    cpu_times,
-    load_average,
-    machine_info,
-    ms_summary,
-    process_cpu_s,
-    write_json,
-)
-from _service import Service, ServiceError
+from _harness import CpuWindow, lag_probe, load_average, machine_info, ms_summary, write_json
+from _servers import Service, ServiceError
 
 from prioritylock.server._config import ServeConfig
 
 STORE = "locks"
-#: Emulators ``--store`` may name instead of a URL: started here, a bucket made for the run.
-EMULATED = ("s3-moto", "s3-seaweedfs")
-#: The service's own default ``--ping-interval``.
+CONCURRENT = 32  # requests in flight besides the streams
+SAMPLED = 36  # locks read back during the window
 DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
-
-
-class Holders(Protocol):
-    """N locks held through the service, however a mode holds them."""
-
-    async def acquire(self) -> None:
-        """Take every lock; raise :class:`ServiceError` if one is refused."""
-
-    async def check_held(self) -> None:
-        """Raise :class:`ServiceError` unless every lock is still held."""
-
-    async def release(self) -> None:
-        """Give every lock back; raise :class:`ServiceError` on a wrong answer."""
-
-    async def abort(self) -> None:
-        """After a failure: drop what this process keeps open, without checking anything."""
-
-
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Any:
-    async with session.post(url, json=body) as response:
-        if response.status != 200:
-            raise ServiceError(f"POST {url}: {response.status} {await response.text()}")
-        return await response.json()
-
-
-class Alpha1Holders:
-    """N alpha1 locks of ``expiry`` seconds: resource ``hold-I``, owner ``holder-I``."""
-
-    def __init__(
-        self, session: aiohttp.ClientSession, service: Service, n: int, expiry: int, limit: int
-    ) -> None:
-        self._session = session
-        self._base = f"http://127.0.0.1:{service.http_port}/v1.0-alpha1"
-        self._n = n
-        self._expiry = expiry
-        self._limit = asyncio.Semaphore(limit)
-        self._run = uuid.uuid4().hex[:8]
-
-    def _resource(self, i: int) -> str:
-        return f"hold-{self._run}-{i}"
-
-    async def _each(self, call: Any) -> list[Any]:
-        async def one(i: int) -> Any:
-            async with self._limit:
-                return await call(i)
-
-        return list(await asyncio.gather(*(one(i) for i in range(self._n))))
-
-    async def acquire(self) -> None:
-        async def lock(i: int) -> Any:
-            body = {
-                "resourceId": self._resource(i),
-                "lockOwner": f"holder-{i}",
-                "expiryInSeconds": self._expiry,
-            }
-            return (await _post(self._session, f"{self._base}/lock/{STORE}", body))["success"]
-
-        refused = [i for i, ok in enumerate(await self._each(lock)) if ok is not True]
-        if refused:
-            raise ServiceError(f"{len(refused)} of {self._n} TryLocks refused, e.g. #{refused[0]}")
-
-    async def check_held(self) -> None:
-        async def rival(i: int) -> Any:
-            body = {
-                "resourceId": self._resource(i),
-                "lockOwner": "rival",
-                "expiryInSeconds": 1,
-            }
-            return (await _post(self._session, f"{self._base}/lock/{STORE}", body))["success"]
-
-        taken = [i for i, ok in enumerate(await self._each(rival)) if ok is not False]
-        if taken:
-            raise ServiceError(f"{len(taken)} of {self._n} locks were free to a rival")
-
-    async def release(self) -> None:
-        async def unlock(i: int) -> Any:
-            body = {"resourceId": self._resource(i), "lockOwner": f"holder-{i}"}
-            return (await _post(self._session, f"{self._base}/unlock/{STORE}", body))["status"]
-
-        wrong = [(i, s) for i, s in enumerate(await self._each(unlock)) if s != 0]
-        if wrong:
-            raise ServiceError(f"{len(wrong)} of {self._n} unlocks answered non-zero: {wrong[:3]}")
-
-    async def abort(self) -> None:
-        pass  # nothing open: the leases run out their expiry
-
-
-NDJSON = "application/x-ndjson"
 
 
 @dataclass
@@ -180,103 +58,71 @@ class _Stream:
     fence: int
     last_line: float
     reader: asyncio.Task[None] | None = None
-    #: Why it stopped being a healthy holder (None while it is one).
-    trouble: str | None = None
+    trouble: str | None = None  # why it stopped being a healthy holder
 
 
 class StreamHolders:
-    """N alpha2 NDJSON streams of ``ttl_s``, one lock each: resource ``stream-RUN-I``, owner
-    ``streamer-I``, each taken ``immediate`` (a refusal is a 409 before any stream).
+    """N alpha2 NDJSON streams of ``ttl`` s, one lock each, each taken ``immediate``.
 
-    While they are held, a task per stream reads its lines: every ``ping`` is timed against
-    ``ping_s`` (how late it came after the line before), anything else (``lost``, ``error``,
-    ``cleanup-requested``), the stream's end or a read error marks it in trouble. From outside,
-    ``sample`` of the locks (spread over the N) are read back through ``GET
-    .../{resourceId}``, one at a time at random (each about every half renewal interval, at
-    random moments, so that the reads don't keep step with the renewals): the lease must be
-    held, by its owner, at the fence it was acquired with, and renewed within the renewal
-    interval (a third of the ttl) plus ``slack_s``, or the lease counts as stale. Where a lock's
-    ``renewed_at`` moved between two reads less than an interval apart, it moved by one
-    renewal: the step less the interval is how late that renewal ran.
+    While they are held, a task per stream reads its lines: every ``ping`` is timed against the
+    ping interval (how late it came after the line before); anything else, the stream's end or a
+    read error marks it in trouble. From outside, :data:`SAMPLED` locks (spread over the N) are
+    read back through ``GET .../{resourceId}``, one at a time at random, each about every half
+    renewal interval: the lease must be held, by its owner, at the fence it was acquired with,
+    and renewed within the renewal interval (a third of the ttl) plus ``slack``, or it counts as
+    stale. Where a lock's ``renewed_at`` moved between two reads less than an interval apart, it
+    moved by one renewal: the step less the interval is how late that renewal ran.
     """
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        service: Service,
-        n: int,
-        ttl_s: float,
-        limit: int,
-        *,
-        ping_s: float,
-        sample: int,
-        slack_s: float,
-    ) -> None:
-        self._session = session
-        self._base = f"http://127.0.0.1:{service.http_port}/v1.0-alpha2/lock/{STORE}"
-        self._n = n
-        self._ttl = ttl_s
-        self._renew = ttl_s / 3  # the service renews every third of the ttl
-        self._limit = asyncio.Semaphore(limit)
-        self._ping = ping_s
-        self._slack = slack_s
+    def __init__(self, session: aiohttp.ClientSession, service: Service, args: Any) -> None:
+        self._session, self._n = session, args.holders
+        self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
+        self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
+        self._renew = self._ttl / 3  # the service renews every third of the ttl
+        self._limit = asyncio.Semaphore(CONCURRENT)
         self._run = uuid.uuid4().hex[:8]
         self._streams: list[_Stream] = []
-        self._sampled = sorted({i * n // min(sample, n) for i in range(min(sample, n))})
+        k = min(SAMPLED, self._n)
+        self._sampled = sorted({i * self._n // k for i in range(k)})
         self._sampler: asyncio.Task[None] | None = None
         self._all_open = False
-        self._random = random.Random(n)
-        # stream index -> (when we last read it, monotonic; the renewed_at it showed)
-        self._renewed: dict[int, tuple[float, float]] = {}
+        self._random = random.Random(self._n)
+        self._renewed: dict[int, tuple[float, float]] = {}  # index -> (read at, its renewed_at)
         # A stalled stream (no line for three ping intervals) is a read timeout, not a hang.
-        self._stream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=30, sock_read=3 * ping_s + 5
-        )
+        self._timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=3 * self._ping + 5)
         self.lateness: list[float] = []  # s, one per ping once every stream was open
-        self.lateness_opening: list[float] = []  # s, pings while streams were still opening
         self.ages: list[float] = []  # s, renewed_at age of each sample during the window
         self.renewal_late: list[float] = []  # s, renewed_at step less the interval
         self.end_ages: list[float] = []  # s, the same of every lock at the end
         self.time_left: list[float] = []  # s, time_left_approx of each sample
         self.stale: list[str] = []
 
-    def _resource(self, i: int) -> str:
-        return f"stream-{self._run}-{i}"
+    async def _open(self, i: int) -> _Stream:
+        resource, owner = f"stream-{self._run}-{i}", f"streamer-{i}"
+        async with self._limit:
+            response = await self._session.post(
+                f"{self._base}/{resource}",
+                json={"ttl": f"{self._ttl:g}s", "owner": owner, "immediate": True},
+                headers={"Accept": "application/x-ndjson"},
+                timeout=self._timeout,
+            )
+            try:
+                if response.status != 200:
+                    raise ServiceError(f"stream #{i}: {response.status} {await response.text()}")
+                event = json.loads(await response.content.readline() or b"null")
+                if not isinstance(event, dict) or event.get("type") != "lock-acquired":
+                    raise ServiceError(f"stream #{i}: first line {event!r}")
+            except BaseException:
+                response.close()
+                raise
+        stream = _Stream(i, resource, owner, response, event["fence"], time.monotonic())
+        stream.reader = asyncio.create_task(self._read(stream))  # a ping left unread is late
+        return stream
 
     async def acquire(self) -> None:
-        async def open_one(i: int) -> _Stream:
-            async with self._limit:
-                owner = f"streamer-{i}"
-                response = await self._session.post(
-                    f"{self._base}/{self._resource(i)}",
-                    json={"ttl": f"{self._ttl:g}s", "owner": owner, "immediate": True},
-                    headers={"Accept": NDJSON},
-                    timeout=self._stream_timeout,
-                )
-                try:
-                    if response.status != 200:
-                        raise ServiceError(
-                            f"stream #{i}: {response.status} {await response.text()}"
-                        )
-                    event = json.loads(await response.content.readline() or b"null")
-                    if not isinstance(event, dict) or event.get("type") != "lock-acquired":
-                        raise ServiceError(f"stream #{i}: first line {event!r}")
-                except BaseException:
-                    response.close()
-                    raise
-                stream = _Stream(
-                    i, self._resource(i), owner, response, event["fence"], time.monotonic()
-                )
-                # Read from now on: a ping left in the buffer would be timed when read.
-                stream.reader = asyncio.create_task(self._read(stream))
-                return stream
-
-        opened = await asyncio.gather(
-            *(open_one(i) for i in range(self._n)), return_exceptions=True
-        )
+        opened = await asyncio.gather(*map(self._open, range(self._n)), return_exceptions=True)
         self._streams = [s for s in opened if isinstance(s, _Stream)]
-        failed = [e for e in opened if isinstance(e, BaseException)]
-        if failed:
+        if failed := [e for e in opened if isinstance(e, BaseException)]:
             raise ServiceError(f"{len(failed)} of {self._n} streams not opened: {failed[0]!r}")
         self._all_open = True
         self._sampler = asyncio.create_task(self._sample_loop())
@@ -284,21 +130,14 @@ class StreamHolders:
     async def _read(self, stream: _Stream) -> None:
         """Read ``stream`` until it ends (it must not while held) or the reader is cancelled."""
         try:
-            while True:
-                line = await stream.response.content.readline()
-                now = time.monotonic()
-                if not line:
-                    stream.trouble = "the stream ended"
-                    return
-                event = json.loads(line)
+            while line := await stream.response.content.readline():
+                now, event = time.monotonic(), json.loads(line)
                 if event.get("type") != "ping":
                     stream.trouble = f"event {event!r}"
-                    if event.get("type") in ("lost", "error"):
-                        return
-                else:
-                    late = now - stream.last_line - self._ping
-                    (self.lateness if self._all_open else self.lateness_opening).append(late)
+                elif self._all_open:
+                    self.lateness.append(now - stream.last_line - self._ping)
                 stream.last_line = now
+            stream.trouble = "the stream ended"
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             stream.trouble = f"{type(exc).__name__}: {exc}"
 
@@ -306,24 +145,19 @@ class StreamHolders:
         async with self._limit, self._session.get(f"{self._base}/{stream.resource}") as response:
             if response.status != 200:
                 raise ServiceError(f"GET {stream.resource}: {response.status}")
-            info: dict[str, Any] = await response.json()
-            return info
+            return cast(dict[str, Any], await response.json())
 
     async def _check_lease(self, stream: _Stream, ages: list[float]) -> None:
-        """Read ``stream``'s lease back; record its renewal's age in ``ages`` and whether it
-        is stale."""
+        """Read ``stream``'s lease back: its renewal's age into ``ages``, and whether stale."""
         info = await self._info(stream)
-        now = time.time()
-        renewed = info.get("renewed_at")
+        now, read_at, renewed = time.time(), time.monotonic(), info.get("renewed_at")
         if not info.get("held") or info.get("owner") != stream.owner or renewed is None:
             self.stale.append(f"#{stream.index}: not held by its owner: {info.get('state')}")
             return
         if info.get("fence") != stream.fence:
             self.stale.append(f"#{stream.index}: fence {info.get('fence')} != {stream.fence}")
-        age = now - renewed
-        ages.append(age)
+        ages.append(age := now - renewed)
         before = self._renewed.get(stream.index)
-        read_at = time.monotonic()
         self._renewed[stream.index] = (read_at, renewed)
         # Renewals are never early, so two reads less than an interval apart straddle at most
         # one: its step from the renewal before is exactly the interval the service kept.
@@ -335,31 +169,20 @@ class StreamHolders:
             self.stale.append(f"#{stream.index}: renewed {age:.2f} s ago")
 
     async def _sample_loop(self) -> None:
-        """A random sampled lock at random moments, each about every half renewal interval."""
         mean = self._renew / 2 / len(self._sampled)
         while True:
-            index = self._random.choice(self._sampled)
-            await self._check_lease(self._streams[index], self.ages)
+            await self._check_lease(self._streams[self._random.choice(self._sampled)], self.ages)
             # Pacing the samples (not a synchronisation): exponential gaps, a Poisson process.
             await asyncio.sleep(self._random.expovariate(1 / mean))
 
-    async def _stop_sampler(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-            self._sampler = None
-
     async def check_held(self) -> None:
         await self._stop_sampler()
-        troubled = [s for s in self._streams if s.trouble is not None]
-        if troubled:
+        if troubled := [s for s in self._streams if s.trouble is not None]:
             s = troubled[0]
             raise ServiceError(
                 f"{len(troubled)} of {self._n} streams stopped holding, e.g. #{s.index}: "
                 f"{s.trouble}"
             )
-        # Every lease at the end, not only the sampled ones.
         await asyncio.gather(*(self._check_lease(s, self.end_ages) for s in self._streams))
         if self.stale:
             raise ServiceError(
@@ -370,26 +193,24 @@ class StreamHolders:
     async def release(self) -> None:
         """Close every stream (that is the unlock) and wait until every lock reads free."""
         await self.abort()
-        pending = list(range(len(self._streams)))
-        deadline = time.monotonic() + self._ping + 10
-        while pending:
-
-            async def held(i: int) -> bool:
-                return bool((await self._info(self._streams[i])).get("held"))
-
-            still = await asyncio.gather(*(held(i) for i in pending))
-            pending = [i for i, h in zip(pending, still, strict=True) if h]
-            if pending and time.monotonic() > deadline:
+        pending, deadline = self._streams, time.monotonic() + self._ping + 10
+        while pending := [s for s in pending if (await self._info(s)).get("held")]:
+            if time.monotonic() > deadline:
                 raise ServiceError(f"{len(pending)} of {self._n} locks still held after close")
-            if pending:
-                await asyncio.sleep(0.1)  # polling the service: no event to wait on
+            await asyncio.sleep(0.1)  # polling the service: no event to wait on
+
+    async def _stop_sampler(self) -> None:
+        if self._sampler is not None:
+            self._sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sampler
+            self._sampler = None
 
     async def abort(self) -> None:
         await self._stop_sampler()
-        for stream in self._streams:
-            if stream.reader is not None:
-                stream.reader.cancel()
         readers = [s.reader for s in self._streams if s.reader is not None]
+        for reader in readers:
+            reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         for stream in self._streams:
             stream.response.close()
@@ -403,18 +224,12 @@ class StreamHolders:
             "slack_s": self._slack,
             "pings": len(self.lateness),
             "ping_late_ms": ms_summary(self.lateness),
-            "ping_late_min_ms": round(1000 * min(self.lateness), 3) if self.lateness else None,
-            "pings_while_opening": len(self.lateness_opening),
-            "ping_late_while_opening_ms": ms_summary(self.lateness_opening),
             "sampled_locks": len(self._sampled),
             "lease_reads": len(self.ages),
             "renewed_age_ms": ms_summary(self.ages),
             "renewed_age_at_end_ms": ms_summary(self.end_ages),
             "renewals_seen": len(self.renewal_late),
             "renewal_late_ms": ms_summary(self.renewal_late),
-            "renewal_late_min_ms": (
-                round(1000 * min(self.renewal_late), 3) if self.renewal_late else None
-            ),
             "time_left_min_s": round(min(self.time_left), 3) if self.time_left else None,
             "stale": len(self.stale),
             "stale_examples": self.stale[:5],
@@ -422,71 +237,44 @@ class StreamHolders:
         }
 
 
-async def _health_ms(session: aiohttp.ClientSession, service: Service) -> float:
-    t0 = time.perf_counter()
-    async with session.get(f"http://127.0.0.1:{service.http_port}/v1.0/healthz") as response:
-        if response.status != 204:
-            raise ServiceError(f"healthz answered {response.status}")
-    return 1000 * (time.perf_counter() - t0)
-
-
-#: The client's loop-lag probe: it sleeps this long and records by how much it overslept.
-LAG_PROBE_S = 0.05
-
-
-async def _lag_probe(lags: list[float]) -> None:
-    """Until cancelled: how late this process's event loop wakes a sleeping task."""
-    loop = asyncio.get_running_loop()
-    while True:
-        asked = loop.time()
-        await asyncio.sleep(LAG_PROBE_S)
-        lags.append(loop.time() - asked - LAG_PROBE_S)
-
-
 async def _window(
-    session: aiohttp.ClientSession,
-    service: Service,
-    seconds: float,
-    emulator_pid: int | None = None,
+    session: aiohttp.ClientSession, service: Service, seconds: float, emulator: int | None
 ) -> dict[str, Any]:
-    """Sample the service's CPU and a health check's latency once a second for ``seconds``;
-    also this process's CPU and event loop lag and, if there is one, the emulator's CPU."""
+    """The service's CPU and a health check's latency once a second for ``seconds``; the
+    window's CPU (service, this process, the emulator) and this process's loop lag."""
     lags: list[float] = []
-    probe = asyncio.create_task(_lag_probe(lags))
-    machine = cpu_times()
-    cpu0, t0, own0 = service.cpu_s(), time.monotonic(), time.process_time()
-    emu0 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
+    probe = asyncio.create_task(lag_probe(lags))
     shares: list[float] = []
     health: list[float] = []
-    last_cpu, last_t = cpu0, t0
-    while time.monotonic() - t0 < seconds:
-        await asyncio.sleep(1.0)  # the sampling period, not a synchronisation
-        health.append(await _health_ms(session, service))
-        cpu, now = service.cpu_s(), time.monotonic()
-        shares.append(100 * (cpu - last_cpu) / (now - last_t))
-        last_cpu, last_t = cpu, now
-    elapsed = max(time.monotonic() - t0, 1e-6)
+    with CpuWindow(service=service.pid, emulator=emulator) as window:
+        last_cpu, last_t = service.cpu_s(), time.monotonic()
+        while time.perf_counter() - window.started < seconds:
+            await asyncio.sleep(1.0)  # the sampling period, not a synchronisation
+            t0 = time.perf_counter()
+            async with session.get(f"{service.url}/v1.0/healthz") as r:
+                if r.status != 204:
+                    raise ServiceError(f"healthz answered {r.status}")
+            health.append(time.perf_counter() - t0)
+            cpu, now = service.cpu_s(), time.monotonic()
+            shares.append(100 * (cpu - last_cpu) / (now - last_t))
+            last_cpu, last_t = cpu, now
     probe.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await probe
-    emu1 = process_cpu_s(emulator_pid) if emulator_pid is not None else None
-    emulator = None if emu0 is None or emu1 is None else round(100 * (emu1 - emu0) / elapsed, 2)
     return {
-        "seconds": round(elapsed, 2),
-        "service_cpu_percent": round(100 * (service.cpu_s() - cpu0) / elapsed, 2),
+        "seconds": round(window.seconds, 2),
+        "service_cpu_percent": window.percent["service"],
         "service_cpu_percent_max_1s": round(max(shares), 2) if shares else None,
-        "client_cpu_percent": round(100 * (time.process_time() - own0) / elapsed, 2),
+        "client_cpu_percent": window.percent["own"],
         "client_loop_lag_ms": ms_summary(lags),
-        "emulator_cpu_percent": emulator,
-        "health_ms": ms_summary([h / 1000 for h in health]),
-        "machine_cpu": cpu_split(machine, cpu_times()),
+        "emulator_cpu_percent": window.percent.get("emulator"),
+        "health_ms": ms_summary(health),
+        "machine_cpu": window.machine,
         "load_end": load_average(),
         "service_rss_kib": service.rss_kib(),
         "service_open_fds": service.open_fds(),
     }
 
 
-async def _phase(service: Service, action: Any, n: int) -> dict[str, Any]:
+async def _phase(service: Service, action: Callable[[], Awaitable[None]], n: int) -> Any:
     cpu0, t0 = service.cpu_s(), time.perf_counter()
     await action()
     wall, cpu = time.perf_counter() - t0, service.cpu_s() - cpu0
@@ -498,220 +286,87 @@ async def _phase(service: Service, action: Any, n: int) -> dict[str, Any]:
     }
 
 
-async def run(
-    args: argparse.Namespace,
-    service: Service,
-    result: dict[str, Any],
-    emulator_pid: int | None = None,
-) -> None:
+async def run(args: Any, service: Service, result: dict[str, Any], emulator: int | None) -> None:
     """Idle, acquire, hold, check, release; figures go into ``result`` as they come, so a
     failed run still reports how far it got."""
-    streams = args.mode == "streams"
-    # A stream keeps its connection for the whole run: room for every stream, plus the
-    # requests in flight beside them (samples, health checks).
-    limit = args.concurrent + (args.holders + 8 if streams else 0)
-    connector = aiohttp.TCPConnector(limit=limit)
+    # Each stream keeps its connection: room for them all, plus the samples and health checks.
+    connector = aiohttp.TCPConnector(limit=CONCURRENT + args.holders + 8)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        holders: Holders
-        stream_holders: StreamHolders | None = None
-        if streams:
-            holders = stream_holders = StreamHolders(
-                session,
-                service,
-                args.holders,
-                args.expiry,
-                args.concurrent,
-                ping_s=args.ping_interval,
-                sample=args.sample,
-                slack_s=args.slack,
-            )
-        else:
-            holders = Alpha1Holders(
-                session, service, args.holders, int(args.expiry), args.concurrent
-            )
+        holders = StreamHolders(session, service, args)
         try:
             result["load_start"] = load_average()
-            print(f"idle window, {args.idle:g} s ...", flush=True)
-            result["idle"] = await _window(session, service, args.idle, emulator_pid)
-            print(f"acquiring {args.holders} locks ...", flush=True)
+            print(f"idle {args.idle:g} s, then {args.holders} streams for {args.seconds:g} s")
+            result["idle"] = await _window(session, service, args.idle, emulator)
             result["acquire"] = await _phase(service, holders.acquire, args.holders)
-            print(f"holding them for {args.seconds:g} s ...", flush=True)
             result["load_hold"] = load_average()
-            result["hold"] = await _window(session, service, args.seconds, emulator_pid)
+            result["hold"] = await _window(session, service, args.seconds, emulator)
             result["check"] = await _phase(service, holders.check_held, args.holders)
             result["release"] = await _phase(service, holders.release, args.holders)
         except BaseException:
             await holders.abort()
             raise
         finally:
-            if stream_holders is not None:
-                result["streams"] = figures = stream_holders.figures()
-                if "check" in result:
-                    # The window's CPU includes our lease reads: estimated at what the check's
-                    # read of every lock cost the service each.
-                    each_s = result["check"]["service_cpu_us_each"] / 1e6
-                    share = 100 * figures["lease_reads"] * each_s / result["hold"]["seconds"]
-                    figures["lease_reads_cpu_percent_est"] = round(share, 3)
-
-
-def _report(result: dict[str, Any], n: int) -> None:
-    idle, hold = result["idle"], result["hold"]
-    acq, rel = result["acquire"], result["release"]
-    print(f"idle: service CPU {idle['service_cpu_percent']:.2f}% of a core")
-    print(
-        f"acquire {n}: {acq['wall_s']:.2f} s ({acq['per_s']:,.0f}/s), "
-        f"service CPU {acq['service_cpu_us_each']:,.0f} µs each"
-    )
-    print(
-        f"hold {n} for {hold['seconds']:.0f} s: service CPU {hold['service_cpu_percent']:.2f}% "
-        f"of a core (max {hold['service_cpu_percent_max_1s']}% in a second), RSS "
-        f"{hold['service_rss_kib']} KiB, {hold['service_open_fds']} fds; health check "
-        f"p50 {hold['health_ms']['p50']} ms, max {hold['health_ms']['max']} ms; "
-        f"client CPU {hold['client_cpu_percent']:.2f}%, loop lag max "
-        f"{hold['client_loop_lag_ms']['max']} ms; emulator CPU "
-        f"{hold['emulator_cpu_percent']}%; machine {hold['machine_cpu']}"
-    )
-    streams = result.get("streams")
-    if streams is not None:
-        print(_streams_line(streams))
-    print(
-        f"all {n} still held at the end; release: {rel['wall_s']:.2f} s, "
-        f"service CPU {rel['service_cpu_us_each']:,.0f} µs each"
-    )
-
-
-def _streams_line(f: dict[str, Any]) -> str:
-    late, age = f["ping_late_ms"], f["renewed_age_ms"]
-    return (
-        f"streams (ttl {f['ttl_s']:g} s, renewed every {f['renew_interval_s']:g} s, ping every "
-        f"{f['ping_interval_s']:g} s): {f['pings']} pings once all were open, late by p50 "
-        f"{late['p50']} ms, p99 {late['p99']} ms, max {late['max']} ms (while opening: "
-        f"{f['pings_while_opening']}, max {f['ping_late_while_opening_ms']['max']} ms); "
-        f"{f['lease_reads']} lease reads of "
-        f"{f['sampled_locks']} sampled locks: renewed_at age p50 {age['p50']} ms, max "
-        f"{age['max']} ms (all at the end: max {f['renewed_age_at_end_ms']['max']} ms); "
-        f"{f['renewals_seen']} renewals seen, late by p50 {f['renewal_late_ms']['p50']} ms, "
-        f"max {f['renewal_late_ms']['max']} ms; "
-        f"time left min {f['time_left_min_s']} s; {f['stale']} stale, "
-        f"{f['streams_in_trouble']} streams in trouble; the reads cost the service about "
-        f"{f.get('lease_reads_cpu_percent_est')}% of a core"
-    )
-
-
-@contextlib.contextmanager
-def _store(name: str | None) -> Iterator[tuple[str, dict[str, Any], int | None]]:
-    """The store URL the service gets, facts about it, and the emulator's pid (None if none);
-    an emulator runs for the block."""
-    if name is None:
-        yield f"memory://serve-scale-{uuid.uuid4().hex[:8]}", {}, None
-        return
-    if name not in EMULATED:
-        yield name, {}, None
-        return
-    with (
-        tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-emu-") as work,
-        _servers.running([name], Path(work)) as running,
-    ):
-        emulator = running[name]
-        # The service inherits this environment: the emulator's throwaway credentials.
-        with _servers.environment(emulator.env()):
-            bucket = emulator.make_bucket()
-            yield (
-                emulator.url(bucket, f"serve-scale-{uuid.uuid4().hex[:8]}"),
-                {"emulator": name, "versions": _servers.versions()},
-                emulator.pid,
-            )
-
-
-def _raise_fd_limit() -> dict[str, int]:
-    """Raise this process's soft limit of open files to its hard limit (the service, started
-    after, inherits it): every stream is a socket on each side."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return {"soft_before": soft, "hard": hard}
+            result["streams"] = figures = holders.figures()
+            if "check" in result:
+                # The window's CPU includes our lease reads: estimated at what the check's read
+                # of every lock cost the service each.
+                each_s = result["check"]["service_cpu_us_each"] / 1e6
+                share = 100 * figures["lease_reads"] * each_s / result["hold"]["seconds"]
+                figures["lease_reads_cpu_percent_est"] = round(share, 3)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--holders", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=30.0, help="the hold window")
-    parser.add_argument("--idle", type=float, default=5.0, help="the idle window before, s")
-    parser.add_argument("--mode", choices=("alpha1", "streams"), default="alpha1")
-    parser.add_argument(
-        "--store",
-        default=None,
-        help=f"store URL, or {' or '.join(EMULATED)} (started here); default a memory store",
-    )
-    parser.add_argument(
-        "--expiry",
-        type=float,
-        default=None,
-        help="each lock's expiry (alpha1, whole seconds; default 600) or ttl (streams; 30)",
-    )
-    parser.add_argument("--concurrent", type=int, default=32, help="requests in flight")
-    parser.add_argument(
-        "--ping-interval",
-        type=float,
-        default=None,
-        help=f"streams: the service's --ping-interval, s (default: its own, {DEFAULT_PING_S:g})",
-    )
-    parser.add_argument("--sample", type=int, default=36, help="streams: locks read back")
-    parser.add_argument(
-        "--slack", type=float, default=1.0, help="streams: renewal lateness allowed, s"
-    )
+    parser.add_argument("--idle", type=float, default=5.0, help="the idle window before it")
+    parser.add_argument("--store", default="memory", help="memory, a URL, or an emulator")
+    parser.add_argument("--ttl", type=float, default=30.0, help="each stream's lease, s")
+    parser.add_argument("--ping-interval", type=float, default=DEFAULT_PING_S)
+    parser.add_argument("--slack", type=float, default=1.0, help="renewal lateness allowed, s")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    if args.expiry is None:
-        args.expiry = 30.0 if args.mode == "streams" else 600.0
-    elif args.mode == "alpha1" and args.expiry != int(args.expiry):
-        parser.error("--expiry: alpha1 takes whole seconds")
-    extra = []
-    if args.ping_interval is not None:
-        extra = ["--ping-interval", f"{args.ping_interval:g}"]
-    else:
-        args.ping_interval = DEFAULT_PING_S
-    fds = _raise_fd_limit()
-    machine = {**machine_info(), "open_files_limit": fds}
+    # Every stream is a socket on each side: the service, started after, inherits the limit.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    machine = {**machine_info(), "open_files_limit": {"soft_before": soft, "hard": hard}}
     result: dict[str, Any] = {}
     failure: str | None = None
     with (
-        _store(args.store) as (url, store_facts, emulator_pid),
+        _servers.store_url(args.store, "serve-scale") as (url, emulator),
         tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs,
-        Service({STORE: url}, Path(logs), extra_args=extra) as service,
+        Service(
+            {STORE: url}, Path(logs), extra_args=["--ping-interval", f"{args.ping_interval:g}"]
+        ) as service,
     ):
         try:
-            asyncio.run(run(args, service, result, emulator_pid))
+            asyncio.run(run(args, service, result, emulator.pid if emulator else None))
         except ServiceError as exc:
             failure = str(exc)
-        finally:
-            service.close()
-        errors = service.stderr(tail=None)
+        service.close()
+        errors = service.output(tail=None)
+        if failure is None and ("Traceback" in errors or "ERROR" in errors):
+            failure = f"the service logged errors:\n{errors}"
     payload = {
         "machine": machine,
-        "mode": args.mode,
+        "mode": "streams",
         "holders": args.holders,
-        "expiry_s": args.expiry,
-        "concurrent": args.concurrent,
+        "expiry_s": args.ttl,
+        "concurrent": CONCURRENT,
         "store": url.split("?", 1)[0],
-        **store_facts,
+        **({"emulator": emulator.name, "versions": _servers.versions()} if emulator else {}),
         **result,
+        **({"failed": failure} if failure else {}),
     }
-    if failure is not None:
-        payload["failed"] = failure
     if args.json:
         write_json(args.json, payload)
-        print(f"results in {args.json}")
+    for phase in ("idle", "acquire", "hold", "release", "streams"):
+        print(f"{phase}: {json.dumps(result.get(phase))}")
     if failure is not None:
-        if "streams" in result:
-            print(_streams_line(result["streams"]), file=sys.stderr)
         print(f"FAILED: {failure}", file=sys.stderr)
         return 1
-    _report(result, args.holders)
-    if "Traceback" in errors or "ERROR" in errors:
-        print(f"the service logged errors:\n{errors}", file=sys.stderr)
-        return 1
+    print(f"all {args.holders} still held at the end")
     return 0
 
 

@@ -270,7 +270,7 @@ def test_the_loop_never_stalls_while_a_thousand_leases_renew_on_moto(
     renewals and as many watches a second, within what moto keeps up with (about 200), sent on
     the store's native async client (obstore). On boto3 and the thread pool (``async_io=threads``)
     the loop stalled 23-29 ms here: boto3's CPU in the pool threads, holding the GIL, and the
-    garbage collector's pauses over its allocations (benchmarks/loop_lag.py)."""
+    garbage collector's pauses over its allocations (docs/decisions/003-loop-stalls.md)."""
     factory: StoreFactory = request.getfixturevalue("s3_moto_store_factory")
     leases, windows, window, renew = 1000, 2, 6.5, 6.0
     store = factory()

@@ -88,8 +88,7 @@ def test_cpu_split_and_steal(harness: ModuleType) -> None:
     before = [0, 0, 0, 0, 0, 0, 0, 0]
     after = [50, 0, 10, 20, 10, 0, 0, 10]
     assert harness.cpu_split(before, after) == {"busy": 60.0, "idle": 30.0, "steal": 10.0}
-    assert harness.steal_percent(before, after) == 10.0
-    assert harness.cpu_split(None, after) is None
+    assert len(harness.cpu_times()) == 8
 
 
 def test_fmt_counts(harness: ModuleType) -> None:

@@ -1,6 +1,6 @@
 """The service's benchmarks run and check what they measure: ``run.py --sections serve`` (a
-TryLock + Unlock round trip through ``prioritylock serve``) and ``serve_scale.py`` (many locks
-held through one service), each at a tiny size on the memory store.
+TryLock + Unlock round trip through ``prioritylock serve``) and ``serve_scale.py`` (many lock
+streams held through one service), each at a tiny size on the memory store.
 
 Their figures are not asserted (they depend on the machine); what is: every variant produced
 samples and the service's CPU, and a lock that is not held to the end fails the script.
@@ -48,34 +48,11 @@ def test_serve_section_times_every_client(tmp_path: Path) -> None:
         row = rows[f"memory/{name}"]
         assert row["n"] > 0 and row["median"] > 0
         assert row["service_cpu_us_per_cycle"] is not None
-    assert rows["memory/in-process-fresh"]["vs_in_process_fresh"] == 1.0
+    assert rows["memory/in-process-fresh"]["ratio"] == 1.0
     assert "Task was destroyed" not in done.stderr
 
 
-@pytest.mark.timeout(120)
-def test_serve_scale_holds_and_releases(tmp_path: Path) -> None:
-    out = tmp_path / "scale.json"
-    args = ["--holders", "40", "--seconds", "1", "--idle", "0.5", "--json", str(out)]
-    done = _run("serve_scale.py", *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "all 40 still held at the end" in done.stdout
-    result = json.loads(out.read_text())
-    assert result["holders"] == 40
-    assert result["acquire"]["per_s"] > 0
-    assert result["hold"]["service_cpu_percent"] >= 0
-
-
-@pytest.mark.timeout(120)
-def test_serve_scale_fails_when_locks_are_not_held_to_the_end() -> None:
-    """With a 1 s expiry the locks run out during the 2 s window: the script must say so."""
-    done = _run(
-        "serve_scale.py", "--holders", "10", "--seconds", "2", "--idle", "0.5", "--expiry", "1"
-    )
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "10 of 10 locks were free to a rival" in done.stderr
-
-
-_STREAMS = ["--mode", "streams", "--holders", "20", "--idle", "0.2", "--expiry", "3"]
+_STREAMS = ["--holders", "20", "--idle", "0.2", "--ttl", "3"]
 
 
 @pytest.mark.timeout(120)

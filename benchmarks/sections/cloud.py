@@ -7,72 +7,58 @@ library's overhead over the store's own cost. The stores take turns round by rou
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import _servers
-from _bench import Bench, StoreKind
+from _bench import Bench, StoreKind, StoreTimer
 from _harness import Json, Section, T, fmt_counts, fmt_num, summarize
-from _wrappers import StoreTimer
 
-from prioritylock import LockBuilder
-from prioritylock.stores import ObjectStore, open_store
-from prioritylock.testing._delegate import read_if_changed
+from prioritylock.stores import open_store
 
 #: (key, label, what its median is compared with: the raw SDK calls whose medians are summed)
 _CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
     ("raw_get", "raw SDK GET", ()),
     ("raw_put", "raw SDK conditional PUT", ()),
-    ("store_read", "store.read()", ("raw_get",)),
-    ("store_read_unchanged", "store.read_if_changed(), unchanged (304)", ("raw_get",)),
-    ("store_replace", "store.replace()", ("raw_put",)),
     ("acquire", "acquire: try_lock(), fresh Lock on a free lock", ("raw_get", "raw_put")),
     ("acquire_known", "acquire: try_lock(), same Lock after its release", ("raw_put",)),
     ("renew", "renew()", ("raw_put",)),
     ("release", "unlock()", ("raw_put",)),
 ]
-_BASE_NAMES = {"raw_get": "GET", "raw_put": "PUT"}
-#: The SDK calls behind "raw SDK GET" and "raw SDK conditional PUT", by emulator.
-_RAW_CALLS = {
-    "s3-moto": ("boto3 get_object", "boto3 put_object(IfMatch=etag)"),
-    "s3-seaweedfs": ("boto3 get_object", "boto3 put_object(IfMatch=etag)"),
-    "gcs": ("download_as_bytes()", "upload_from_string(if_generation_match=gen)"),
-    "azure": ("download_blob().readall()", "upload_blob(etag=, IfNotModified)"),
-}
-#: Where the library adds more than this over the raw SDK calls, the section flags it.
-OVERHEAD_FLAG = 1.2
+_BASES = {op: base for op, _, base in _CLOUD_OPS}
 
 
-@dataclass
 class CloudRun:
     """One cloud store's timed operations; stores take turns, one round each at a time."""
 
-    kind: StoreKind
-    store: ObjectStore
-    timer: StoreTimer  # the same store, as the locks see it
-    raw: _servers.RawClient
-    builder: LockBuilder
-    body_len: int  # a lease document's size: the raw PUTs write as many bytes
-    raw_key: str
-    raw_version: str
-    store_key: str
-    store_version: str
-    samples: dict[str, list[int]] = field(default_factory=dict)
-    #: op -> (its time - the raw calls it is made of, in the same round): the paired overhead
-    over: dict[str, list[int]] = field(default_factory=dict)
-    #: op -> its time outside store calls: the library's own work
-    own: dict[str, list[int]] = field(default_factory=dict)
-    requests: dict[str, dict[str, int]] = field(default_factory=dict)  # summed over samples
-    spent_s: float = 0.0
-    iterations: int = 0
-    _round_raw: dict[str, int] = field(default_factory=dict)
+    def __init__(self, b: Bench, kind: StoreKind) -> None:
+        assert kind.emulator is not None
+        self.kind, self.store = kind, open_store(b.url(kind))
+        self.timer = StoreTimer(self.store)  # the same store, as the locks see it
+        self.builder = b.builder(self.timer, b.path("cloud"), "bench")
+        with contextlib.closing(self.builder.build()) as first:
+            first.lock(timeout=10)
+            found = self.store.read(first.key)
+            first.unlock()
+        assert found is not None
+        self.body_len = len(found.data)  # the raw PUTs write as many bytes as a lease document
+        self.raw = _servers.raw_client(b.emulators[kind.emulator], b.bucket(kind))
+        self.raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
+        self.raw_version = self.raw.put(self.raw_key, found.data, None)
+        self.samples: dict[str, list[int]] = {}
+        self.own: dict[str, list[int]] = {}  # time outside store calls: the library's own work
+        self.requests: dict[str, Counter[str]] = {}  # summed over samples
+        self.spent_s, self.iterations = 0.0, 0
 
-    def timed(self, op: str, call: Callable[[], T], base: tuple[str, ...] = ()) -> T:
-        """Run ``call``; note its duration and, for store and lock operations (``base``: the raw
-        calls it is compared with), its requests, paired overhead and time outside the store."""
+    def timed(self, op: str, call: Callable[[], T]) -> T:
+        """Run ``call``; note its duration and, for lock operations, its requests and its time
+        outside the store."""
+        base = _BASES[op]
         before = self.store.stats.snapshot() if base else {}
         in_store = self.timer.spent_ns()
         t0 = time.perf_counter_ns()
@@ -80,95 +66,48 @@ class CloudRun:
         elapsed = time.perf_counter_ns() - t0
         self.samples.setdefault(op, []).append(elapsed)
         if not base:
-            self._round_raw[op] = elapsed
             return result
-        self.over.setdefault(op, []).append(elapsed - sum(self._round_raw[x] for x in base))
         if self.timer.spent_ns() != in_store:
             self.own.setdefault(op, []).append(elapsed - (self.timer.spent_ns() - in_store))
         after = self.store.stats.snapshot()
-        tally = self.requests.setdefault(op, {})
-        for k in after:
-            if k != "total" and after[k] != before[k]:
-                tally[k] = tally.get(k, 0) + after[k] - before[k]
+        made = {k: after[k] - before[k] for k in after if k != "total" and after[k] != before[k]}
+        self.requests.setdefault(op, Counter()).update(made)
         return result
 
     def iteration(self, record: bool = True) -> None:
-        """One round: (an untimed GET,) raw GET and PUT, store read and replace, then a fresh
-        Lock's acquire, renew, release, acquire again (version known) and release."""
+        """One round: (an untimed GET,) raw GET and PUT, then a fresh Lock's acquire, renew,
+        release, acquire again (version known) and release."""
         started = time.perf_counter()
         body = secrets.token_hex(self.body_len)[: self.body_len].encode()
-        raw, store = self.raw, self.store
+        raw = self.raw
         # Untimed: the first request after another store's turn runs on cold caches.
         raw.get(self.raw_key)
         self.timed("raw_get", lambda: raw.get(self.raw_key))
         self.raw_version = self.timed(
             "raw_put", lambda: raw.put(self.raw_key, body, self.raw_version)
         )
-        self.timed("store_read", lambda: store.read(self.store_key), _BASES["store_read"])
-        known = self.store_version
-        self.timed(
-            "store_read_unchanged",
-            lambda: read_if_changed(store, self.store_key, known),
-            _BASES["store_read_unchanged"],
-        )
-        self.store_version = self.timed(
-            "store_replace",
-            lambda: store.replace(self.store_key, body, self.store_version),
-            _BASES["store_replace"],
-        )
         lock = self.builder.build()
         try:
-            if not self.timed("acquire", lock.try_lock, _BASES["acquire"]):
+            if not self.timed("acquire", lock.try_lock):
                 raise RuntimeError(f"{self.kind.label}: try_lock() on a free lock failed")
-            self.timed("renew", lock.renew, _BASES["renew"])
-            self.timed("release", lock.unlock, _BASES["release"])
-            if not self.timed("acquire_known", lock.try_lock, _BASES["acquire_known"]):
+            self.timed("renew", lock.renew)
+            self.timed("release", lock.unlock)
+            if not self.timed("acquire_known", lock.try_lock):
                 raise RuntimeError(f"{self.kind.label}: try_lock() after own release failed")
-            self.timed("release", lock.unlock, _BASES["release"])
+            self.timed("release", lock.unlock)
         finally:
             lock.close()
         if not record:
-            for table in (self.samples, self.over, self.own, self.requests):
+            for table in (self.samples, self.own, self.requests):
                 table.clear()
             return
         self.iterations += 1
         self.spent_s += time.perf_counter() - started
 
 
-_BASES = {op: base for op, _, base in _CLOUD_OPS}
-
-
-def _cloud_run(b: Bench, kind: StoreKind) -> CloudRun:
-    assert kind.emulator is not None
-    store = open_store(b.url(kind))
-    timer = StoreTimer(store)
-    builder = b.builder(timer, b.path("cloud"), "bench")
-    first = builder.build()
-    first.lock(timeout=10)
-    found = store.read(first.key)
-    first.unlock()
-    first.close()
-    assert found is not None
-    raw = b.emulators[kind.emulator].raw(b.bucket(kind))
-    raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
-    store_key = f"bench/store-{uuid.uuid4().hex[:12]}"
-    return CloudRun(
-        kind=kind,
-        store=store,
-        timer=timer,
-        raw=raw,
-        builder=builder,
-        body_len=len(found.data),
-        raw_key=raw_key,
-        raw_version=raw.put(raw_key, found.data, None),
-        store_key=store_key,
-        store_version=store.create(store_key, found.data),
-    )
-
-
 def section_cloud(b: Bench) -> Section:
     s = b.sizes
-    runs = [_cloud_run(b, kind) for kind in b.cloud_kinds]
+    runs = [CloudRun(b, kind) for kind in b.store_kinds if kind.emulator]
     for run in runs:
         for _ in range(3):
             run.iteration(record=False)  # warm up connections and the SDKs' caches
@@ -181,77 +120,40 @@ def section_cloud(b: Bench) -> Section:
 
     table: list[list[str]] = []
     rows: list[Json] = []
-    flagged: list[str] = []
     for run in runs:
-        assert run.kind.emulator is not None
-        raw_get, raw_put = _RAW_CALLS[run.kind.emulator]
-        table.append([f"{run.kind.label}: {run.iterations} rounds", "", "", "", "", "", "", ""])
+        table.append([f"{run.kind.label}: {run.iterations} rounds", *[""] * 6])
         medians = {op: summarize(v, 1e6).median for op, v in run.samples.items()}
         for op, label, base in _CLOUD_OPS:
             summary = summarize(run.samples[op], 1e6)
-            shown = {"raw_get": f"{label}: {raw_get}", "raw_put": f"{label}: {raw_put}"}.get(
-                op, label
-            )
-            mean_requests = {k: v / summary.n for k, v in run.requests.get(op, {}).items()}
+            requests = {k: v / summary.n for k, v in run.requests.get(op, {}).items()}
             ratio = summary.median / sum(medians[x] for x in base) if base else None
-            over = _median_ms(run.over.get(op))
-            own = _median_ms(run.own.get(op))
-            against = "+".join(_BASE_NAMES[x] for x in base)
-            if ratio is not None and ratio > OVERHEAD_FLAG:
-                flagged.append(f"{run.kind.label} {op} {ratio:.2f}x {against}")
-            table.append(
-                [
-                    f"  {shown}",
-                    fmt_num(summary.median),
-                    fmt_num(summary.p99),
-                    fmt_counts(mean_requests) if base else "1",
-                    f"{ratio:.2f}x {against}" if ratio is not None else "",
-                    f"{over:+.2f}" if over is not None else "",
-                    fmt_num(own) if own is not None else "",
-                    str(summary.n),
-                ]
-            )
+            own = summarize(run.own[op], 1e6).median if run.own.get(op) else None
             rows.append(
-                {
-                    "store": run.kind.name,
-                    "operation": op,
-                    "label": shown,
-                    "unit": "ms",
-                    "requests": mean_requests if base else {"total": 1},
-                    "ratio_to_raw": ratio,
-                    "raw_baseline": list(base),
-                    "paired_overhead_ms": over,
-                    "outside_store_ms": own,
-                    **asdict(summary),
-                }
+                {"store": run.kind.name, "operation": op, "label": label, "unit": "ms"}
+                | {"requests": requests if base else {"total": 1}, "ratio_to_raw": ratio}
+                | {"raw_baseline": list(base), "outside_store_ms": own, **asdict(summary)}
+            )
+            versus = (
+                "" if ratio is None else f"{ratio:.2f}x {'+'.join(x[4:].upper() for x in base)}"
+            )
+            median, p99, n = summary.cells()
+            count = fmt_counts(requests) if base else "1"
+            table.append(
+                [f"  {label}", median, p99, count, versus, "" if own is None else fmt_num(own), n]
             )
         run.raw.close()
         run.store.close()
     notes = [
         "Raw SDK calls: one request each, on their own SDK client, configured as the store "
         "configures its own (no SDK retries); the PUTs write as many bytes as a lease document.",
-        "A round: an untimed GET, raw GET, raw PUT, store.read(), store.read_if_changed() of the "
-        "version it just read, store.replace(), a fresh Lock's "
-        "try_lock(), renew(), unlock(), try_lock() and unlock() (so unlock() has two samples a "
-        f"round); the stores take turns round by round, each capped at {s.cloud_budget_s:g} s.",
-        "requests: mean per operation, from store.stats. vs raw: the median over the sum of the "
-        "raw medians it is made of (a fresh Lock's acquire = GET + PUT). +ms: median of (the "
-        "operation - those raw calls in the same round). lib ms: median time outside store calls.",
+        "A round: an untimed GET, raw GET, raw PUT, a fresh Lock's try_lock(), renew(), "
+        "unlock(), try_lock() and unlock(); the stores take turns round by round, each capped "
+        f"at {s.cloud_budget_s:g} s. requests: mean per operation, from store.stats. vs raw: the "
+        "median over the sum of the raw medians it is made of (a fresh acquire = GET + PUT). "
+        "lib ms: median time outside store calls.",
     ]
-    if flagged:
-        notes.append(f"Over {OVERHEAD_FLAG:.2f}x the raw SDK cost: " + "; ".join(flagged) + ".")
     if not runs:
         notes = ["No cloud store picked (--stores), so nothing to measure."]
-    return Section(
-        name="cloud",
-        title="Cloud stores on their emulators: lock operations vs the SDK's own GET and "
-        "conditional PUT (ms)",
-        headers=["operation", "median", "p99", "requests", "vs raw", "+ms", "lib ms", "n"],
-        table=table,
-        rows=rows,
-        notes=notes,
-    )
-
-
-def _median_ms(samples_ns: list[int] | None) -> float | None:
-    return summarize(samples_ns, 1e6).median if samples_ns else None
+    title = "Cloud stores on their emulators: lock operations vs the SDK's own GET and PUT (ms)"
+    headers = ["operation", "median", "p99", "requests", "vs raw", "lib ms", "n"]
+    return Section("cloud", title, headers, table, rows, notes)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict
+from typing import cast
 
-from _bench import Bench, StoreKind
-from _harness import Json, Section, fmt_num, summarize
-from _wrappers import TallyStore
+from _bench import Bench, StoreKind, TallyStore
+from _harness import Json, Section, summarize
 
 from prioritylock import CleanupNotice, Lock, LockListener
 from prioritylock.stores import open_store
@@ -30,11 +31,9 @@ PREEMPT_VARIANTS = [
 ]
 
 
-@dataclass(frozen=True)
-class PreemptionResult:
-    samples_ns: list[int]
-    #: "requestor" / "holder" -> mean requests per preemption, by kind.
-    requests: dict[str, dict[str, float]]
+#: A variant's preemption latencies (ns) and mean requests per preemption, "requestor" and
+#: "holder", by kind.
+Preemptions = tuple[list[int], dict[str, dict[str, float]]]
 
 
 class _Cleaner(LockListener):
@@ -50,23 +49,18 @@ class _Cleaner(LockListener):
         self.lost.set()
 
 
-def preemptions(b: Bench, kind: StoreKind, variant: str) -> PreemptionResult:
-    """The preemption runs of (kind, variant), measured once per run and shared by the latency
-    and the request-count tables."""
-    key = f"preemption/{kind.name}/{variant}"
-    if key not in b.shared:
-        b.shared[key] = preemption_runs(b, kind, variant, b.sizes.preemptions)
-    result: PreemptionResult = b.shared[key]
-    return result
-
-
-def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> PreemptionResult:
-    """Time ``rounds`` preemptions and count each client's requests.
+def preemptions(b: Bench, kind: StoreKind, variant: str) -> Preemptions:
+    """Time ``b.sizes.preemptions`` preemptions and count each client's requests, once per run:
+    the latency and the request-count tables share them.
 
     A request counts from the requestor's ``try_lock()`` call until the holder's listener hears
     ``on_lock_lost``: the requestor's requests are made on this thread, the holder's on the
     library's heartbeat and cleanup threads.
     """
+    key = f"preemption/{kind.name}/{variant}"
+    if key in b.shared:
+        return cast(Preemptions, b.shared[key])
+    rounds = b.sizes.preemptions
     inner = open_store(b.url(kind))
     tally = TallyStore(inner)
     tally.label_thread("requestor")
@@ -85,14 +79,13 @@ def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> Pre
     requestor_builder = b.builder(tally, path, "high").priority(10).waiting_timeout(5)
     before = inner.stats.snapshot()["total"]
     samples: list[int] = []
-    totals: dict[str, dict[str, float]] = {"requestor": {}, "holder": {}}
+    totals: dict[str, Counter[str]] = {"requestor": Counter(), "holder": Counter()}
     for _ in range(rounds):
         cleaner.lost.clear()
         holder.lock(timeout=5)
         requestor = requestor_builder.build()
         time.sleep(random.uniform(0, PREEMPT_WATCH_INTERVAL))  # any phase of the holder's watch
-        t0 = time.monotonic()
-        started = time.perf_counter_ns()
+        t0, started = time.monotonic(), time.perf_counter_ns()
         if not requestor.try_lock():
             raise RuntimeError("the higher-priority try_lock() did not get the lock")
         samples.append(time.perf_counter_ns() - started)
@@ -101,13 +94,13 @@ def preemption_runs(b: Bench, kind: StoreKind, variant: str, rounds: int) -> Pre
         t1 = time.monotonic()
         requestor.close()
         for who, label in (("requestor", "requestor"), ("holder", "other")):
-            for k, v in tally.counts(label, t0, t1).items():
-                totals[who][k] = totals[who].get(k, 0.0) + v / rounds
+            totals[who].update(tally.counts(label, t0, t1))
     holder.close()
     if inner.stats.snapshot()["total"] - before != len(tally.events):
         raise RuntimeError("the per-thread tally disagrees with store.stats")
-    mean = {who: {k: round(v, 2) for k, v in c.items() if v} for who, c in totals.items()}
-    return PreemptionResult(samples, mean)
+    mean = {who: {k: round(v / rounds, 2) for k, v in c.items() if v} for who, c in totals.items()}
+    b.shared[key] = samples, mean
+    return samples, mean
 
 
 def section_preemption(b: Bench) -> Section:
@@ -115,36 +108,17 @@ def section_preemption(b: Bench) -> Section:
     rows: list[Json] = []
     for kind in b.store_kinds:
         for variant, label in PREEMPT_VARIANTS:
-            result = preemptions(b, kind, variant)
-            summary = summarize(result.samples_ns, 1e6)
-            table.append(
-                [
-                    f"{kind.label}, {label}",
-                    fmt_num(summary.median),
-                    fmt_num(summary.p99),
-                    str(summary.n),
-                ]
-            )
+            samples, requests = preemptions(b, kind, variant)
+            summary = summarize(samples, 1e6)
+            table.append([f"{kind.label}, {label}", *summary.cells()])
             rows.append(
-                {
-                    "store": kind.name,
-                    "variant": variant,
-                    "label": label,
-                    "unit": "ms",
-                    "watch_interval_s": PREEMPT_WATCH_INTERVAL,
-                    "requests": result.requests,
-                    **asdict(summary),
-                }
+                {"store": kind.name, "variant": variant, "label": label, "unit": "ms"}
+                | {"watch_interval_s": PREEMPT_WATCH_INTERVAL, "requests": requests}
+                | asdict(summary)
             )
-    return Section(
-        name="preemption",
-        title="Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)",
-        headers=["case", "median", "p99", "n"],
-        table=table,
-        rows=rows,
-        notes=[
-            f"Holder: watch_interval {PREEMPT_WATCH_INTERVAL:g} s, a LockListener, "
-            "cleanup_timeout 5 s unless 0; requestor: waiting_timeout 5 s; one process, one "
-            "store object."
-        ],
+    title = "Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)"
+    note = (
+        f"Holder: watch_interval {PREEMPT_WATCH_INTERVAL:g} s, a LockListener, cleanup_timeout "
+        "5 s unless 0; requestor: waiting_timeout 5 s; one process, one store object."
     )
+    return Section("preemption", title, ["case", "median", "p99", "n"], table, rows, [note])

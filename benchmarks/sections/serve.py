@@ -1,318 +1,180 @@
 """``serve``: a TryLock + Unlock round trip through ``prioritylock serve``, against the same cycle
-made in process with ``AsyncLock``.
+made in process with ``AsyncLock`` (a new lock object each cycle, as the service builds one per
+TryLock, and the same object).
 
-Per picked store, one service (``python -m prioritylock serve``, a subprocess on free ports of
-127.0.0.1, its store a fresh namespace of that kind), and one client at a time, sequentially, each
-on a resource of its own that it locks and unlocks again and again (the same resource every
-cycle, so the lease document exists and each cycle is one conditional replace per call):
-
-- HTTP: ``POST /v1.0-alpha1/lock/locks`` then ``/unlock/locks`` on one kept-alive HTTP/1.1
-  connection (``http.client``), JSON bodies as Dapr's HTTP API has them;
-- gRPC: ``TryLockAlpha1`` then ``UnlockAlpha1`` on one channel (``grpcio``, sync) with the stubs
-  and messages of the ``dapr`` package, which is what the service speaks;
-- the Dapr SDK: ``DaprClient().try_lock()`` then ``.unlock()`` (gRPC underneath, plus the SDK's
-  own checks, warning and retry wrapper): what an existing Dapr app pays;
-- in process, for reference: ``await try_lock()`` + ``await unlock()`` on one event loop, with a
-  fresh ``AsyncLock`` each cycle (what the service does for each TryLock: it builds a lock object
-  per acquisition) and with the same object.
-
-Variants are interleaved in rounds. Besides the client's wall time per cycle, the section records
-this process's CPU per cycle and the service's (from ``/proc/PID/stat``, warm-up excluded).
-Every answer is checked: a TryLock must succeed (``success`` true) and an Unlock must answer
-status 0, or the section raises and the run fails.
+Per picked store (memory and the cloud ones), one service (``_servers.Service``) and one client at a
+time, each on its own resource, the same every cycle: HTTP (``/v1.0-alpha1/lock`` and
+``/unlock`` on one kept-alive connection), gRPC (the ``dapr`` package's stubs on one channel)
+and the Dapr SDK (``DaprClient``: what an existing Dapr app pays). Variants are interleaved; the
+service's CPU per cycle comes from ``/proc`` (warm-up excluded). Every answer is checked: a
+TryLock must succeed and an Unlock answer status 0, or the section raises.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import warnings
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import asdict
+from collections.abc import Callable
+from contextlib import ExitStack
+from functools import partial
 from typing import Any
 
 import _servers
-from _bench import Bench, StoreKind
-from _harness import Cycles, CycleVariant, Json, Section, fmt_num, run_interleaved, summarize
-from _service import Service, ServiceError, post_json
+from _bench import Bench, StoreKind, alock_cycle, close_loop
+from _harness import (
+    Cycles,
+    CycleVariant,
+    Section,
+    compare,
+    fmt_num,
+    run_interleaved,
+    timed,
+    timed_async,
+)
+from _servers import Service, ServiceError, post_json
 
 from prioritylock import LockBuilder
 from prioritylock.stores import open_store
-from sections.aio import _async_fresh_cycles, _async_lock_cycle, _loop_cycles
 
 STORE = "locks"  # the store's name in the service (Dapr's storeName)
 EXPIRY_S = 60  # expiryInSeconds of every TryLock (each is unlocked at once)
-SDK_WARNING = "The Distributed Lock API is an Alpha"
 
 
-def _check_lock(success: object, how: str) -> None:
-    if success is not True:
-        raise ServiceError(f"{how}: TryLock of a free lock answered success={success!r}")
+def _checked(how: str, try_lock: Callable[[], object], unlock: Callable[[], object]) -> Cycles:
+    """Timed TryLock + Unlock cycles; a refused free lock or a non-zero Unlock status raises."""
+
+    def cycle() -> None:
+        if (success := try_lock()) is not True:
+            raise ServiceError(f"{how}: TryLock of a free lock answered success={success!r}")
+        if (status := unlock()) != 0:
+            raise ServiceError(f"{how}: Unlock by the holder answered status={status!r}")
+
+    return timed(cycle)
 
 
-def _check_unlock(status: object, how: str) -> None:
-    if status != 0:
-        raise ServiceError(f"{how}: Unlock by the holder answered status={status!r}")
-
-
-def _http_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
+def _http(service: Service, resource: str, stack: ExitStack) -> Cycles:
     conn = service.connection()
     stack.callback(conn.close)
-    lock_body = {"resourceId": resource, "lockOwner": "bench-http", "expiryInSeconds": EXPIRY_S}
-    unlock_body = {"resourceId": resource, "lockOwner": "bench-http"}
-    lock_path, unlock_path = f"/v1.0-alpha1/lock/{STORE}", f"/v1.0-alpha1/unlock/{STORE}"
-
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            got = post_json(conn, lock_path, lock_body)
-            _check_lock(got.get("success"), "HTTP")
-            done = post_json(conn, unlock_path, unlock_body)
-            _check_unlock(done.get("status"), "HTTP")
-            out[i] = clock() - t0
-        return out
-
-    return run
+    lock = {"resourceId": resource, "lockOwner": "bench-http", "expiryInSeconds": EXPIRY_S}
+    unlock = {"resourceId": resource, "lockOwner": "bench-http"}
+    return _checked(
+        "HTTP",
+        lambda: post_json(conn, f"/v1.0-alpha1/lock/{STORE}", lock).get("success"),
+        lambda: post_json(conn, f"/v1.0-alpha1/unlock/{STORE}", unlock).get("status"),
+    )
 
 
-def _grpc_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
+def _grpc(service: Service, resource: str, stack: ExitStack) -> Cycles:
     import grpc
     from dapr.proto.runtime.v1 import dapr_pb2_grpc, lock_pb2
 
-    channel = stack.enter_context(grpc.insecure_channel(service.grpc_target))
+    channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}"))
     stub = dapr_pb2_grpc.DaprStub(channel)  # type: ignore[no-untyped-call]
-    lock_req = lock_pb2.TryLockRequest(
-        store_name=STORE, resource_id=resource, lock_owner="bench-grpc", expiry_in_seconds=EXPIRY_S
+    who = {"store_name": STORE, "resource_id": resource, "lock_owner": "bench-grpc"}
+    lock = lock_pb2.TryLockRequest(**who, expiry_in_seconds=EXPIRY_S)
+    unlock = lock_pb2.UnlockRequest(**who)
+    return _checked(
+        "gRPC",
+        lambda: stub.TryLockAlpha1(lock, timeout=10).success,
+        lambda: stub.UnlockAlpha1(unlock, timeout=10).status,
     )
-    unlock_req = lock_pb2.UnlockRequest(
-        store_name=STORE, resource_id=resource, lock_owner="bench-grpc"
-    )
-
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            _check_lock(stub.TryLockAlpha1(lock_req, timeout=10).success, "gRPC")
-            _check_unlock(stub.UnlockAlpha1(unlock_req, timeout=10).status, "gRPC")
-            out[i] = clock() - t0
-        return out
-
-    return run
 
 
-def _sdk_cycles(service: Service, resource: str, stack: ExitStack) -> Cycles:
+def _sdk(service: Service, resource: str, stack: ExitStack) -> Cycles:
     from dapr.clients import DaprClient
 
     # The SDK finds its sidecar as every Dapr app does: from the environment.
-    with _servers.environment(
-        {
-            "DAPR_RUNTIME_HOST": "127.0.0.1",
-            "DAPR_HTTP_PORT": str(service.http_port),
-            "DAPR_GRPC_PORT": str(service.grpc_port),
-            "DAPR_HEALTH_TIMEOUT": "10",
-        }
-    ):
-        client = DaprClient()
-    stack.callback(client.close)
+    env = {"DAPR_RUNTIME_HOST": "127.0.0.1", "DAPR_HEALTH_TIMEOUT": "10"}
+    env |= {"DAPR_HTTP_PORT": str(service.http_port), "DAPR_GRPC_PORT": str(service.grpc_port)}
+    with _servers.environment(env):
+        client = stack.enter_context(DaprClient())
+    return _checked(
+        "Dapr SDK",
+        lambda: client.try_lock(STORE, resource, "bench-sdk", EXPIRY_S).success,
+        lambda: client.unlock(STORE, resource, "bench-sdk").status.value,
+    )
 
-    def run(k: int) -> list[int]:
-        clock = time.perf_counter_ns
-        out = [0] * k
-        for i in range(k):
-            t0 = clock()
-            got = client.try_lock(STORE, resource, "bench-sdk", EXPIRY_S)
-            _check_lock(got.success, "Dapr SDK")
-            done = client.unlock(STORE, resource, "bench-sdk")
-            _check_unlock(done.status.value, "Dapr SDK")
-            out[i] = clock() - t0
+
+CLIENTS = [
+    ("http", "HTTP, one keep-alive connection", _http),
+    ("grpc", "gRPC, Dapr's stubs on one channel", _grpc),
+    ("sdk", "Dapr Python SDK (DaprClient, gRPC)", _sdk),
+]
+
+
+def _metered(service: Service, run: Cycles, spent: list[float]) -> Cycles:
+    """``run``, the service's CPU seconds over each call appended to ``spent``."""
+
+    def wrapped(k: int) -> list[int]:
+        before = service.cpu_s()
+        out = run(k)
+        spent.append(service.cpu_s() - before)
         return out
 
-    return run
+    return wrapped
 
 
-class _ServiceCpu:
-    """Wraps a variant's cycles to add up the service's CPU over its timed chunks (the first
-    call, the warm-up, is left out)."""
-
-    def __init__(self, service: Service) -> None:
-        self.service = service
-        self.cpu_s = 0.0
-        self.cycles = 0
-        self._warm = False
-
-    def wrap(self, run: Cycles) -> Cycles:
-        def wrapped(k: int) -> list[int]:
-            before = self.service.cpu_s()
-            out = run(k)
-            if self._warm:
-                self.cpu_s += self.service.cpu_s() - before
-                self.cycles += k
-            self._warm = True
-            return out
-
-        return wrapped
-
-    @property
-    def us_per_cycle(self) -> float | None:
-        return 1e6 * self.cpu_s / self.cycles if self.cycles else None
-
-
-@contextmanager
-def _quiet_sdk() -> Iterator[None]:
-    """The SDK warns on every lock call that the API is alpha; the benchmark knows."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=SDK_WARNING)
-        yield
-
-
-def _store_variants(
+def _variants(
     b: Bench,
     kind: StoreKind,
     loop: asyncio.AbstractEventLoop,
     stack: ExitStack,
-    service_cpu: dict[str, _ServiceCpu],
+    spent: dict[str, list[float]],
 ) -> list[CycleVariant]:
-    s = b.sizes
-    target = s.cloud_iterations if kind.emulator is not None else s.cycles_slow
+    target = b.sizes.cloud_iterations if kind.emulator is not None else b.sizes.cycles_slow
     service = stack.enter_context(Service({STORE: b.url(kind)}, b.root / "serve-logs"))
-    label = kind.label
-    clients: list[tuple[str, str, Cycles]] = [
-        ("http", "HTTP, one keep-alive connection", _http_cycles(service, "r-http", stack)),
-        ("grpc", "gRPC, Dapr's stubs on one channel", _grpc_cycles(service, "r-grpc", stack)),
-        ("sdk", "Dapr Python SDK (DaprClient, gRPC)", _sdk_cycles(service, "r-sdk", stack)),
-    ]
     variants: list[CycleVariant] = []
-    for name, client_label, run in clients:
-        meter = service_cpu[f"{kind.name}/{name}"] = _ServiceCpu(service)
-        variants.append(
-            CycleVariant(
-                f"{kind.name}/{name}",
-                f"{label}, service: {client_label}",
-                target,
-                meter.wrap(run),
-            )
+    for name, text, client in CLIENTS:
+        run = _metered(
+            service,
+            client(service, f"r-{name}", stack),
+            spent.setdefault(f"{kind.name}/{name}", []),
         )
+        label = f"{kind.label}, service: {text}"
+        variants.append(CycleVariant(f"{kind.name}/{name}", label, target, run))
     store = open_store(b.url(kind))
 
     async def build(builder: LockBuilder) -> Any:
         return builder.build_async()
 
     same = loop.run_until_complete(build(b.builder(store, b.path("serve-same"), "bench")))
-    variants.append(
-        CycleVariant(
-            f"{kind.name}/in-process-fresh",
-            f"{label}, in process: AsyncLock, fresh each cycle",
-            target,
-            _async_fresh_cycles(loop, b.builder(store, b.path("serve-fresh"), "bench")),
-        )
-    )
-    variants.append(
-        CycleVariant(
-            f"{kind.name}/in-process-same",
-            f"{label}, in process: AsyncLock, same object",
-            target,
-            _loop_cycles(loop, _async_lock_cycle(same)),
-        )
-    )
+    fresh = b.builder(store, b.path("serve-fresh"), "bench").build_async
+    for name, text, run in [
+        ("fresh", "fresh each cycle", timed_async(loop, alock_cycle, fresh)),
+        ("same", "same object", timed_async(loop, partial(alock_cycle, same))),
+    ]:
+        label = f"{kind.label}, in process: AsyncLock, {text}"
+        variants.append(CycleVariant(f"{kind.name}/in-process-{name}", label, target, run))
     return variants
 
 
-def _serve_kinds(b: Bench) -> list[StoreKind]:
-    """The memory store and the picked cloud stores whose emulator runs (the service's own
-    memory store lives in the service process)."""
-    return [k for k in b.store_kinds if k.name == "memory" or k.emulator is not None]
-
-
-def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Stop what the AsyncLocks left running on ``loop`` (the scheduler's task), then close it."""
-
-    async def cancel_all() -> None:
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-    loop.run_until_complete(cancel_all())
-    loop.run_until_complete(loop.shutdown_default_executor())
-    loop.close()
-
-
 def section_serve(b: Bench) -> Section:
+    # The memory store (the service's lives in the service process) and the emulated ones.
+    kinds = [k for k in b.store_kinds if k.name == "memory" or k.emulator is not None]
+    if not kinds:
+        raise ServiceError("no store to serve: pick memory or a cloud store")
     loop = asyncio.new_event_loop()
-    service_cpu: dict[str, _ServiceCpu] = {}
-    variants: list[CycleVariant] = []
+    spent: dict[str, list[float]] = {}  # "kind/client" -> the service's CPU s per chunk
     try:
-        with ExitStack() as stack, _quiet_sdk():
-            for kind in _serve_kinds(b):
-                variants += _store_variants(b, kind, loop, stack, service_cpu)
-            if not variants:
-                raise ServiceError("no store to serve: pick memory or a cloud store")
+        with ExitStack() as stack, warnings.catch_warnings():
+            # The SDK warns on every lock call that the API is alpha; the benchmark knows.
+            warnings.filterwarnings("ignore", message="The Distributed Lock API is an Alpha")
+            variants = [v for k in kinds for v in _variants(b, k, loop, stack, spent)]
             run_interleaved(variants, b.sizes)
     finally:
-        _close_loop(loop)
-    return _render(variants, service_cpu)
-
-
-def _render(variants: list[CycleVariant], service_cpu: dict[str, _ServiceCpu]) -> Section:
-    medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
-    table: list[list[str]] = []
-    rows: list[Json] = []
-    for v in variants:
-        summary = summarize(v.samples, 1e3)
-        store = v.key.split("/", 1)[0]
-        ref = medians[f"{store}/in-process-fresh"]
-        ops = 1e6 / summary.mean
-        meter = service_cpu.get(v.key)
-        served = None if meter is None else meter.us_per_cycle
-        table.append(
-            [
-                v.label,
-                fmt_num(summary.median),
-                fmt_num(summary.p99),
-                f"{ops:,.0f}",
-                f"{summary.median / ref:.1f}x",
-                fmt_num(v.cpu_us),
-                "" if served is None else fmt_num(served),
-                str(summary.n),
-            ]
-        )
-        rows.append(
-            {
-                "variant": v.key,
-                "label": v.label,
-                "unit": "us",
-                "cycles_per_s": round(ops, 1),
-                "vs_in_process_fresh": round(summary.median / ref, 3),
-                "client_cpu_us_per_cycle": round(v.cpu_us, 2),
-                "service_cpu_us_per_cycle": None if served is None else round(served, 2),
-                **asdict(summary),
-            }
-        )
-    return Section(
-        name="serve",
-        title="prioritylock serve: TryLock + Unlock, one client at a time (µs per round trip)",
-        headers=[
-            "variant",
-            "median",
-            "p99",
-            "cycles/s",
-            "vs in-process",
-            "client CPU µs",
-            "service CPU µs",
-            "n",
-        ],
-        table=table,
-        rows=rows,
-        notes=[
-            "One cycle: TryLock (a free lock: must answer success) + Unlock (must answer 0), "
-            "sequential, each client on its own resource, the same one every cycle.",
-            "cycles/s: 1 / the mean cycle; vs in-process: the median over the in-process "
-            "AsyncLock cycle with a fresh lock object (what the service does per TryLock).",
-            "client CPU: this process's CPU per cycle (all threads); service CPU: the service "
-            "process's (from /proc), timed chunks only.",
-        ],
+        close_loop(loop)
+    against = {v.key: f"{v.key.split('/', 1)[0]}/in-process-fresh" for v in variants}
+    title = "prioritylock serve: TryLock + Unlock, one client at a time (µs per round trip)"
+    note = (
+        "vs in-process: the median over the in-process AsyncLock cycle with a new lock object "
+        "(what the service does per TryLock); cycles/s: 1 / the mean cycle; service CPU: the "
+        "service process's per cycle (from /proc; warm-up left out)."
     )
+    section = compare("serve", title, variants, against, "in-process", b.sizes, [note])
+    section.headers[-1:-1] = ["cycles/s", "service CPU µs"]
+    for line, row, v in zip(section.table, section.rows, variants, strict=True):
+        chunks = spent.get(v.key, [])[1:]  # the first call is the warm-up
+        served = 1e6 * sum(chunks) / len(v.samples) if chunks else None
+        row |= {"service_cpu_us_per_cycle": served, "cycles_per_s": round(1e6 / row["mean"], 1)}
+        line[-1:-1] = [f"{row['cycles_per_s']:,.0f}", "" if served is None else fmt_num(served)]
+    return section

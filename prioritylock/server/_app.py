@@ -145,7 +145,7 @@ def _tune_gc() -> None:
     a connection per stream): collect young objects less often, so that fewer of them are
     promoted and the full collections, whose length grows with every live object, come rarely.
     Measured with 10,000 streams: renewals at most 68-79 ms late with these, 101-376 ms with
-    Python's defaults (benchmarks/README.md)."""
+    Python's defaults (docs/decisions/004-service-gc-tuning.md)."""
     gc.freeze()  # what was loaded at startup is never garbage
     gc.set_threshold(50_000, 20, 20)
 

@@ -3,8 +3,8 @@
 :class:`~prioritylock.stores.S3Store` sends every request through boto3, which blocks; the asyncio
 lock runs those calls on a thread pool. With many leases on one event loop, boto3's CPU in the
 pool threads and the garbage it leaves (the collector's pauses stop the loop too) stalled the
-loop for 20-30 ms at a time; obstore's requests are made off the GIL and allocate little (the
-measurements are in ``benchmarks/README.md``). So the two requests a held lock repeats, the watch
+loop for 20-30 ms at a time; obstore's requests are made off the GIL and allocate little (see
+``docs/decisions/001-s3-async-obstore.md``). So the two requests a held lock repeats, the watch
 (``GetObject``, ``If-None-Match``) and the renewal (``PutObject``, ``If-Match``), and the
 acquirer's create (``If-None-Match: *``), go through obstore when it is installed; everything
 else (deletes, which obstore can't make conditional, and lists) stays on boto3.
