@@ -37,7 +37,12 @@ from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
 from prioritylock._listener import CleanupNotice
 from prioritylock._reserve import boot_id
 from prioritylock._wake import NOTICES, Waiter
-from prioritylock.stores._base import ConditionalReader, ObjectStore, UnsyncedWriter
+from prioritylock.stores._base import (
+    WOULD_BLOCK,
+    ConditionalReader,
+    ObjectStore,
+    UnsyncedWriter,
+)
 
 __all__ = [
     "T",
@@ -439,6 +444,18 @@ class LockBase:
         watching, holding.watching = holding.watching, None
         if watching is not None:
             NOTICES.unwatch(watching)
+
+    def _call_here(self, call: StoreCall, make: Callable[[], Any]) -> Any:
+        """Make a store call on this thread by ``make`` (which may answer ``WOULD_BLOCK``,
+        having done nothing), noticed as :meth:`_after_write` says."""
+        try:
+            result = make()
+        except Exception as exc:
+            self._after_write(call, exc)
+            raise
+        if result is not WOULD_BLOCK:
+            self._after_write(call, None)
+        return result
 
     def _after_write(self, call: StoreCall, error: BaseException | None) -> None:
         """A store call returned or raised: a write that may have landed (any outcome but
