@@ -1,11 +1,13 @@
 """What both lock drivers share, written once: everything that does no I/O.
 
 In the manner of httpx's ``BaseClient``: :class:`LockBase` holds the properties, the argument
-checks, the flows' state, the effects that need no waiting (``perform_now``: clock reads, arming,
-losses, signals and listener news), ``__repr__`` and the mapping of a flow's ``Read``/``Put`` to
-a store call (:class:`StoreCalls`). ``Lock`` (``_lock``, threads) and ``AsyncLock`` (``_alock``,
-asyncio) keep only what differs: how a store call, a pause, a heartbeat and a callback are run.
-Neither imports the other.
+checks, the flows' state, one ``match`` over every effect (``_perform_effect``: the waiting ones
+handed to the driver, the others done here: clock reads, arming, heartbeats, losses, signals and
+listener news), the in-process notices (``_wake``), ``__repr__`` and the mapping of a flow's
+``Read``/``Put`` to a store call (:class:`StoreCalls`); the process-wide cache of decoded
+documents (:class:`DecodedCache`) lives here too, beside the I/O it saves. ``Lock`` (``_lock``,
+threads) and ``AsyncLock`` (``_alock``, asyncio) keep only what differs: how a store call, a
+pause, a heartbeat and a callback are run. Neither imports the other.
 """
 
 from __future__ import annotations
