@@ -316,13 +316,8 @@ class AsyncLock(LockBase):
     async def _call(self, call: StoreCall) -> Any:
         """A store call by the route chosen for this lock. If the task is cancelled meanwhile,
         the call still finishes (``_inflight``) before anything is settled."""
-        try:
-            done = self._route.now(call)
-        except Exception as exc:
-            self._after_write(call, exc)
-            raise
+        done = self._call_here(call, lambda: self._route.now(call))
         if done is not WOULD_BLOCK:
-            self._after_write(call, None)
             return done
         future = asyncio.ensure_future(self._route.later(call))
         if call.notify:  # told when it ends, even if this task was cancelled meanwhile

@@ -1,11 +1,13 @@
 """What both lock drivers share, written once: everything that does no I/O.
 
 In the manner of httpx's ``BaseClient``: :class:`LockBase` holds the properties, the argument
-checks, the flows' state, the effects that need no waiting (``perform_now``: clock reads, arming,
-losses, signals and listener news), ``__repr__`` and the mapping of a flow's ``Read``/``Put`` to
-a store call (:class:`StoreCalls`). ``Lock`` (``_lock``, threads) and ``AsyncLock`` (``_alock``,
-asyncio) keep only what differs: how a store call, a pause, a heartbeat and a callback are run.
-Neither imports the other.
+checks, the flows' state, one ``match`` over every effect (``_perform_effect``: the waiting ones
+handed to the driver, the others done here: clock reads, arming, heartbeats, losses, signals and
+listener news), the in-process notices (``_wake``), ``__repr__`` and the mapping of a flow's
+``Read``/``Put`` to a store call (:class:`StoreCalls`); the process-wide cache of decoded
+documents (:class:`DecodedCache`) lives here too, beside the I/O it saves. ``Lock`` (``_lock``,
+threads) and ``AsyncLock`` (``_alock``, asyncio) keep only what differs: how a store call, a
+pause, a heartbeat and a callback are run. Neither imports the other.
 """
 
 from __future__ import annotations
@@ -37,7 +39,12 @@ from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
 from prioritylock._listener import CleanupNotice
 from prioritylock._reserve import boot_id
 from prioritylock._wake import NOTICES, Waiter
-from prioritylock.stores._base import ConditionalReader, ObjectStore, UnsyncedWriter
+from prioritylock.stores._base import (
+    WOULD_BLOCK,
+    ConditionalReader,
+    ObjectStore,
+    UnsyncedWriter,
+)
 
 __all__ = [
     "T",
@@ -439,6 +446,18 @@ class LockBase:
         watching, holding.watching = holding.watching, None
         if watching is not None:
             NOTICES.unwatch(watching)
+
+    def _call_here(self, call: StoreCall, make: Callable[[], Any]) -> Any:
+        """Make a store call on this thread by ``make`` (which may answer ``WOULD_BLOCK``,
+        having done nothing), noticed as :meth:`_after_write` says."""
+        try:
+            result = make()
+        except Exception as exc:
+            self._after_write(call, exc)
+            raise
+        if result is not WOULD_BLOCK:
+            self._after_write(call, None)
+        return result
 
     def _after_write(self, call: StoreCall, error: BaseException | None) -> None:
         """A store call returned or raised: a write that may have landed (any outcome but

@@ -201,13 +201,7 @@ class Lock(LockBase):
     _perform = LockBase._perform_effect
 
     def _store_call(self, call: StoreCall) -> Any:
-        try:
-            result = call()
-        except Exception as exc:
-            self._after_write(call, exc)
-            raise
-        self._after_write(call, None)
-        return result
+        return self._call_here(call, call)
 
     def _sleep(self, seconds: float) -> None:
         self._clock.sleep(seconds)

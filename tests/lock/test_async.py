@@ -303,6 +303,7 @@ def test_a_cancelled_async_cleanup_does_not_hand_over(store_factory: StoreFactor
     run(main())
 
 
+@pytest.mark.usefixtures("notices")
 def test_sync_and_async_clients_share_the_lock_and_wake_each_other(
     store_factory: StoreFactory,
 ) -> None:
