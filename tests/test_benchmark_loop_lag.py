@@ -25,6 +25,7 @@ LEASES, INTERVAL, WINDOWS, WINDOW = 20, 1.0, 1, 1.0
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.timeout(180)
 @pytest.mark.skipif(not selected_kinds(["s3-moto"]), reason="moto not selected")
 def test_every_variant_probes_the_loop_under_its_traffic(tmp_path: Path) -> None:
