@@ -1,13 +1,17 @@
-"""In-process notices (``prioritylock._wake``): a write through any lock of the process tells the
-other locks of the process on the same document at once, on both drivers, on the stores of one
-machine. The lease (60 s) and cleanup window (20 s) are long and the waiters' polls slow, so
-without the notice each of these would take seconds: the test would time out."""
+"""Notices: a write through any lock of the process tells the other locks of the process on the
+same document at once (``prioritylock._wake``), on both drivers, on the stores of one machine;
+a write by another process on the same local directory tells them through the file system
+(``LocalStore.watch_key``). The lease (60 s) and cleanup window (20 s) are long and the waiters'
+polls slow, so without the notice each of these would take seconds."""
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
@@ -15,10 +19,10 @@ import pytest
 from prioritylock import FakeClock, Heartbeat, Lock, signals
 from prioritylock import _flows as flows_module
 from prioritylock._wake import NOTICES
-from prioritylock.stores import ObjectStore
+from prioritylock.stores import LocalStore, ObjectStore
 from prioritylock.stores._base import KeyWatcher
 from prioritylock.testing import DelegatingStore
-from tests.conftest import StoreFactory
+from tests.conftest import LOCAL_KINDS, StoreFactory, selected_kinds
 from tests.lock.helpers import Recorder, make, receiving
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver", "notices")]
@@ -53,36 +57,174 @@ def _locked(store: ObjectStore, owner: str, priority: int, **opts: Any) -> Lock:
     return make(store, owner=owner, priority=priority, **SLOW, **opts)
 
 
-def test_a_request_reaches_the_holder_at_once(store: ObjectStore) -> None:
-    recorder = Recorder()
+class _TimedRecorder(Recorder):
+    """Also keeps when the cleanup notice came (monotonic: the same clock in every process)."""
+
+    told_at = 0.0
+
+    def on_cleanup_notification(self, notice: Any) -> None:
+        self.told_at = time.monotonic()
+        super().on_cleanup_notification(notice)
+
+
+class Peer:
+    """The other client of a lock test: another lock of this process, on a thread; or a lock in
+    another process on the same directory (file-system notices), a ``Lock`` there."""
+
+    #: How soon the holder must hear of a request, and a waiter take a released lock.
+    told_within = AT_ONCE
+    handed_within = 1.0
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self._lock: Lock | None = None
+        self._outcome: list[bool] = []
+        self._done = threading.Event()
+
+    def hold(self, owner: str) -> None:
+        self._lock = _locked(self._store, owner, 1)
+        assert self._lock.try_lock()
+
+    def request(self, owner: str, priority: int) -> float:
+        """Ask for the lock (a preempting ``try_lock`` waits for the handover); return the time
+        it began."""
+        self._lock = lock = _locked(self._store, owner, priority)
+
+        def ask() -> None:
+            self._outcome.append(lock.try_lock())
+            self._done.set()
+
+        started = time.monotonic()
+        threading.Thread(target=ask, daemon=True).start()
+        return started
+
+    def outcome(self) -> bool:
+        """Whether the request got the lock."""
+        assert self._done.wait(10), "the request did not end"
+        return self._outcome[0]
+
+    def release(self) -> float:
+        """Unlock; return the time just before."""
+        assert self._lock is not None
+        released = time.monotonic()
+        self._lock.unlock()
+        return released
+
+    def close(self) -> None:
+        pass
+
+
+def _peer_process(directory: str, conn: Connection) -> None:
+    """In another process: run a :class:`Peer`'s commands on a LocalStore of ``directory``."""
+    peer = Peer(LocalStore(directory))
+    while (command := conn.recv()) is not None:
+        op, *args = command
+        if op == "request":
+            conn.send(peer.request(*args))
+            conn.send(peer.outcome())
+        else:
+            conn.send(getattr(peer, op)(*args))
+
+
+class ProcessPeer(Peer):
+    """A :class:`Peer` in another process (a forkserver's child, this module preloaded)."""
+
+    told_within = 0.100
+    handed_within = 0.100
+
+    def __init__(self, store: ObjectStore) -> None:
+        assert isinstance(store, LocalStore)
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_peer_process, args=(store.directory, child), daemon=True
+        )
+        self._process.start()
+
+    def _call(self, *command: Any) -> Any:
+        self._conn.send(command)
+        return self._answer()
+
+    def _answer(self) -> Any:
+        assert self._conn.poll(30), "the other process did not answer"
+        return self._conn.recv()
+
+    def hold(self, owner: str) -> None:
+        self._call("hold", owner)
+
+    def request(self, owner: str, priority: int) -> float:
+        started = self._call("request", owner, priority)
+        assert isinstance(started, float)
+        return started
+
+    def outcome(self) -> bool:
+        return bool(self._answer())
+
+    def release(self) -> float:
+        released = self._call("release")
+        assert isinstance(released, float)
+        return released
+
+    def close(self) -> None:
+        self._conn.send(None)
+        self._process.join(10)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(10)
+
+
+#: (store, where the other client is): every store of one machine in this process, and two
+#: processes on one directory.
+TOPOLOGIES = [(kind, "thread") for kind in selected_kinds(LOCAL_KINDS)]
+if "local" in selected_kinds(LOCAL_KINDS) and sys.platform.startswith("linux"):
+    TOPOLOGIES.append(("local", "process"))
+
+
+@pytest.fixture(params=TOPOLOGIES, ids=["-".join(t) for t in TOPOLOGIES])
+def two(request: pytest.FixtureRequest) -> Iterator[tuple[ObjectStore, Peer]]:
+    """A store, and the test's other client (a :class:`Peer`) on it."""
+    kind, where = request.param
+    factory: StoreFactory = request.getfixturevalue(f"{kind}_store_factory")
+    store = factory()
+    peer = Peer(store) if where == "thread" else ProcessPeer(store)
+    try:
+        yield store, peer
+    finally:
+        peer.close()
+        store.close()
+
+
+def test_a_request_reaches_the_holder_at_once(two: tuple[ObjectStore, Peer]) -> None:
+    store, peer = two
+    recorder = _TimedRecorder()
     holder = _locked(store, "holder", 1, listener=recorder)
-    urgent = _locked(store, "urgent", 9)
     assert holder.try_lock()
     with receiving(signals.cleanup_requested) as asked:
-        started = time.monotonic()
-        asking = threading.Thread(target=urgent.try_lock, daemon=True)
-        asking.start()
+        started = peer.request("urgent", 9)
         assert recorder.cleanup.wait(10), "the holder was not told"
-        told = time.monotonic() - started
-        asking.join(10)
-    assert told < AT_ONCE, f"the holder heard of the request after {told * 1000:.1f} ms"
+        told = recorder.told_at - started
+        assert peer.outcome(), "the lock passed on when the cleanup returned"
+    assert told < peer.told_within, f"the holder heard of the request after {told * 1000:.1f} ms"
     assert asked and asked[0]["notice"].requestor_owner == "urgent"
-    assert urgent.is_current_owner(), "the lock passed on when the cleanup returned"
-    urgent.unlock()
+    assert not holder.is_current_owner()
+    peer.release()
 
 
 def test_a_release_wakes_a_waiter_deep_in_its_backoff(
-    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+    two: tuple[ObjectStore, Peer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    store, peer = two
     monkeypatch.setattr(flows_module, "Backoff", _SlowPolls)
-    holder = _locked(store, "holder", 1)
+    peer.hold("holder")
     waiter = _locked(store, "waiter", 1)
-    assert holder.try_lock()
     reads = store.stats.reads
     got = threading.Event()
+    got_at: list[float] = []
 
     def wait() -> None:
         waiter.lock(timeout=40)
+        got_at.append(time.monotonic())
         got.set()
 
     threading.Thread(target=wait, daemon=True).start()
@@ -90,11 +232,10 @@ def test_a_release_wakes_a_waiter_deep_in_its_backoff(
     while store.stats.reads == reads:  # the waiter read the lease: busy, so it pauses 30 s
         assert time.monotonic() < deadline, "the waiter never read"
         time.sleep(0.001)
-    released = time.monotonic()
-    holder.unlock()
+    released = peer.release()
     assert got.wait(10), "the waiter was not woken"
-    woken = time.monotonic() - released
-    assert woken < 1.0, f"the waiter took the lock {woken * 1000:.0f} ms after the release"
+    woken = got_at[0] - released
+    assert woken < peer.handed_within, f"the waiter took the lock {woken * 1000:.1f} ms after"
     assert waiter.fencing_token == 2
     waiter.unlock()
 
