@@ -80,6 +80,7 @@ class Peer:
         self._lock: Lock | None = None
         self._outcome: list[bool] = []
         self._done = threading.Event()
+        self._versions: dict[str, str] = {}
 
     def hold(self, owner: str) -> None:
         self._lock = _locked(self._store, owner, 1)
@@ -109,6 +110,21 @@ class Peer:
         released = time.monotonic()
         self._lock.unlock()
         return released
+
+    def flood(self, writes: int) -> None:
+        """``writes`` writes to 100 other keys of the lock's directory (``jobs/``)."""
+        versions, store = self._versions, self._store
+        assert isinstance(store, LocalStore)
+        for i in range(writes):
+            key = f"jobs/other-{i % 100}"
+            if key not in versions:
+                versions[key] = store.create(key, b"0")
+            versions[key] = store.replace_unsynced(key, b"1", versions[key])
+
+    def touch(self, key: str) -> None:
+        found = self._store.read(key)
+        assert found is not None
+        self._store.replace(key, b"touched", found.version)
 
     def close(self) -> None:
         pass
@@ -165,6 +181,12 @@ class ProcessPeer(Peer):
         released = self._call("release")
         assert isinstance(released, float)
         return released
+
+    def flood(self, writes: int) -> None:
+        self._call("flood", writes)
+
+    def touch(self, key: str) -> None:
+        self._call("touch", key)
 
     def close(self) -> None:
         self._conn.send(None)
@@ -238,6 +260,39 @@ def test_a_release_wakes_a_waiter_deep_in_its_backoff(
     assert woken < peer.handed_within, f"the waiter took the lock {woken * 1000:.1f} ms after"
     assert waiter.fencing_token == 2
     waiter.unlock()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
+def test_a_holder_flooded_by_writes_to_other_keys_keeps_its_budget_and_its_cpu(
+    local_store_factory: StoreFactory,
+) -> None:
+    store = local_store_factory()
+    assert isinstance(store, LocalStore)
+    peer = ProcessPeer(store)
+    try:
+        # Watch reads 150 s apart, renewals 200 s: any request in the flood is the flood's.
+        holder = make(store, owner="holder", lease_timeout=600, cleanup_timeout=300)
+        assert holder.try_lock()
+        store.create("jobs/probe", b"0")
+        probe = threading.Event()
+        stop = store.watch_key("jobs/probe", probe.set)  # one of jobs/'s events, in order
+        peer.flood(100)  # the other keys' files exist before the count starts
+        peer.touch("jobs/probe")
+        assert probe.wait(10)
+        probe.clear()
+        store.stats.reset()
+        cpu = time.process_time()
+        peer.flood(10_000)
+        peer.touch("jobs/probe")  # told after every flood event was read
+        assert probe.wait(30)
+        cpu = time.process_time() - cpu
+        stop()
+        assert store.stats.total == 0, repr(store.stats)
+        assert cpu < 0.5, f"{cpu:.2f} s of CPU for 10,000 writes to other keys"
+        assert holder.is_current_owner()
+        holder.unlock()
+    finally:
+        peer.close()
 
 
 @pytest.mark.parametrize("how", ["force_unlock", "override"])
