@@ -84,6 +84,7 @@ from sections.handoff import child_handoff, section_handoff
 from sections.overhead import section_overhead
 from sections.preemption import section_preemption
 from sections.profile import section_profile
+from sections.push import section_push
 from sections.requests import section_requests
 from sections.serve import section_serve
 
@@ -106,6 +107,7 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "aio": section_aio,
     "aio-handoff": section_aio_handoff,
     "serve": section_serve,
+    "push": section_push,
     "profile": section_profile,
 }
 
