@@ -30,6 +30,7 @@ from sections.contention import section_contention
 from sections.handoff import section_handoff
 from sections.overhead import section_overhead
 from sections.preemption import section_preemption
+from sections.push import section_push
 from sections.requests import section_requests
 from sections.serve import section_serve
 
@@ -49,6 +50,7 @@ SECTIONS: dict[str, Callable[[Bench], Section]] = {
     "contention": section_contention,
     "aio": section_aio,
     "serve": section_serve,
+    "push": section_push,
 }
 
 

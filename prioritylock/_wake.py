@@ -23,12 +23,18 @@ the call to its loop (:class:`LoopWaiter`, and the async scheduler's ``poke``).
 A store that can tell when a key may have changed (``stores._base.KeyWatcher``: ``watch_key``,
 e.g. file-system notification) feeds the same board: the first interest in a location of such a
 store subscribes, and the subscription ends when a notice finds nobody interested any more.
+
+``PRIORITYLOCK_NOTICES=off`` drops every notice (each lock polls); ``faults:SEED`` drops,
+duplicates and delays them at random (:class:`Faults`), for tests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import random
 import threading
 import weakref
 from collections.abc import Callable
@@ -36,7 +42,9 @@ from typing import Any
 
 from prioritylock.stores._base import KeyWatcher
 
-__all__ = ["NOTICES", "LoopWaiter", "Notices", "ThreadWaiter", "Waiter", "location"]
+__all__ = ["NOTICES", "Faults", "LoopWaiter", "Notices", "ThreadWaiter", "Waiter", "location"]
+
+log = logging.getLogger("prioritylock")
 
 #: A document, process-wide: (what the store addresses, key).
 Location = tuple[object, str]
@@ -120,6 +128,8 @@ class Notices:
         self._feeds: dict[Location, Callable[[], None]] = {}
         #: False: notices are dropped (tests show the locks are correct without them).
         self.enabled = True
+        #: Seeded faults on every notice (tests show the locks are correct with them).
+        self.faults: Faults | None = None
 
     # -- interest ----------------------------------------------------------------------------
 
@@ -162,6 +172,12 @@ class Notices:
     def notice_at(self, where: Location, *, source: object = None) -> None:
         if not self.enabled:
             return
+        if self.faults is not None:
+            self.faults.deliver(lambda: self._deliver(where, source))
+        else:
+            self._deliver(where, source)
+
+    def _deliver(self, where: Location, source: object) -> None:
         with self._lock:
             waiting = self._waiters.get(where)
             woken: list[Waiter] = []
@@ -210,5 +226,59 @@ def _nothing() -> None:
     pass
 
 
+class Faults:
+    """Notices made unreliable on purpose, from a seed: each is dropped, sent twice, or sent
+    late (so out of order with the ones after it), at random. The locks must be as correct as
+    with none (notices are hints); only slower. Which notice meets which fault depends on the
+    threads' timing too, so a seed gives the same mix, not the same run."""
+
+    DROP, TWICE, LATE = 0.3, 0.2, 0.3  # chances; the rest are sent as they are
+    MAX_DELAY = 0.05  # seconds
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def deliver(self, send: Callable[[], None]) -> None:
+        with self._lock:
+            roll = self._random.random()
+            delay = self._random.uniform(0.0, self.MAX_DELAY)
+        if roll < self.DROP:
+            return
+        roll -= self.DROP
+        if roll < self.TWICE:
+            send()
+            send()
+        elif roll < self.TWICE + self.LATE:
+            self.later(delay, send)
+        else:
+            send()
+
+    def later(self, delay: float, send: Callable[[], None]) -> None:
+        """Send in ``delay`` seconds, from another thread."""
+        timer = threading.Timer(delay, send)
+        timer.daemon = True
+        timer.start()
+
+
+def _configure(board: Notices, setting: str) -> None:
+    """``PRIORITYLOCK_NOTICES``: ``off`` drops every notice (each lock then polls, as across
+    hosts); ``faults:SEED`` makes them unreliable (:class:`Faults`), for tests."""
+    value = setting.strip().lower()
+    if value in ("", "on", "1"):
+        return
+    if value in ("off", "0", "false"):
+        board.enabled = False
+        return
+    if value.startswith("faults:") and value[7:].isdigit():
+        board.faults = Faults(int(value[7:]))
+        return
+    log.warning(
+        "prioritylock: PRIORITYLOCK_NOTICES=%r is not on, off or faults:SEED; ignored", setting
+    )
+
+
 #: The process's notices, shared by every lock object, sync and async.
 NOTICES = Notices()
+_configure(NOTICES, os.environ.get("PRIORITYLOCK_NOTICES", ""))

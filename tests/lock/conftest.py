@@ -24,6 +24,8 @@ def driver(request: pytest.FixtureRequest) -> Iterator[str]:
 #: ``PRIORITYLOCK_NOTICES=off`` runs the lock suites with in-process notices dropped (``_wake``):
 #: notices are hints, so every behaviour must hold without them, only slower.
 NOTICES_OFF = os.environ.get("PRIORITYLOCK_NOTICES", "").strip().lower() == "off"
+#: ``PRIORITYLOCK_NOTICES=faults:SEED`` drops, duplicates and delays them (``_wake.Faults``).
+NOTICES_FAULTY = NOTICES.faults is not None
 
 
 @pytest.fixture(autouse=True)
@@ -38,5 +40,5 @@ def _notices_mode() -> Iterator[None]:
 @pytest.fixture
 def notices() -> None:
     """For a test that measures how fast a notice arrives: skipped when notices are dropped."""
-    if NOTICES_OFF:
-        pytest.skip("in-process notices are dropped (PRIORITYLOCK_NOTICES=off)")
+    if NOTICES_OFF or NOTICES_FAULTY:
+        pytest.skip("notices are dropped or faulty (PRIORITYLOCK_NOTICES)")

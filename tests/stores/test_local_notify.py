@@ -354,19 +354,78 @@ def test_past_the_watch_limit_keys_are_polled_with_one_warning(
     assert limited.watch_count() == 0
 
 
-def test_a_queue_overflow_calls_every_subscriber_back(
+def test_a_queue_overflow_calls_back_every_subscriber_whose_key_changed(
     store: LocalStore, other: Callable[..., float]
 ) -> None:
     store.create("overflow/watched", b"0")
-    calls = Calls()
-    unsubscribe = store.watch_key("overflow/watched", calls)
+    store.create("overflow/still", b"0")
+    calls, still = Calls(), Calls()
+    stops = [store.watch_key("overflow/watched", calls), store.watch_key("overflow/still", still)]
     with open("/proc/sys/fs/inotify/max_queued_events") as limit:
         queued = int(limit.read())
     try:
         # Holding the notifier's lock stalls its thread after one read: the kernel's queue fills
-        # with events for other keys (one per write, each for another file than the last).
+        # with events for other keys (one per write, each for another file than the last), and
+        # the watched key's own event, last, is lost.
         with notifier()._lock:
             other("flood", "overflow", queued + 1000)
+            other("replace", "overflow/watched")
+        assert calls.wait()
+        # The overflow reached every subscriber; one whose key is unchanged is not called.
+        store.replace("overflow/still", b"1", _version(store, "overflow/still"))  # own: none
+        other("replace", "overflow/watched")  # ordered after the overflow's dispatch
+        calls.event.clear()
+        assert calls.wait()
+        assert still.count == 0
+    finally:
+        for stop in stops:
+            stop()
+
+
+def _version(store: LocalStore, key: str) -> str:
+    found = store.read(key)
+    assert found is not None
+    return found.version
+
+
+def test_this_process_s_own_writes_call_nobody_back(
+    store: LocalStore, other: Callable[..., float]
+) -> None:
+    """The process told its own locks in-process; the file-system hint of its own write would
+    only cost a read (a renewal would cost two requests, not one)."""
+    store.create("own/probe", b"0")
+    version = store.create("own/key", b"0")
+    calls, probe = Calls(), Calls()
+    stops = [store.watch_key("own/key", calls), store.watch_key("own/probe", probe)]
+    try:
+        for i in range(20):
+            version = store.replace("own/key", b"%d" % i, version)
+            version = store.replace_unsynced("own/key", b"u%d" % i, version)
+        store.delete("own/key", version)
+        store.create("own/key", b"again")
+        other("replace", "own/probe")  # ordered after every event above
+        assert probe.wait()
+        assert calls.count == 0
+        other("replace", "own/key")  # another process's write: at once
         assert calls.wait()
     finally:
-        unsubscribe()
+        for stop in stops:
+            stop()
+
+
+def test_another_process_s_write_under_an_own_one_still_calls_back(
+    store: LocalStore, other: Callable[..., float]
+) -> None:
+    """A foreign write that this process then overwrote (one stalled read of events holds
+    both): never dropped, though the file now shows this process's version."""
+    version = store.create("hidden/key", b"0")
+    calls = Calls()
+    stop = store.watch_key("hidden/key", calls)
+    try:
+        with notifier()._lock:  # the thread waits with both events
+            other("replace", "hidden/key")
+            store.replace("hidden/key", b"own", _version(store, "hidden/key"))
+            assert _version(store, "hidden/key") != version
+        assert calls.wait()
+    finally:
+        stop()
