@@ -177,10 +177,10 @@ def section_push(b: Bench) -> Section:
             [(label, "request -> told", samples[0]), (label, "release -> next", samples[1])]
         )
 
-    for kind in b.local_kinds:
+    for kind in (k for k in b.store_kinds if k.emulator is None):
         add(f"{kind.label}, Lock, one process", _in_process(b.url(kind), rounds))
         add(f"{kind.label}, AsyncLock, one loop", asyncio.run(_on_loop(b.url(kind), rounds)))
-        if kind.cross_process:
+        if kind.name == "local":  # one directory, two processes
             url = b.url(kind)
             ours, flock = _two_processes(url, url.removeprefix("file://"), rounds)
             add(f"{kind.label}, Lock, two processes", ours)
