@@ -1,14 +1,17 @@
 """Scale through the service: N lock streams held at once through one ``prioritylock serve``.
 
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5] [--ttl 30]
-        [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--json PATH]
+        [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--transport http|grpc]
+        [--json PATH]
 
-One service (``_servers.Service``) and this process as its client (aiohttp, :data:`CONCURRENT`
-requests in flight besides the streams). Each holder is an alpha2 NDJSON stream on its own lock
-(``ttl`` renewed by the service, pinged every ``--ping-interval``). Measured: the service's CPU
-idle, per acquisition, over the hold window (sampled every second, with a health check's latency
-as a view of its event loop) and per release; at the window's end also this process's CPU and
-loop lag, the emulator's CPU, and the service's memory and open files. :class:`StreamHolders`
+One service (``_servers.Service``) and this process as its client (:data:`CONCURRENT` requests
+in flight besides the streams). Each holder is a lock stream on its own lock (``ttl`` renewed by
+the service, pinged every ``--ping-interval``): an NDJSON stream on an HTTP/1.1 connection of
+its own (``--transport http``) or a gRPC ``Lock`` call, all on one HTTP/2 connection (``grpc``).
+Measured: the service's CPU idle, per acquisition, over the hold window (sampled every second,
+with a health check's latency as a view of its event loop) and per release; at the window's end
+also this process's CPU and loop lag, the emulator's CPU, and the service's memory and open
+files. :class:`StreamHolders`
 says what is checked. Exits 1 on any wrong answer, a lock not held to the end or a stale lease;
 the JSON file is written either way (``failed`` says why).
 
@@ -28,7 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -36,15 +39,70 @@ from typing import Any, cast
 import _servers
 import aiohttp
 import attrs
+import grpc
 from _harness import CpuWindow, lag_probe, load_average, machine_info, ms_summary, write_json
 from _servers import Service, ServiceError
 
 from prioritylock.server._config import ServeConfig
+from prioritylock.server._proto import lock_pb2, lock_pb2_grpc
 
 STORE = "locks"
 CONCURRENT = 32  # requests in flight besides the streams
 SAMPLED = 36  # locks read back during the window
 DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
+
+
+Events = AsyncIterator[tuple[str, int | None]]  # a stream's events: (type, fence), as NDJSON
+
+
+class _Ndjson:
+    """Lock streams as NDJSON, each on an HTTP/1.1 connection of its own."""
+
+    def __init__(self, session: aiohttp.ClientSession, service: Service) -> None:
+        self._session, self._base = session, f"{service.url}/v1.0-alpha2/lock/{STORE}"
+
+    async def open(
+        self, resource: str, owner: str, ttl: float
+    ) -> tuple[Events, Callable[[], object]]:
+        response = await self._session.post(
+            f"{self._base}/{resource}",
+            json={"ttl": f"{ttl:g}s", "owner": owner, "immediate": True},
+            headers={"Accept": "application/x-ndjson"},
+            timeout=aiohttp.ClientTimeout(sock_connect=30),  # the streams outlive the session's
+        )
+        if response.status != 200:
+            response.close()
+            raise ServiceError(f"{resource}: {response.status} {await response.text()}")
+
+        async def events() -> Events:
+            while line := await response.content.readline():
+                event = json.loads(line)
+                yield event.get("type"), event.get("fence")
+
+        return events(), response.close
+
+
+class _Grpc:
+    """Lock streams as ``LockService.Lock`` calls, all on one channel (one HTTP/2 connection)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self._stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
+
+    async def open(
+        self, resource: str, owner: str, ttl: float
+    ) -> tuple[Events, Callable[[], object]]:
+        ask = lock_pb2.LockRequest(store_name=STORE, resource_id=resource, owner=owner)
+        ask.immediate = True
+        ask.ttl.FromNanoseconds(round(ttl * 1e9))
+        call = self._stub.Lock(ask)
+
+        async def events() -> Events:
+            async for message in call:
+                kind = message.WhichOneof("lock_server_stream")
+                fence = message.lock_acquired.fence if kind == "lock_acquired" else None
+                yield kind.replace("_", "-"), fence
+
+        return events(), call.cancel
 
 
 @dataclass
@@ -54,7 +112,8 @@ class _Stream:
     index: int
     resource: str
     owner: str
-    response: aiohttp.ClientResponse
+    events: Events
+    close: Callable[[], object]
     fence: int
     last_line: float
     reader: asyncio.Task[None] | None = None
@@ -74,8 +133,10 @@ class StreamHolders:
     moved by one renewal: the step less the interval is how late that renewal ran.
     """
 
-    def __init__(self, session: aiohttp.ClientSession, service: Service, args: Any) -> None:
-        self._session, self._n = session, args.holders
+    def __init__(
+        self, session: aiohttp.ClientSession, service: Service, transport: Any, args: Any
+    ) -> None:
+        self._session, self._transport, self._n = session, transport, args.holders
         self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
         self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
         self._renew = self._ttl / 3  # the service renews every third of the ttl
@@ -88,8 +149,8 @@ class StreamHolders:
         self._all_open = False
         self._random = random.Random(self._n)
         self._renewed: dict[int, tuple[float, float]] = {}  # index -> (read at, its renewed_at)
-        # A stalled stream (no line for three ping intervals) is a read timeout, not a hang.
-        self._timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=3 * self._ping + 5)
+        # A stream silent for three ping intervals has stalled.
+        self._stall = 3 * self._ping + 5
         self.lateness: list[float] = []  # s, one per ping once every stream was open
         self.ages: list[float] = []  # s, renewed_at age of each sample during the window
         self.renewal_late: list[float] = []  # s, renewed_at step less the interval
@@ -100,22 +161,17 @@ class StreamHolders:
     async def _open(self, i: int) -> _Stream:
         resource, owner = f"stream-{self._run}-{i}", f"streamer-{i}"
         async with self._limit:
-            response = await self._session.post(
-                f"{self._base}/{resource}",
-                json={"ttl": f"{self._ttl:g}s", "owner": owner, "immediate": True},
-                headers={"Accept": "application/x-ndjson"},
-                timeout=self._timeout,
-            )
+            opened = self._transport.open(resource, owner, self._ttl)
+            events, close = await asyncio.wait_for(opened, self._stall)
             try:
-                if response.status != 200:
-                    raise ServiceError(f"stream #{i}: {response.status} {await response.text()}")
-                event = json.loads(await response.content.readline() or b"null")
-                if not isinstance(event, dict) or event.get("type") != "lock-acquired":
-                    raise ServiceError(f"stream #{i}: first line {event!r}")
+                ended = ("the end of the stream", None)
+                kind, fence = await asyncio.wait_for(anext(events, ended), self._stall)
+                if kind != "lock-acquired" or fence is None:
+                    raise ServiceError(f"stream #{i}: first event {kind!r}")
             except BaseException:
-                response.close()
+                close()
                 raise
-        stream = _Stream(i, resource, owner, response, event["fence"], time.monotonic())
+        stream = _Stream(i, resource, owner, events, close, fence, time.monotonic())
         stream.reader = asyncio.create_task(self._read(stream))  # a ping left unread is late
         return stream
 
@@ -130,15 +186,15 @@ class StreamHolders:
     async def _read(self, stream: _Stream) -> None:
         """Read ``stream`` until it ends (it must not while held) or the reader is cancelled."""
         try:
-            while line := await stream.response.content.readline():
-                now, event = time.monotonic(), json.loads(line)
-                if event.get("type") != "ping":
-                    stream.trouble = f"event {event!r}"
+            async for kind, _ in stream.events:
+                now = time.monotonic()
+                if kind != "ping":
+                    stream.trouble = f"event {kind!r}"
                 elif self._all_open:
                     self.lateness.append(now - stream.last_line - self._ping)
                 stream.last_line = now
             stream.trouble = "the stream ended"
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, grpc.RpcError, ValueError) as exc:
             stream.trouble = f"{type(exc).__name__}: {exc}"
 
     async def _info(self, stream: _Stream) -> dict[str, Any]:
@@ -177,6 +233,10 @@ class StreamHolders:
 
     async def check_held(self) -> None:
         await self._stop_sampler()
+        now = time.monotonic()
+        for s in self._streams:
+            if s.trouble is None and now - s.last_line > self._stall:
+                s.trouble = f"stalled: nothing for {now - s.last_line:.1f} s"
         if troubled := [s for s in self._streams if s.trouble is not None]:
             s = troubled[0]
             raise ServiceError(
@@ -213,7 +273,7 @@ class StreamHolders:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         for stream in self._streams:
-            stream.response.close()
+            stream.close()
 
     def figures(self) -> dict[str, Any]:
         """What the streams and the samples showed (seconds in ms, as ``ms_summary``)."""
@@ -292,11 +352,16 @@ async def run(args: Any, service: Service, result: dict[str, Any], emulator: int
     # Each stream keeps its connection: room for them all, plus the samples and health checks.
     connector = aiohttp.TCPConnector(limit=CONCURRENT + args.holders + 8)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        holders = StreamHolders(session, service, args)
+    async with (
+        aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+        grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel,
+    ):
+        transport = _Grpc(channel) if args.transport == "grpc" else _Ndjson(session, service)
+        holders = StreamHolders(session, service, transport, args)
         try:
             result["load_start"] = load_average()
-            print(f"idle {args.idle:g} s, then {args.holders} streams for {args.seconds:g} s")
+            streams = f"{args.holders} {args.transport} streams"
+            print(f"idle {args.idle:g} s, then {streams} for {args.seconds:g} s")
             result["idle"] = await _window(session, service, args.idle, emulator)
             result["acquire"] = await _phase(service, holders.acquire, args.holders)
             result["load_hold"] = load_average()
@@ -325,6 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ttl", type=float, default=30.0, help="each stream's lease, s")
     parser.add_argument("--ping-interval", type=float, default=DEFAULT_PING_S)
     parser.add_argument("--slack", type=float, default=1.0, help="renewal lateness allowed, s")
+    parser.add_argument("--transport", choices=["http", "grpc"], default="http")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     # Every stream is a socket on each side: the service, started after, inherits the limit.
@@ -351,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = {
         "machine": machine,
         "mode": "streams",
+        "transport": args.transport,
         "holders": args.holders,
         "expiry_s": args.ttl,
         "concurrent": CONCURRENT,
