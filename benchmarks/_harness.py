@@ -22,31 +22,21 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import filelock
 
 import prioritylock
 from prioritylock.stores import ObjectStore
 
+if TYPE_CHECKING:  # _bench imports this module
+    from _bench import Sizes
+
 ROOT = Path(__file__).resolve().parents[1]
 """The source checkout (for its git commit)."""
 
 Json = dict[str, Any]
 T = TypeVar("T")
-
-
-class Pacing(Protocol):
-    """How interleaved loops are paced (``run.py``'s sizes have these fields)."""
-
-    @property
-    def warmup(self) -> int: ...
-
-    @property
-    def rounds(self) -> int: ...
-
-    @property
-    def budget_s(self) -> float: ...
 
 
 @dataclass
@@ -180,7 +170,7 @@ async def lag_probe(lags: list[float], period_s: float = 0.05) -> None:
         lags.append(loop.time() - asked - period_s)
 
 
-def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
+def run_interleaved(variants: list[CycleVariant], sizes: Sizes) -> None:
     """Run every variant's warm-up, then its cycles in ``sizes.rounds`` interleaved chunks,
     each variant stopping early once it has used ``sizes.budget_s``."""
     for v in variants:
@@ -205,7 +195,7 @@ def compare(
     variants: Sequence[CycleVariant],
     against: Mapping[str, str],
     vs: str,
-    sizes: Pacing,
+    sizes: Sizes,
     notes: Sequence[str] = (),
 ) -> Section:
     """The section of timed ``variants`` (µs): label, median, p99, vs ref, CPU per cycle, CPU vs

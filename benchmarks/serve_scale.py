@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,57 +53,42 @@ SAMPLED = 36  # locks read back during the window
 DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
 
 
-Events = AsyncIterator[tuple[str, int | None]]  # a stream's events: (type, fence), as NDJSON
+Events = AsyncGenerator[tuple[str, int | None], None]  # a stream's (type, fence), NDJSON's names
 
 
-class _Ndjson:
-    """Lock streams as NDJSON, each on an HTTP/1.1 connection of its own."""
-
-    def __init__(self, session: aiohttp.ClientSession, service: Service) -> None:
-        self._session, self._base = session, f"{service.url}/v1.0-alpha2/lock/{STORE}"
-
-    async def open(
-        self, resource: str, owner: str, ttl: float
-    ) -> tuple[Events, Callable[[], object]]:
-        response = await self._session.post(
-            f"{self._base}/{resource}",
-            json={"ttl": f"{ttl:g}s", "owner": owner, "immediate": True},
-            headers={"Accept": "application/x-ndjson"},
-            timeout=aiohttp.ClientTimeout(sock_connect=30),  # the streams outlive the session's
-        )
+async def _ndjson(
+    session: aiohttp.ClientSession, base: str, resource: str, owner: str, ttl: float
+) -> Events:
+    """A lock stream as NDJSON, on an HTTP/1.1 connection of its own."""
+    response = await session.post(
+        f"{base}/{resource}",
+        json={"ttl": f"{ttl:g}s", "owner": owner, "immediate": True},
+        headers={"Accept": "application/x-ndjson"},
+        timeout=aiohttp.ClientTimeout(sock_connect=30),  # a stream outlives the session's timeout
+    )
+    try:
         if response.status != 200:
-            response.close()
             raise ServiceError(f"{resource}: {response.status} {await response.text()}")
-
-        async def events() -> Events:
-            while line := await response.content.readline():
-                event = json.loads(line)
-                yield event.get("type"), event.get("fence")
-
-        return events(), response.close
+        while line := await response.content.readline():
+            event = json.loads(line)
+            yield event.get("type"), event.get("fence")
+    finally:
+        response.close()
 
 
-class _Grpc:
-    """Lock streams as ``LockService.Lock`` calls, all on one channel (one HTTP/2 connection)."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self._stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
-
-    async def open(
-        self, resource: str, owner: str, ttl: float
-    ) -> tuple[Events, Callable[[], object]]:
-        ask = lock_pb2.LockRequest(store_name=STORE, resource_id=resource, owner=owner)
-        ask.immediate = True
-        ask.ttl.FromNanoseconds(round(ttl * 1e9))
-        call = self._stub.Lock(ask)
-
-        async def events() -> Events:
-            async for message in call:
-                kind = message.WhichOneof("lock_server_stream")
-                fence = message.lock_acquired.fence if kind == "lock_acquired" else None
-                yield kind.replace("_", "-"), fence
-
-        return events(), call.cancel
+async def _grpc(stub: Any, resource: str, owner: str, ttl: float) -> Events:
+    """A lock stream as a ``LockService.Lock`` call (every call on one channel: one HTTP/2
+    connection)."""
+    ask = lock_pb2.LockRequest(store_name=STORE, resource_id=resource, owner=owner, immediate=True)
+    ask.ttl.FromNanoseconds(round(ttl * 1e9))
+    call = stub.Lock(ask)
+    try:
+        async for message in call:
+            kind = message.WhichOneof("lock_server_stream")
+            fence = message.lock_acquired.fence if kind == "lock_acquired" else None
+            yield kind.replace("_", "-"), fence
+    finally:
+        call.cancel()
 
 
 @dataclass
@@ -113,7 +99,6 @@ class _Stream:
     resource: str
     owner: str
     events: Events
-    close: Callable[[], object]
     fence: int
     last_line: float
     reader: asyncio.Task[None] | None = None
@@ -134,9 +119,13 @@ class StreamHolders:
     """
 
     def __init__(
-        self, session: aiohttp.ClientSession, service: Service, transport: Any, args: Any
+        self,
+        session: aiohttp.ClientSession,
+        service: Service,
+        stream: Callable[[str, str, float], Events],
+        args: Any,
     ) -> None:
-        self._session, self._transport, self._n = session, transport, args.holders
+        self._session, self._stream, self._n = session, stream, args.holders
         self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
         self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
         self._renew = self._ttl / 3  # the service renews every third of the ttl
@@ -161,17 +150,16 @@ class StreamHolders:
     async def _open(self, i: int) -> _Stream:
         resource, owner = f"stream-{self._run}-{i}", f"streamer-{i}"
         async with self._limit:
-            opened = self._transport.open(resource, owner, self._ttl)
-            events, close = await asyncio.wait_for(opened, self._stall)
+            events = self._stream(resource, owner, self._ttl)
             try:
                 ended = ("the end of the stream", None)
                 kind, fence = await asyncio.wait_for(anext(events, ended), self._stall)
                 if kind != "lock-acquired" or fence is None:
                     raise ServiceError(f"stream #{i}: first event {kind!r}")
             except BaseException:
-                close()
+                await events.aclose()
                 raise
-        stream = _Stream(i, resource, owner, events, close, fence, time.monotonic())
+        stream = _Stream(i, resource, owner, events, fence, time.monotonic())
         stream.reader = asyncio.create_task(self._read(stream))  # a ping left unread is late
         return stream
 
@@ -273,7 +261,7 @@ class StreamHolders:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         for stream in self._streams:
-            stream.close()
+            await stream.events.aclose()  # a cancelled reader's already is
 
     def figures(self) -> dict[str, Any]:
         """What the streams and the samples showed (seconds in ms, as ``ms_summary``)."""
@@ -356,8 +344,12 @@ async def run(args: Any, service: Service, result: dict[str, Any], emulator: int
         aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
         grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel,
     ):
-        transport = _Grpc(channel) if args.transport == "grpc" else _Ndjson(session, service)
-        holders = StreamHolders(session, service, transport, args)
+        stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
+        base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
+        stream = (
+            partial(_grpc, stub) if args.transport == "grpc" else partial(_ndjson, session, base)
+        )
+        holders = StreamHolders(session, service, stream, args)
         try:
             result["load_start"] = load_average()
             streams = f"{args.holders} {args.transport} streams"
