@@ -118,6 +118,8 @@ class CycleVariant:
     samples: list[int] = field(default_factory=list)
     spent_s: float = 0.0
     cpu_ns: int = 0  # process CPU time (every thread) over the timed chunks
+    server: int | None = None  # the pid of a server the cycles call, whose CPU is measured too
+    server_cpu_s: float = 0.0  # the server's CPU time over the timed chunks
 
     @property
     def cpu_us(self) -> float:
@@ -172,7 +174,8 @@ async def lag_probe(lags: list[float], period_s: float = 0.05) -> None:
 
 def run_interleaved(variants: list[CycleVariant], sizes: Sizes) -> None:
     """Run every variant's warm-up, then its cycles in ``sizes.rounds`` interleaved chunks,
-    each variant stopping early once it has used ``sizes.budget_s``."""
+    each variant stopping early once it has used ``sizes.budget_s``; the CPU of the chunks is
+    counted, the warm-up's is not."""
     for v in variants:
         v.run(sizes.warmup)
     for r in range(sizes.rounds):
@@ -183,9 +186,10 @@ def run_interleaved(variants: list[CycleVariant], sizes: Sizes) -> None:
                 continue
             chunk = min(left, math.ceil(v.target / sizes.rounds))
             started = time.perf_counter()
-            cpu = time.process_time_ns()
+            cpu, server = time.process_time_ns(), process_cpu_s(v.server) if v.server else 0.0
             v.samples += v.run(chunk)
             v.cpu_ns += time.process_time_ns() - cpu
+            v.server_cpu_s += process_cpu_s(v.server) - server if v.server else 0.0
             v.spent_s += time.perf_counter() - started
 
 

@@ -16,17 +16,15 @@ or a wrong answer raises.
 from __future__ import annotations
 
 import asyncio
-import json
 import warnings
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from functools import partial
 from typing import Any
 
 import _servers
 from _bench import Bench, StoreKind, alock_cycle, close_loop
 from _harness import (
-    Cycles,
     CycleVariant,
     Section,
     compare,
@@ -35,7 +33,7 @@ from _harness import (
     timed,
     timed_async,
 )
-from _servers import Service, ServiceError, post_json
+from _servers import Service, ServiceError, call_json
 
 from prioritylock import LockBuilder
 from prioritylock.stores import open_store
@@ -60,14 +58,13 @@ def _alpha1(how: str, try_lock: Callable[[], object], unlock: Callable[[], objec
 
 
 def _http(service: Service, resource: str, stack: ExitStack) -> Cycle:
-    conn = service.connection()
-    stack.callback(conn.close)
+    conn = stack.enter_context(closing(service.connection()))
     lock = {"resourceId": resource, "lockOwner": "bench-http", "expiryInSeconds": EXPIRY_S}
     unlock = {"resourceId": resource, "lockOwner": "bench-http"}
     return _alpha1(
         "HTTP",
-        lambda: post_json(conn, f"/v1.0-alpha1/lock/{STORE}", lock).get("success"),
-        lambda: post_json(conn, f"/v1.0-alpha1/unlock/{STORE}", unlock).get("status"),
+        lambda: call_json(conn, "POST", f"/v1.0-alpha1/lock/{STORE}", lock).get("success"),
+        lambda: call_json(conn, "POST", f"/v1.0-alpha1/unlock/{STORE}", unlock).get("status"),
     )
 
 
@@ -103,16 +100,12 @@ def _sdk(service: Service, resource: str, stack: ExitStack) -> Cycle:
 
 
 def _full_http(service: Service, resource: str, stack: ExitStack) -> Cycle:
-    conn = service.connection()
-    stack.callback(conn.close)
+    conn = stack.enter_context(closing(service.connection()))
     path = f"/v1.0-alpha2/lock/{STORE}/{resource}"
 
     def cycle() -> None:
-        held = post_json(conn, path, {})
-        conn.request("DELETE", path, json.dumps({"lockID": held["lockID"]}))
-        response = conn.getresponse()
-        if (answer := response.read()) or response.status != 204:
-            raise ServiceError(f"DELETE {path}: {response.status} {answer[:200]!r}")
+        held = call_json(conn, "POST", path, {})
+        call_json(conn, "DELETE", path, {"lockID": held["lockID"]}, expect=204)
 
     return cycle
 
@@ -168,36 +161,19 @@ CLIENTS = [
 ]
 
 
-def _metered(service: Service, run: Cycles, spent: list[float]) -> Cycles:
-    """``run``, the service's CPU seconds over each call appended to ``spent``."""
-
-    def wrapped(k: int) -> list[int]:
-        before = service.cpu_s()
-        out = run(k)
-        spent.append(service.cpu_s() - before)
-        return out
-
-    return wrapped
-
-
 def _variants(
     b: Bench,
     kind: StoreKind,
     loop: asyncio.AbstractEventLoop,
     stack: ExitStack,
-    spent: dict[str, list[float]],
 ) -> list[CycleVariant]:
     target = b.sizes.cloud_iterations if kind.emulator is not None else b.sizes.cycles_slow
     service = stack.enter_context(Service({STORE: b.url(kind)}, b.root / "serve-logs"))
     variants: list[CycleVariant] = []
     for name, text, client in CLIENTS:
-        run = _metered(
-            service,
-            timed(client(service, f"r-{name}", stack)),
-            spent.setdefault(f"{kind.name}/{name}", []),
-        )
+        run = timed(client(service, f"r-{name}", stack))
         label = f"{kind.label}, service: {text}"
-        variants.append(CycleVariant(f"{kind.name}/{name}", label, target, run))
+        variants.append(CycleVariant(f"{kind.name}/{name}", label, target, run, server=service.pid))
     store = open_store(b.url(kind))
 
     async def build(builder: LockBuilder) -> Any:
@@ -220,12 +196,11 @@ def section_serve(b: Bench) -> Section:
     if not kinds:
         raise ServiceError("no store to serve: pick memory or a cloud store")
     loop = asyncio.new_event_loop()
-    spent: dict[str, list[float]] = {}  # "kind/client" -> the service's CPU s per chunk
     try:
         with ExitStack() as stack, warnings.catch_warnings():
             # The SDK warns on every lock call that the API is alpha; the benchmark knows.
             warnings.filterwarnings("ignore", message="The Distributed Lock API is an Alpha")
-            variants = [v for k in kinds for v in _variants(b, k, loop, stack, spent)]
+            variants = [v for k in kinds for v in _variants(b, k, loop, stack)]
             run_interleaved(variants, b.sizes)
     finally:
         close_loop(loop)
@@ -239,8 +214,7 @@ def section_serve(b: Bench) -> Section:
     section = compare("serve", title, variants, against, "in-process", b.sizes, [note])
     section.headers[-1:-1] = ["cycles/s", "service CPU µs"]
     for line, row, v in zip(section.table, section.rows, variants, strict=True):
-        chunks = spent.get(v.key, [])[1:]  # the first call is the warm-up
-        served = 1e6 * sum(chunks) / len(v.samples) if chunks else None
+        served = 1e6 * v.server_cpu_s / len(v.samples) if v.server else None
         row |= {"service_cpu_us_per_cycle": served, "cycles_per_s": round(1e6 / row["mean"], 1)}
         line[-1:-1] = [f"{row['cycles_per_s']:,.0f}", "" if served is None else fmt_num(served)]
     return section
