@@ -100,22 +100,24 @@ class _Stream:
     owner: str
     events: Events
     fence: int
-    last_line: float
+    last_event: float
     reader: asyncio.Task[None] | None = None
     trouble: str | None = None  # why it stopped being a healthy holder
 
 
 class StreamHolders:
-    """N alpha2 NDJSON streams of ``ttl`` s, one lock each, each taken ``immediate``.
+    """N lock streams of ``ttl`` s (``stream(resource, owner, ttl)``), one lock each, each taken
+    ``immediate``.
 
-    While they are held, a task per stream reads its lines: every ``ping`` is timed against the
-    ping interval (how late it came after the line before); anything else, the stream's end or a
-    read error marks it in trouble. From outside, :data:`SAMPLED` locks (spread over the N) are
-    read back through ``GET .../{resourceId}``, one at a time at random, each about every half
-    renewal interval: the lease must be held, by its owner, at the fence it was acquired with,
-    and renewed within the renewal interval (a third of the ttl) plus ``slack``, or it counts as
-    stale. Where a lock's ``renewed_at`` moved between two reads less than an interval apart, it
-    moved by one renewal: the step less the interval is how late that renewal ran.
+    While they are held, a task per stream reads its events: every ``ping`` is timed against the
+    ping interval (how late it came after the event before); anything else, the stream's end, a
+    read error or three ping intervals of silence marks it in trouble. From outside,
+    :data:`SAMPLED` locks (spread over the N) are read back through ``GET .../{resourceId}``,
+    one at a time at random, each about every half renewal interval: the lease must be held, by
+    its owner, at the fence it was acquired with, and renewed within the renewal interval (a
+    third of the ttl) plus ``slack``, or it counts as stale. Where a lock's ``renewed_at`` moved
+    between two reads less than an interval apart, it moved by one renewal: the step less the
+    interval is how late that renewal ran.
     """
 
     def __init__(
@@ -179,8 +181,8 @@ class StreamHolders:
                 if kind != "ping":
                     stream.trouble = f"event {kind!r}"
                 elif self._all_open:
-                    self.lateness.append(now - stream.last_line - self._ping)
-                stream.last_line = now
+                    self.lateness.append(now - stream.last_event - self._ping)
+                stream.last_event = now
             stream.trouble = "the stream ended"
         except (aiohttp.ClientError, grpc.RpcError, ValueError) as exc:
             stream.trouble = f"{type(exc).__name__}: {exc}"
@@ -223,8 +225,8 @@ class StreamHolders:
         await self._stop_sampler()
         now = time.monotonic()
         for s in self._streams:
-            if s.trouble is None and now - s.last_line > self._stall:
-                s.trouble = f"stalled: nothing for {now - s.last_line:.1f} s"
+            if s.trouble is None and now - s.last_event > self._stall:
+                s.trouble = f"stalled: nothing for {now - s.last_event:.1f} s"
         if troubled := [s for s in self._streams if s.trouble is not None]:
             s = troubled[0]
             raise ServiceError(
