@@ -22,31 +22,21 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import filelock
 
 import prioritylock
 from prioritylock.stores import ObjectStore
 
+if TYPE_CHECKING:  # _bench imports this module
+    from _bench import Sizes
+
 ROOT = Path(__file__).resolve().parents[1]
 """The source checkout (for its git commit)."""
 
 Json = dict[str, Any]
 T = TypeVar("T")
-
-
-class Pacing(Protocol):
-    """How interleaved loops are paced (``run.py``'s sizes have these fields)."""
-
-    @property
-    def warmup(self) -> int: ...
-
-    @property
-    def rounds(self) -> int: ...
-
-    @property
-    def budget_s(self) -> float: ...
 
 
 @dataclass
@@ -128,6 +118,8 @@ class CycleVariant:
     samples: list[int] = field(default_factory=list)
     spent_s: float = 0.0
     cpu_ns: int = 0  # process CPU time (every thread) over the timed chunks
+    server: int | None = None  # the pid of a server the cycles call, whose CPU is measured too
+    server_cpu_s: float = 0.0  # the server's CPU time over the timed chunks
 
     @property
     def cpu_us(self) -> float:
@@ -180,9 +172,10 @@ async def lag_probe(lags: list[float], period_s: float = 0.05) -> None:
         lags.append(loop.time() - asked - period_s)
 
 
-def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
+def run_interleaved(variants: list[CycleVariant], sizes: Sizes) -> None:
     """Run every variant's warm-up, then its cycles in ``sizes.rounds`` interleaved chunks,
-    each variant stopping early once it has used ``sizes.budget_s``."""
+    each variant stopping early once it has used ``sizes.budget_s``; the CPU of the chunks is
+    counted, the warm-up's is not."""
     for v in variants:
         v.run(sizes.warmup)
     for r in range(sizes.rounds):
@@ -193,9 +186,10 @@ def run_interleaved(variants: list[CycleVariant], sizes: Pacing) -> None:
                 continue
             chunk = min(left, math.ceil(v.target / sizes.rounds))
             started = time.perf_counter()
-            cpu = time.process_time_ns()
+            cpu, server = time.process_time_ns(), process_cpu_s(v.server) if v.server else 0.0
             v.samples += v.run(chunk)
             v.cpu_ns += time.process_time_ns() - cpu
+            v.server_cpu_s += process_cpu_s(v.server) - server if v.server else 0.0
             v.spent_s += time.perf_counter() - started
 
 
@@ -205,7 +199,7 @@ def compare(
     variants: Sequence[CycleVariant],
     against: Mapping[str, str],
     vs: str,
-    sizes: Pacing,
+    sizes: Sizes,
     notes: Sequence[str] = (),
 ) -> Section:
     """The section of timed ``variants`` (µs): label, median, p99, vs ref, CPU per cycle, CPU vs

@@ -367,11 +367,14 @@ class Service:
         self.close()
 
 
-def post_json(conn: http.client.HTTPConnection, path: str, body: Mapping[str, Any]) -> Any:
-    """POST ``body`` on ``conn``; the decoded answer of a 200, else :class:`ServiceError`."""
-    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+def call_json(
+    conn: http.client.HTTPConnection, method: str, path: str, body: Any, expect: int = 200
+) -> Any:
+    """Send ``body`` as JSON on ``conn``: the decoded answer (None if empty) if its status is
+    ``expect``, else :class:`ServiceError`."""
+    conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
     response = conn.getresponse()
     raw = response.read()
-    if response.status != 200:
-        raise ServiceError(f"POST {path}: {response.status} {raw[:200]!r}")
-    return json.loads(raw)
+    if response.status != expect:
+        raise ServiceError(f"{method} {path}: {response.status} {raw[:200]!r}")
+    return json.loads(raw) if raw else None

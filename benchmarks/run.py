@@ -12,6 +12,7 @@ writes the default results file also redraws the docs' figures.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import tempfile
@@ -24,15 +25,6 @@ import _servers  # benchmarks/_servers.py: run as a script, this directory is on
 import figures
 from _bench import FULL, HERE, QUICK, STORE_KINDS, Bench
 from _harness import CpuWindow, Json, Section, machine_info, write_json
-from sections.aio import section_aio
-from sections.cloud import section_cloud
-from sections.contention import section_contention
-from sections.handoff import section_handoff
-from sections.overhead import section_overhead
-from sections.preemption import section_preemption
-from sections.push import section_push
-from sections.requests import section_requests
-from sections.serve import section_serve
 
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
@@ -40,17 +32,11 @@ DEFAULT_JSON = HERE / "results" / "latest.json"
 CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff", "aio", "serve"})
 
 
+#: The sections in the order they run: ``section_NAME(Bench) -> Section`` of ``sections/NAME.py``
+#: (preemption before requests, whose table counts the requests of those same preemption runs).
+ORDER = ["overhead", "cloud", "preemption", "requests", "handoff", "contention", "aio", "serve", "push"]
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
-    "overhead": section_overhead,
-    "cloud": section_cloud,
-    # Before requests, whose table counts the requests of these same preemption runs.
-    "preemption": section_preemption,
-    "requests": section_requests,
-    "handoff": section_handoff,
-    "contention": section_contention,
-    "aio": section_aio,
-    "serve": section_serve,
-    "push": section_push,
+    name: getattr(importlib.import_module(f"sections.{name}"), f"section_{name}") for name in ORDER
 }
 
 

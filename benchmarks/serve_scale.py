@@ -1,14 +1,17 @@
 """Scale through the service: N lock streams held at once through one ``prioritylock serve``.
 
     python benchmarks/serve_scale.py [--holders 1000] [--seconds 30] [--idle 5] [--ttl 30]
-        [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--json PATH]
+        [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--transport http|grpc]
+        [--json PATH]
 
-One service (``_servers.Service``) and this process as its client (aiohttp, :data:`CONCURRENT`
-requests in flight besides the streams). Each holder is an alpha2 NDJSON stream on its own lock
-(``ttl`` renewed by the service, pinged every ``--ping-interval``). Measured: the service's CPU
-idle, per acquisition, over the hold window (sampled every second, with a health check's latency
-as a view of its event loop) and per release; at the window's end also this process's CPU and
-loop lag, the emulator's CPU, and the service's memory and open files. :class:`StreamHolders`
+One service (``_servers.Service``) and this process as its client (:data:`CONCURRENT` requests
+in flight besides the streams). Each holder is a lock stream on its own lock (``ttl`` renewed by
+the service, pinged every ``--ping-interval``): an NDJSON stream on an HTTP/1.1 connection of
+its own (``--transport http``) or a gRPC ``Lock`` call, all on one HTTP/2 connection (``grpc``).
+Measured: the service's CPU idle, per acquisition, over the hold window (sampled every second,
+with a health check's latency as a view of its event loop) and per release; at the window's end
+also this process's CPU and loop lag, the emulator's CPU, and the service's memory and open
+files. :class:`StreamHolders`
 says what is checked. Exits 1 on any wrong answer, a lock not held to the end or a stale lease;
 the JSON file is written either way (``failed`` says why).
 
@@ -28,23 +31,64 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
 import _servers
 import aiohttp
 import attrs
+import grpc
 from _harness import CpuWindow, lag_probe, load_average, machine_info, ms_summary, write_json
 from _servers import Service, ServiceError
 
 from prioritylock.server._config import ServeConfig
+from prioritylock.server._proto import lock_pb2, lock_pb2_grpc
 
 STORE = "locks"
 CONCURRENT = 32  # requests in flight besides the streams
 SAMPLED = 36  # locks read back during the window
 DEFAULT_PING_S = cast(float, attrs.fields(ServeConfig).ping_interval.default)
+
+
+Events = AsyncGenerator[tuple[str, int | None], None]  # a stream's (type, fence), NDJSON's names
+
+
+async def _ndjson(
+    session: aiohttp.ClientSession, base: str, resource: str, owner: str, ttl: float
+) -> Events:
+    """A lock stream as NDJSON, on an HTTP/1.1 connection of its own."""
+    response = await session.post(
+        f"{base}/{resource}",
+        json={"ttl": f"{ttl:g}s", "owner": owner, "immediate": True},
+        headers={"Accept": "application/x-ndjson"},
+        timeout=aiohttp.ClientTimeout(sock_connect=30),  # a stream outlives the session's timeout
+    )
+    try:
+        if response.status != 200:
+            raise ServiceError(f"{resource}: {response.status} {await response.text()}")
+        while line := await response.content.readline():
+            event = json.loads(line)
+            yield event.get("type"), event.get("fence")
+    finally:
+        response.close()
+
+
+async def _grpc(stub: Any, resource: str, owner: str, ttl: float) -> Events:
+    """A lock stream as a ``LockService.Lock`` call (every call on one channel: one HTTP/2
+    connection)."""
+    ask = lock_pb2.LockRequest(store_name=STORE, resource_id=resource, owner=owner, immediate=True)
+    ask.ttl.FromNanoseconds(round(ttl * 1e9))
+    call = stub.Lock(ask)
+    try:
+        async for message in call:
+            kind = message.WhichOneof("lock_server_stream")
+            fence = message.lock_acquired.fence if kind == "lock_acquired" else None
+            yield kind.replace("_", "-"), fence
+    finally:
+        call.cancel()
 
 
 @dataclass
@@ -54,28 +98,36 @@ class _Stream:
     index: int
     resource: str
     owner: str
-    response: aiohttp.ClientResponse
+    events: Events
     fence: int
-    last_line: float
+    last_event: float
     reader: asyncio.Task[None] | None = None
     trouble: str | None = None  # why it stopped being a healthy holder
 
 
 class StreamHolders:
-    """N alpha2 NDJSON streams of ``ttl`` s, one lock each, each taken ``immediate``.
+    """N lock streams of ``ttl`` s (``stream(resource, owner, ttl)``), one lock each, each taken
+    ``immediate``.
 
-    While they are held, a task per stream reads its lines: every ``ping`` is timed against the
-    ping interval (how late it came after the line before); anything else, the stream's end or a
-    read error marks it in trouble. From outside, :data:`SAMPLED` locks (spread over the N) are
-    read back through ``GET .../{resourceId}``, one at a time at random, each about every half
-    renewal interval: the lease must be held, by its owner, at the fence it was acquired with,
-    and renewed within the renewal interval (a third of the ttl) plus ``slack``, or it counts as
-    stale. Where a lock's ``renewed_at`` moved between two reads less than an interval apart, it
-    moved by one renewal: the step less the interval is how late that renewal ran.
+    While they are held, a task per stream reads its events: every ``ping`` is timed against the
+    ping interval (how late it came after the event before); anything else, the stream's end, a
+    read error or three ping intervals of silence marks it in trouble. From outside,
+    :data:`SAMPLED` locks (spread over the N) are read back through ``GET .../{resourceId}``,
+    one at a time at random, each about every half renewal interval: the lease must be held, by
+    its owner, at the fence it was acquired with, and renewed within the renewal interval (a
+    third of the ttl) plus ``slack``, or it counts as stale. Where a lock's ``renewed_at`` moved
+    between two reads less than an interval apart, it moved by one renewal: the step less the
+    interval is how late that renewal ran.
     """
 
-    def __init__(self, session: aiohttp.ClientSession, service: Service, args: Any) -> None:
-        self._session, self._n = session, args.holders
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        service: Service,
+        stream: Callable[[str, str, float], Events],
+        args: Any,
+    ) -> None:
+        self._session, self._stream, self._n = session, stream, args.holders
         self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
         self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
         self._renew = self._ttl / 3  # the service renews every third of the ttl
@@ -88,8 +140,8 @@ class StreamHolders:
         self._all_open = False
         self._random = random.Random(self._n)
         self._renewed: dict[int, tuple[float, float]] = {}  # index -> (read at, its renewed_at)
-        # A stalled stream (no line for three ping intervals) is a read timeout, not a hang.
-        self._timeout = aiohttp.ClientTimeout(sock_connect=30, sock_read=3 * self._ping + 5)
+        # A stream silent for three ping intervals has stalled.
+        self._stall = 3 * self._ping + 5
         self.lateness: list[float] = []  # s, one per ping once every stream was open
         self.ages: list[float] = []  # s, renewed_at age of each sample during the window
         self.renewal_late: list[float] = []  # s, renewed_at step less the interval
@@ -100,22 +152,16 @@ class StreamHolders:
     async def _open(self, i: int) -> _Stream:
         resource, owner = f"stream-{self._run}-{i}", f"streamer-{i}"
         async with self._limit:
-            response = await self._session.post(
-                f"{self._base}/{resource}",
-                json={"ttl": f"{self._ttl:g}s", "owner": owner, "immediate": True},
-                headers={"Accept": "application/x-ndjson"},
-                timeout=self._timeout,
-            )
+            events = self._stream(resource, owner, self._ttl)
             try:
-                if response.status != 200:
-                    raise ServiceError(f"stream #{i}: {response.status} {await response.text()}")
-                event = json.loads(await response.content.readline() or b"null")
-                if not isinstance(event, dict) or event.get("type") != "lock-acquired":
-                    raise ServiceError(f"stream #{i}: first line {event!r}")
+                ended = ("the end of the stream", None)
+                kind, fence = await asyncio.wait_for(anext(events, ended), self._stall)
+                if kind != "lock-acquired" or fence is None:
+                    raise ServiceError(f"stream #{i}: first event {kind!r}")
             except BaseException:
-                response.close()
+                await events.aclose()
                 raise
-        stream = _Stream(i, resource, owner, response, event["fence"], time.monotonic())
+        stream = _Stream(i, resource, owner, events, fence, time.monotonic())
         stream.reader = asyncio.create_task(self._read(stream))  # a ping left unread is late
         return stream
 
@@ -130,15 +176,15 @@ class StreamHolders:
     async def _read(self, stream: _Stream) -> None:
         """Read ``stream`` until it ends (it must not while held) or the reader is cancelled."""
         try:
-            while line := await stream.response.content.readline():
-                now, event = time.monotonic(), json.loads(line)
-                if event.get("type") != "ping":
-                    stream.trouble = f"event {event!r}"
+            async for kind, _ in stream.events:
+                now = time.monotonic()
+                if kind != "ping":
+                    stream.trouble = f"event {kind!r}"
                 elif self._all_open:
-                    self.lateness.append(now - stream.last_line - self._ping)
-                stream.last_line = now
+                    self.lateness.append(now - stream.last_event - self._ping)
+                stream.last_event = now
             stream.trouble = "the stream ended"
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        except (aiohttp.ClientError, grpc.RpcError, ValueError) as exc:
             stream.trouble = f"{type(exc).__name__}: {exc}"
 
     async def _info(self, stream: _Stream) -> dict[str, Any]:
@@ -177,6 +223,10 @@ class StreamHolders:
 
     async def check_held(self) -> None:
         await self._stop_sampler()
+        now = time.monotonic()
+        for s in self._streams:
+            if s.trouble is None and now - s.last_event > self._stall:
+                s.trouble = f"stalled: nothing for {now - s.last_event:.1f} s"
         if troubled := [s for s in self._streams if s.trouble is not None]:
             s = troubled[0]
             raise ServiceError(
@@ -213,7 +263,7 @@ class StreamHolders:
             reader.cancel()
         await asyncio.gather(*readers, return_exceptions=True)
         for stream in self._streams:
-            stream.response.close()
+            await stream.events.aclose()  # a cancelled reader's already is
 
     def figures(self) -> dict[str, Any]:
         """What the streams and the samples showed (seconds in ms, as ``ms_summary``)."""
@@ -292,11 +342,20 @@ async def run(args: Any, service: Service, result: dict[str, Any], emulator: int
     # Each stream keeps its connection: room for them all, plus the samples and health checks.
     connector = aiohttp.TCPConnector(limit=CONCURRENT + args.holders + 8)
     timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-        holders = StreamHolders(session, service, args)
+    async with (
+        aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+        grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel,
+    ):
+        stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
+        base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
+        stream = (
+            partial(_grpc, stub) if args.transport == "grpc" else partial(_ndjson, session, base)
+        )
+        holders = StreamHolders(session, service, stream, args)
         try:
             result["load_start"] = load_average()
-            print(f"idle {args.idle:g} s, then {args.holders} streams for {args.seconds:g} s")
+            streams = f"{args.holders} {args.transport} streams"
+            print(f"idle {args.idle:g} s, then {streams} for {args.seconds:g} s")
             result["idle"] = await _window(session, service, args.idle, emulator)
             result["acquire"] = await _phase(service, holders.acquire, args.holders)
             result["load_hold"] = load_average()
@@ -325,6 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ttl", type=float, default=30.0, help="each stream's lease, s")
     parser.add_argument("--ping-interval", type=float, default=DEFAULT_PING_S)
     parser.add_argument("--slack", type=float, default=1.0, help="renewal lateness allowed, s")
+    parser.add_argument("--transport", choices=["http", "grpc"], default="http")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     # Every stream is a socket on each side: the service, started after, inherits the limit.
@@ -351,6 +411,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     payload = {
         "machine": machine,
         "mode": "streams",
+        "transport": args.transport,
         "holders": args.holders,
         "expiry_s": args.ttl,
         "concurrent": CONCURRENT,

@@ -20,6 +20,8 @@ pytest.importorskip("dapr")
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
+#: The service's clients the serve section times (alpha1, then the full API).
+CLIENTS = ("http", "grpc", "sdk", "http-full", "grpc-full", "grpc-stream")
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -42,9 +44,9 @@ def test_serve_section_times_every_client(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {r["variant"]: r for r in json.loads(out.read_text())["sections"]["serve"]["rows"]}
     assert sorted(rows) == sorted(
-        f"memory/{v}" for v in ("http", "grpc", "sdk", "in-process-fresh", "in-process-same")
+        f"memory/{v}" for v in (*CLIENTS, "in-process-fresh", "in-process-same")
     )
-    for name in ("http", "grpc", "sdk"):
+    for name in CLIENTS:
         row = rows[f"memory/{name}"]
         assert row["n"] > 0 and row["median"] > 0
         assert row["service_cpu_us_per_cycle"] is not None
@@ -56,14 +58,18 @@ _STREAMS = ["--holders", "20", "--idle", "0.2", "--ttl", "3"]
 
 
 @pytest.mark.timeout(120)
-def test_serve_scale_streams_hold_with_renewals_on_time(tmp_path: Path) -> None:
-    """20 streams of a 3 s ttl (renewed every second) for 3 s, pinged every 0.5 s."""
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_serve_scale_streams_hold_with_renewals_on_time(tmp_path: Path, transport: str) -> None:
+    """20 streams of a 3 s ttl (renewed every second) for 3 s, pinged every 0.5 s: NDJSON
+    streams on a socket each, or gRPC calls on one channel."""
     out = tmp_path / "streams.json"
-    args = [*_STREAMS, "--seconds", "3", "--ping-interval", "0.5", "--json", str(out)]
-    done = _run("serve_scale.py", *args)
+    args = [*_STREAMS, "--seconds", "3", "--ping-interval", "0.5", "--transport", transport]
+    done = _run("serve_scale.py", *args, "--json", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all 20 still held at the end" in done.stdout
-    streams = json.loads(out.read_text())["streams"]
+    result = json.loads(out.read_text())
+    assert result["transport"] == transport
+    streams = result["streams"]
     # Every stream pinged about every 0.5 s of the window (20 x 6; half, for a loaded machine).
     assert streams["pings"] >= 60
     assert streams["ping_late_ms"]["max"] is not None
