@@ -34,7 +34,17 @@ CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "handoff", "aio",
 
 #: The sections in the order they run: ``section_NAME(Bench) -> Section`` of ``sections/NAME.py``
 #: (preemption before requests, whose table counts the requests of those same preemption runs).
-ORDER = "overhead cloud preemption requests handoff contention aio serve push".split()
+ORDER = [
+    "overhead",
+    "cloud",
+    "preemption",
+    "requests",
+    "handoff",
+    "contention",
+    "aio",
+    "serve",
+    "push",
+]
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     name: getattr(importlib.import_module(f"sections.{name}"), f"section_{name}") for name in ORDER
 }
