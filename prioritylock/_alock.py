@@ -12,7 +12,10 @@ renews and watches every lease held in it. Listeners may be plain or ``async def
 are awaited on the loop, and a plain ``on_cleanup_notification`` runs on a worker thread so that
 a long cleanup never stalls the loop.
 
-Cancellation: a task cancelled inside ``lock()``/``try_lock()`` first lets the store call in
+Deadlines: a store call is awaited only until its effect's ``by`` (``asyncio.wait_for`` around the
+shielded call; ``_driver.LockBase._gave_up``): it then runs on to its end unwatched.
+
+Cancellation: a task cancelled inside ``lock()``/``try_lock()`` first lets the store calls in
 flight finish, then settles what it may have written (``_flows.settle_abandoned``: a lease or a
 request of its claim is released or withdrawn), shielded and bounded by the store timeout.
 ``unlock()`` and the exit of ``async with`` run shielded, so they complete even when the
@@ -324,12 +327,19 @@ class AsyncLock(LockBase):
         if done is not WOULD_BLOCK:
             self._after_write(call, None)
             return done
+        left = self._time_left(call)
         future = asyncio.ensure_future(self._route.later(call))
         if call.notify:  # told when it ends, even if this task was cancelled meanwhile
             future.add_done_callback(lambda f: self._after_write(call, _outcome(f)))
         self._inflight = future
         try:
-            return await asyncio.shield(future)
+            if left is None:
+                return await asyncio.shield(future)
+            return await asyncio.wait_for(asyncio.shield(future), left)
+        except TimeoutError:
+            if future.done() or left is None:
+                raise  # what the call itself raised
+            raise self._gave_up(call, future, left) from None
         finally:
             if future.done():
                 self._inflight = None
@@ -408,10 +418,10 @@ class AsyncLock(LockBase):
         """A cancelled acquire: let the store call in flight finish, then release or withdraw
         whatever of ours it may have left in the lease."""
         inflight = self._inflight
-        if inflight is not None:
+        for call in {*self._late, *([inflight] if inflight is not None else [])}:
             with contextlib.suppress(Exception):
-                await inflight
-            self._inflight = None
+                await call
+        self._inflight = None
         async with self._guard():
             holding = self._st.holding
             if holding is not None and holding.lock_id == lock_id and holding.active:

@@ -49,11 +49,13 @@ from prioritylock._effects import (
     Renewed,
     RetryRelease,
     Sleep,
+    Unsettled,
 )
 from prioritylock._errors import (
     ConditionFailed,
     CorruptLease,
     LockCancelled,
+    LockTimeout,
     PreemptionTimeout,
     StoreUnavailable,
 )
@@ -75,13 +77,17 @@ from prioritylock._state import (
 from prioritylock.stores._base import NOT_MODIFIED, ReadResult, Versioned
 
 __all__ = [
+    "LATE_GRACE",
+    "TRY_STORE_TIMEOUT",
     "Attempt",
     "Backoff",
     "acquire",
     "after_cleanup",
     "background_release",
+    "background_settle",
     "beat",
     "force_unlock",
+    "limit",
     "read",
     "release",
     "renew_now",
@@ -114,14 +120,40 @@ def now() -> Flow[float]:
     return float(mono)
 
 
-def op_deadline(state: LockState) -> Flow[float]:
+#: A store operation begun at or past the caller's deadline (``lock(timeout=0)``, or taking back
+#: a request once the wait ran out) still makes its one attempt, bounded by this many seconds
+#: (or the store timeout, if shorter).
+LATE_GRACE = 1.0
+
+#: ``try_lock`` waits for neither the lock nor a failing store: each of its store operations
+#: (retries included) is bounded by this many seconds, or the store timeout if shorter.
+TRY_STORE_TIMEOUT = 2.0
+
+
+def limit(
+    state: LockState, mono: float, cap: float | None = None, timeout: float | None = None
+) -> float:
+    """When a store operation starting at ``mono`` must have ended, retries and the request in
+    flight included: ``timeout`` (default: the store timeout) from now, or the caller's
+    deadline ``cap`` if that comes first, but never sooner than :data:`LATE_GRACE` from now."""
+    timeout = state.store_timeout if timeout is None else timeout
+    end = mono + timeout
+    if cap is not None:
+        end = min(end, max(cap, mono + min(LATE_GRACE, timeout)))
+    return end
+
+
+def op_deadline(
+    state: LockState, cap: float | None = None, timeout: float | None = None
+) -> Flow[float]:
     mono, _wall = yield NOW
-    return float(mono) + state.store_timeout
+    return limit(state, float(mono), cap, timeout)
 
 
 def retrying(state: LockState, effect: Read, deadline: float) -> Flow[Any]:
-    """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``.
-    One attempt is always made."""
+    """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``
+    (which also bounds each request in flight). One attempt is always made."""
+    effect = attrs.evolve(effect, by=deadline)
     backoff = Backoff(1.0, start=0.02)
     while True:
         try:
@@ -195,7 +227,7 @@ def write(
     while True:
         try:
             new_version = yield Put(
-                data, None if creating else version, creating, unsynced, quiet=quiet
+                data, None if creating else version, creating, unsynced, quiet=quiet, by=deadline
             )
             return _wrote(state, lease, new_version)
         except ConditionFailed:
@@ -231,8 +263,19 @@ class Attempt:
     # A cached document is only a guess: good enough to attempt a conditional write (the store
     # checks it), never enough to refuse or wait on.
     cached: bool
+    #: The store timeout of each of this acquire's store operations (shorter for a try_lock).
+    timeout: float
     mine: proto.MyRequest | None = None  # our pending request, once written
     may_request: bool = True
+    #: A write of our claim was attempted: if we end without the lock, settle it.
+    touched: bool = False
+
+    def until(self, state: LockState, mono: float) -> float:
+        """When a store operation of this acquire starting at ``mono`` must have ended."""
+        return limit(state, mono, self.deadline, self.timeout)
+
+    def read(self, state: LockState) -> Flow[Seen]:
+        return (yield from read(state, self.until(state, (yield from now()))))
 
 
 def acquire(
@@ -243,9 +286,18 @@ def acquire(
     Each round decides on what was read (:func:`decide`), then does what was decided: a write
     (:func:`take`), a confirmation of a handover, or a wait (:func:`wait_to_retry`).
 
+    Deadlines: every store operation (retries and the request in flight included) ends by the
+    store timeout from its start (for a try_lock, :data:`TRY_STORE_TIMEOUT` if shorter) or by
+    ``deadline``, whichever comes first. When the store fails up to the caller's deadline, the
+    acquire ends with ``LockTimeout`` (its cause the last ``StoreUnavailable``); when it fails
+    for the whole store timeout first, with ``StoreUnavailable``. Either way, a write of the
+    claim that may have landed is settled afterwards (:class:`~prioritylock._effects.Unsettled`).
+
     :raises PreemptionTimeout: a non-blocking request's wait ran out (withdrawn).
     :raises LockCancelled: the driver ended the wait (nothing left claimed).
     :raises ConditionFailed: an operator's guard no longer matches the lease.
+    :raises LockTimeout: the store could not be reached before ``deadline``.
+    :raises StoreUnavailable: the store failed for a whole store timeout.
     """
     attempt = Attempt(
         state.claim(lock_id),
@@ -253,16 +305,32 @@ def acquire(
         deadline,
         Backoff(state.poll_interval),
         cached=state.seen is not None,
+        timeout=state.store_timeout if blocking else min(state.store_timeout, TRY_STORE_TIMEOUT),
     )
+    try:
+        return (yield from _acquire(state, attempt))
+    except StoreUnavailable as exc:
+        if attempt.touched:
+            yield Unsettled(lock_id)
+        if deadline is None or (yield from now()) < deadline:
+            raise
+        raise LockTimeout(
+            f"{state.key!r}: not acquired by the deadline: the store could not be reached ({exc})"
+        ) from exc
+
+
+def _acquire(state: LockState, attempt: Attempt) -> Flow[bool]:
+    blocking = attempt.blocking
     # Be woken by a release that lands after our read. A try_lock waits only for a handover: it
     # arms when it first has to wait (costing at most one short first pause).
     if blocking:
         yield ARM
-    seen = state.seen if state.seen is not None else (yield from read(state))
+    seen = state.seen if state.seen is not None else (yield from attempt.read(state))
     while True:
         step = yield from decide(state, attempt, seen)
         if isinstance(step, proto.Write):
             attempt.cached = False  # the store checked the version; what comes back is fresh
+            attempt.touched = True
             taken = yield from take(state, attempt, step, seen)
             if taken is True:
                 return True
@@ -270,10 +338,11 @@ def acquire(
             continue
         if attempt.cached:
             attempt.cached = False
-            seen = yield from read(state)
+            seen = yield from attempt.read(state)
             continue
         if isinstance(step, proto.Owned):
-            confirmed = yield from confirm_handover(state, attempt.claim, seen)
+            attempt.touched = True
+            confirmed = yield from confirm_handover(state, attempt, seen)
             if confirmed is None:
                 return True
             seen = confirmed
@@ -281,7 +350,7 @@ def acquire(
         ended = yield from wait_to_retry(state, attempt, step, seen)
         if ended is not None:
             return ended
-        seen = yield from read(state)
+        seen = yield from attempt.read(state)
 
 
 def decide(state: LockState, attempt: Attempt, seen: Seen) -> Flow[proto.Step]:
@@ -312,7 +381,7 @@ def take(
     """
     started = yield from now()
     result = yield from write(
-        state, step.lease, seen.version, create=step.create, deadline=started + state.store_timeout
+        state, step.lease, seen.version, create=step.create, deadline=attempt.until(state, started)
     )
     if not isinstance(result, Written):
         return result  # lost a race: decide again on what is there now
@@ -362,7 +431,7 @@ def wait_to_retry(
     deadline, mine = attempt.deadline, attempt.mine
     if deadline is not None and mono >= deadline:
         # Our request may have been handed the lock meanwhile: withdraw() confirms it.
-        return mine is not None and (yield from withdraw(state, attempt.claim, seen))
+        return mine is not None and (yield from withdraw(state, attempt, seen))
     pause = attempt.delay.next()
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
@@ -371,14 +440,14 @@ def wait_to_retry(
     if (yield Pause(pause)):
         # The caller gave up (cancelled, or closed the lock object): take our request back,
         # and if the lock came to us meanwhile, let it go again.
-        if mine is not None and (yield from withdraw(state, attempt.claim, seen)):
+        if mine is not None and (yield from withdraw(state, attempt, seen)):
             assert state.holding is not None
             yield from release(state, state.holding, cleanup_done=False)
         raise LockCancelled(f"{state.key!r}: the wait for the lock was cancelled")
     return None
 
 
-def confirm_handover(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[Seen | None]:
+def confirm_handover(state: LockState, attempt: Attempt, seen: Seen) -> Flow[Seen | None]:
     """The lease names us as holder (handed over, or our write landed unseen). Our lease clock
     must start at a write of our own: renew, and hold from its start. Returns None once we hold,
     or what is there instead if the renewal lost a race."""
@@ -386,21 +455,22 @@ def confirm_handover(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[S
     started, wall = yield NOW
     beat = proto.renewed(seen.lease, wall)
     result = yield from write(
-        state, beat, seen.version, create=False, deadline=started + state.store_timeout
+        state, beat, seen.version, create=False, deadline=attempt.until(state, started)
     )
     if not isinstance(result, Written):
         return result
-    yield from become_holder(state, claim, result.lease, result.version, started)
+    yield from become_holder(state, attempt.claim, result.lease, result.version, started)
     return None
 
 
-def withdraw(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[bool]:
+def withdraw(state: LockState, attempt: Attempt, seen: Seen) -> Flow[bool]:
     """Take our pending request back (our own deadline ran out). If the lock was handed to us
     meanwhile, confirm it and return True (we hold it)."""
+    claim = attempt.claim
     while seen.lease is not None:
         lease = seen.lease
         if lease.holder is not None and lease.holder.lock_id == claim.lock_id:
-            confirmed = yield from confirm_handover(state, claim, seen)
+            confirmed = yield from confirm_handover(state, attempt, seen)
             if confirmed is None:
                 return True
             seen = confirmed
@@ -408,9 +478,8 @@ def withdraw(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[bool]:
         if lease.requestor is None or lease.requestor.requestor_id != claim.lock_id:
             return False
         withdrawn = lease.rewritten(requestor=None)
-        result = yield from write(
-            state, withdrawn, seen.version, create=False, deadline=(yield from op_deadline(state))
-        )
+        deadline = attempt.until(state, (yield from now()))
+        result = yield from write(state, withdrawn, seen.version, create=False, deadline=deadline)
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
             return False
@@ -468,6 +537,25 @@ def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
             log.info("prioritylock: %r: a cancelled acquire was taken back", state.key)
             return
         seen = result
+
+
+def background_settle(state: LockState, lock_id: str, until: float) -> Flow[float | None]:
+    """One attempt to settle an acquire that ended without the lock after a write of its claim
+    whose outcome was unknown (:class:`~prioritylock._effects.Unsettled`). Returns when to try
+    again, or None when done. Gives up at ``until``: by then a claim nobody renews has expired."""
+    try:
+        yield from settle_abandoned(state, lock_id)
+        return None
+    except StoreUnavailable as exc:
+        mono = yield from now()
+        if mono >= until:
+            log.warning("prioritylock: %r: gave up settling an acquire: %s", state.key, exc)
+            return None
+        log.info("prioritylock: %r: settling an acquire failed (%s); retrying", state.key, exc)
+        return min(until, mono + 1.0)
+    except Exception:
+        log.exception("prioritylock: settling an acquire of %r gave up", state.key)
+        return None
 
 
 # -- holding -------------------------------------------------------------------------------------
@@ -742,7 +830,7 @@ def overwrite_corrupt_lease(state: LockState, by: str, message: str) -> Flow[Non
         event = Event("force_unlock", wall, by, f"overwrote a corrupt lease: {message}")
         fresh = Lease(state.key, fence, new_nonce(), None, None, event)
         try:
-            yield Put(encode(fresh), found.version, False, False)
+            yield Put(encode(fresh), found.version, False, False, by=deadline)
         except ConditionFailed:
             continue
         log.warning("prioritylock: %r: corrupt lease overwritten by %s: %s", state.key, by, message)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -22,7 +23,7 @@ from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
 from prioritylock._driver import FlowRun, LockBase, News, StoreCall, T, cleanup_notice
-from prioritylock._errors import NotLockOwner
+from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
 from prioritylock._scheduler import ScheduledTask, Scheduler, Task, default_scheduler
@@ -201,13 +202,30 @@ class Lock(LockBase):
     _perform = LockBase._perform_effect
 
     def _store_call(self, call: StoreCall) -> Any:
+        left = self._time_left(call)
         try:
-            result = call()
+            result = call() if left is None else self._bounded(call, left)
         except Exception as exc:
             self._after_write(call, exc)
             raise
         self._after_write(call, None)
         return result
+
+    def _bounded(self, call: StoreCall, left: float) -> Any:
+        """Make ``call`` on a worker thread and wait for it at most ``left`` seconds; then let
+        it run on to its end unwatched (``_gave_up``) and raise ``StoreUnavailable``."""
+        future = _call_pool().submit(call)
+        try:
+            return future.result(left)
+        except Exception:
+            if future.done():
+                raise  # what the call itself raised
+        if future.cancel():  # it never started: nothing was sent
+            raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
+        error = self._gave_up(call, future, left)
+        if call.notify:  # a write that may land later is still news, when it ends
+            future.add_done_callback(lambda f: self._after_write(call, f.exception()))
+        raise error
 
     def _sleep(self, seconds: float) -> None:
         self._clock.sleep(seconds)
@@ -304,6 +322,21 @@ class Lock(LockBase):
 
     def _tell(self, news: News) -> None:
         self._hb.dispatch(lambda: self._tell_now(news))
+
+
+#: Threads that make the store calls a lock waits for only so long (network stores): a call that
+#: outlives its wait keeps its thread until the store's own timeouts end it.
+CALL_WORKERS = 32
+
+_pool: list[ThreadPoolExecutor] = []
+_pool_lock = threading.Lock()
+
+
+def _call_pool() -> ThreadPoolExecutor:
+    with _pool_lock:
+        if not _pool:
+            _pool.append(ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="prioritylock-call"))
+        return _pool[0]
 
 
 #: How often a wait with a ``cancel`` event looks at it (a notice in this process still wakes
