@@ -30,7 +30,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -41,6 +41,7 @@ from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTa
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
 from prioritylock._driver import (
+    CallPool,
     FlowRun,
     LockBase,
     News,
@@ -64,18 +65,17 @@ __all__ = ["AsyncLock"]
 NETWORK_WORKERS = 32
 DISK_WORKERS = 4
 
-_pools: dict[bool, ThreadPoolExecutor] = {}
+_pools: dict[bool, Executor] = {}
 _pool_lock = threading.Lock()
 
 
-def _io_pool(network: bool) -> ThreadPoolExecutor:
+def _io_pool(network: bool) -> Executor:
     with _pool_lock:
         pool = _pools.get(network)
         if pool is None:
             workers = NETWORK_WORKERS if network else DISK_WORKERS
-            pool = _pools[network] = ThreadPoolExecutor(
-                workers, thread_name_prefix="prioritylock-aio-" + ("net" if network else "disk")
-            )
+            name = "prioritylock-aio-" + ("net" if network else "disk")
+            pool = _pools[network] = CallPool(workers, name)  # daemon threads: see CallPool
         return pool
 
 
@@ -108,7 +108,7 @@ class Route:
 
     def __init__(
         self,
-        pool: ThreadPoolExecutor,
+        pool: Executor,
         nowait: Callable[..., object] | None = None,
         native: Callable[..., Awaitable[Any] | None] | None = None,
     ) -> None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Executor, Future
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
@@ -43,6 +45,7 @@ from prioritylock.stores._base import ConditionalReader, ObjectStore, UnsyncedWr
 
 __all__ = [
     "T",
+    "CallPool",
     "FlowRun",
     "log",
     "LockBase",
@@ -174,6 +177,48 @@ class StoreCalls:
             case effects.Put():
                 args = (key, effect.data, effect.version)
                 return StoreCall("replace", self.store.replace, args, not effect.quiet, by, True)
+
+
+class CallPool(Executor):
+    """Threads for store calls: at most ``size``, started as calls need them, and daemon threads,
+    so that a call a lock stopped waiting for (a store that never answers) does not hold up
+    the interpreter's exit, as ``ThreadPoolExecutor``'s workers, joined at exit, would."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size, self._name = size, name
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if kwargs:
+            raise TypeError("CallPool.submit takes positional arguments only")
+        future: Future[T] = Future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # an idle worker takes it
+            elif self._threads < self._size:
+                self._threads += 1
+                name = f"{self._name}-{self._threads}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, fn, args = self._queue.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+                del future, fn, args
+            with self._lock:
+                self._idle += 1
 
 
 class FlowRun(Generic[T]):

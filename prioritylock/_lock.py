@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -22,7 +21,7 @@ from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._driver import FlowRun, LockBase, News, StoreCall, T, cleanup_notice
+from prioritylock._driver import CallPool, FlowRun, LockBase, News, StoreCall, T, cleanup_notice
 from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
@@ -328,14 +327,14 @@ class Lock(LockBase):
 #: outlives its wait keeps its thread until the store's own timeouts end it.
 CALL_WORKERS = 32
 
-_pool: list[ThreadPoolExecutor] = []
+_pool: list[CallPool] = []
 _pool_lock = threading.Lock()
 
 
-def _call_pool() -> ThreadPoolExecutor:
+def _call_pool() -> CallPool:
     with _pool_lock:
         if not _pool:
-            _pool.append(ThreadPoolExecutor(CALL_WORKERS, thread_name_prefix="prioritylock-call"))
+            _pool.append(CallPool(CALL_WORKERS, "prioritylock-call"))
         return _pool[0]
 
 
