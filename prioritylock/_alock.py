@@ -170,13 +170,15 @@ class AsyncLock(LockBase):
         """Take the lock if that can be done now; return whether this object holds it.
 
         As :meth:`Lock.try_lock <prioritylock.Lock.try_lock>`: a strictly higher priority
-        records a request and waits for the handover.
+        records a request and waits for the handover; a store that refuses or fails raises
+        ``StoreUnavailable`` within min(store timeout, 2 s), one that never answers within the
+        store timeout.
 
         :raises LockHeld: this lock object already holds the lock.
         :raises PreemptionTimeout: a non-forceful request's wait ran out; it was withdrawn.
         :raises ConditionFailed: an emergency override's guard no longer matches the lease.
         :raises CorruptLease: the lease document can't be trusted; it was left untouched.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed, or could not be reached, within the bound above.
         """
         self._check_not_held()
         return await self._acquire(blocking=False, deadline=None)
@@ -185,10 +187,12 @@ class AsyncLock(LockBase):
         """Wait until this object holds the lock.
 
         :param timeout: seconds to wait (None: forever).
-        :raises LockTimeout: not acquired within ``timeout``.
+        :raises LockTimeout: not acquired within ``timeout``, whatever the store does: also when
+            the store could not be reached until then (its ``__cause__`` is the last
+            ``StoreUnavailable``).
         :raises LockHeld: this lock object already holds the lock.
         :raises CorruptLease: the lease document can't be trusted.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed for a whole store timeout before the deadline.
         """
         if not await self._acquire(blocking=True, deadline=self._deadline(timeout)):
             raise self._timed_out(timeout)

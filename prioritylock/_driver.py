@@ -63,6 +63,10 @@ __all__ = [
 
 log = logging.getLogger("prioritylock")
 
+#: The least time a driver waits for a store call it bounds (seconds): a call may end this much
+#: past its ``by``.
+MIN_WAIT = 0.25
+
 T = TypeVar("T")
 
 
@@ -478,8 +482,9 @@ class LockBase:
     # -- store calls bounded in time (``Read.by``/``Put.by``) -------------------------------------
 
     def _time_left(self, call: StoreCall) -> float | None:
-        """How long to wait for ``call`` (None: until it ends)."""
-        return None if call.by is None else max(0.0, call.by - self._clock.monotonic())
+        """How long to wait for ``call`` (None: until it ends): until its ``by``, but never less
+        than ``MIN_WAIT`` (a request sent with moments left would be given up unanswered)."""
+        return None if call.by is None else max(MIN_WAIT, call.by - self._clock.monotonic())
 
     def _gave_up(self, call: StoreCall, future: Any, waited: float) -> StoreUnavailable:
         """We stopped waiting for ``call`` (running as ``future``) after ``waited`` seconds: it

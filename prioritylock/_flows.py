@@ -125,8 +125,9 @@ def now() -> Flow[float]:
 #: (or the store timeout, if shorter).
 LATE_GRACE = 1.0
 
-#: ``try_lock`` waits for neither the lock nor a failing store: each of its store operations
-#: (retries included) is bounded by this many seconds, or the store timeout if shorter.
+#: ``try_lock`` waits for neither the lock nor a failing store: it stops retrying a store
+#: operation after this many seconds (or the store timeout, if shorter). A request in flight is
+#: still given the store timeout: a store that answers slowly is not a failing one.
 TRY_STORE_TIMEOUT = 2.0
 
 
@@ -150,10 +151,13 @@ def op_deadline(
     return limit(state, float(mono), cap, timeout)
 
 
-def retrying(state: LockState, effect: Read, deadline: float) -> Flow[Any]:
-    """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``
-    (which also bounds each request in flight). One attempt is always made."""
-    effect = attrs.evolve(effect, by=deadline)
+def retrying(
+    state: LockState, effect: Read, deadline: float, bound: float | None = None
+) -> Flow[Any]:
+    """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``.
+    Each request in flight is bounded by ``bound`` (default: ``deadline``). One attempt is
+    always made."""
+    effect = attrs.evolve(effect, by=deadline if bound is None else bound)
     backoff = Backoff(1.0, start=0.02)
     while True:
         try:
@@ -167,9 +171,9 @@ def retrying(state: LockState, effect: Read, deadline: float) -> Flow[Any]:
             yield Sleep(pause)
 
 
-def read(state: LockState, deadline: float | None = None) -> Flow[Seen]:
+def read(state: LockState, deadline: float | None = None, bound: float | None = None) -> Flow[Seen]:
     """Read and decode the document, retrying transient failures until ``deadline`` (default:
-    the store timeout from now)."""
+    the store timeout from now); ``bound``: see :func:`retrying`."""
     if deadline is None:
         deadline = yield from op_deadline(state)
     cached = state.seen
@@ -177,7 +181,7 @@ def read(state: LockState, deadline: float | None = None) -> Flow[Seen]:
     if cached is None and conditional:
         cached = None if state.shared is None else state.shared.get(state.name)  # another lock's
     known = cached.version if conditional and cached is not None else None
-    found: ReadResult = yield from retrying(state, Read(known), deadline)
+    found: ReadResult = yield from retrying(state, Read(known), deadline, bound)
     if found is None:
         seen = Seen(None, None)
     elif found is NOT_MODIFIED:
@@ -207,11 +211,13 @@ def write(
     *,
     create: bool,
     deadline: float,
+    bound: float | None = None,
     quiet: bool = False,
 ) -> Flow[Written | Seen]:
     """Write ``lease`` conditionally. Returns what was written (on a store that can skip the
     sync, with its fence reservation set: ``_reserve.plan_write``), or what is there instead.
-    ``quiet``: a renewal, of no news to the other locks of the process.
+    ``quiet``: a renewal, of no news to the other locks of the process. Retries end at
+    ``deadline``; each request in flight by ``bound`` (default: ``deadline``).
 
     Unknown outcomes are settled by reading back and looking for our nonce.
     """
@@ -224,14 +230,15 @@ def write(
     data = encode(lease)
     backoff = Backoff(1.0, start=0.02)
     creating = create or version is None
+    by = deadline if bound is None else bound
     while True:
         try:
             new_version = yield Put(
-                data, None if creating else version, creating, unsynced, quiet=quiet, by=deadline
+                data, None if creating else version, creating, unsynced, quiet=quiet, by=by
             )
             return _wrote(state, lease, new_version)
         except ConditionFailed:
-            fresh = yield from read(state, deadline)
+            fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
                 return _wrote(state, lease, fresh.version)  # the 412 answered a retry of it
@@ -241,7 +248,7 @@ def write(
             if mono >= deadline:
                 raise
             yield Sleep(min(backoff.next(), max(0.0, deadline - mono)))
-            fresh = yield from read(state, deadline)
+            fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
                 return _wrote(state, lease, fresh.version)
@@ -263,7 +270,7 @@ class Attempt:
     # A cached document is only a guess: good enough to attempt a conditional write (the store
     # checks it), never enough to refuse or wait on.
     cached: bool
-    #: The store timeout of each of this acquire's store operations (shorter for a try_lock).
+    #: How long each store operation of this acquire retries (shorter for a try_lock).
     timeout: float
     mine: proto.MyRequest | None = None  # our pending request, once written
     may_request: bool = True
@@ -271,11 +278,16 @@ class Attempt:
     touched: bool = False
 
     def until(self, state: LockState, mono: float) -> float:
-        """When a store operation of this acquire starting at ``mono`` must have ended."""
+        """When a store operation of this acquire starting at ``mono`` stops retrying."""
         return limit(state, mono, self.deadline, self.timeout)
 
+    def bound(self, state: LockState, mono: float) -> float:
+        """When its requests in flight are given up (the store timeout, not the try's)."""
+        return limit(state, mono, self.deadline)
+
     def read(self, state: LockState) -> Flow[Seen]:
-        return (yield from read(state, self.until(state, (yield from now()))))
+        mono = yield from now()
+        return (yield from read(state, self.until(state, mono), self.bound(state, mono)))
 
 
 def acquire(
@@ -380,8 +392,9 @@ def take(
     :raises PreemptionTimeout: a try_lock's request ran out and was withdrawn.
     """
     started = yield from now()
+    until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(
-        state, step.lease, seen.version, create=step.create, deadline=attempt.until(state, started)
+        state, step.lease, seen.version, create=step.create, deadline=until, bound=bound
     )
     if not isinstance(result, Written):
         return result  # lost a race: decide again on what is there now
@@ -454,9 +467,8 @@ def confirm_handover(state: LockState, attempt: Attempt, seen: Seen) -> Flow[See
     assert seen.lease is not None and seen.version is not None
     started, wall = yield NOW
     beat = proto.renewed(seen.lease, wall)
-    result = yield from write(
-        state, beat, seen.version, create=False, deadline=attempt.until(state, started)
-    )
+    until, bound = attempt.until(state, started), attempt.bound(state, started)
+    result = yield from write(state, beat, seen.version, create=False, deadline=until, bound=bound)
     if not isinstance(result, Written):
         return result
     yield from become_holder(state, attempt.claim, result.lease, result.version, started)
@@ -478,8 +490,11 @@ def withdraw(state: LockState, attempt: Attempt, seen: Seen) -> Flow[bool]:
         if lease.requestor is None or lease.requestor.requestor_id != claim.lock_id:
             return False
         withdrawn = lease.rewritten(requestor=None)
-        deadline = attempt.until(state, (yield from now()))
-        result = yield from write(state, withdrawn, seen.version, create=False, deadline=deadline)
+        mono = yield from now()
+        until, bound = attempt.until(state, mono), attempt.bound(state, mono)
+        result = yield from write(
+            state, withdrawn, seen.version, create=False, deadline=until, bound=bound
+        )
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
             return False
@@ -516,9 +531,10 @@ def become_holder(
 
 
 def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
-    """An acquire was abandoned (its task cancelled) after a write that may have landed: take
-    back whatever of its claim the lease shows, so no lease stays claimed for nobody. A lease
-    that names the claim as holder is released; a request of it is withdrawn."""
+    """An acquire was abandoned (its task cancelled, or its time up: ``background_settle``)
+    after a write that may have landed: take back whatever of its claim the lease shows, so no
+    lease stays claimed for nobody. A lease that names the claim as holder is released; a
+    request of it is withdrawn."""
     seen = yield from read(state)
     while seen.lease is not None:
         lease = seen.lease
@@ -534,7 +550,7 @@ def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
         )
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
-            log.info("prioritylock: %r: a cancelled acquire was taken back", state.key)
+            log.info("prioritylock: %r: an abandoned acquire was taken back", state.key)
             return
         seen = result
 
@@ -631,7 +647,8 @@ def watch(state: LockState, holding: Holding) -> Flow[None]:
     started = yield from now()
     holding.poked = False
     # A failing read must neither outlive the lease nor hold up a renewal that falls due.
-    seen = yield from read(state, min(holding.deadline, holding.next_renew))
+    # The request in flight may take until the lease ends (a slow answer is not a failure).
+    seen = yield from read(state, min(holding.deadline, holding.next_renew), holding.deadline)
     holding.next_watch = (yield from now()) + state.watch_interval
     if seen.lease is not None and proto.pending_request_for(seen.lease, state.priority) is None:
         holding.quiet_since = started

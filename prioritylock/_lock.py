@@ -58,11 +58,16 @@ class Lock(LockBase):
         for the handover (at most min(its waiting timeout, the holder's cleanup timeout)); equal
         or lower priority returns False at once.
 
+        It waits for no failing store either: it stops retrying a store operation after
+        min(store timeout, 2 s), so a store that refuses connections or fails raises
+        ``StoreUnavailable`` within 2 s; a request the store never answers is given up at the
+        store timeout.
+
         :raises LockHeld: this lock object already holds the lock.
         :raises PreemptionTimeout: a non-forceful request's wait ran out; it was withdrawn.
         :raises ConditionFailed: an emergency override's guard no longer matches the lease.
         :raises CorruptLease: the lease document can't be trusted; it was left untouched.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed, or could not be reached, within the bound above.
         """
         self._check_not_held()
         return self._acquire(blocking=False, deadline=None, cancel=None)
@@ -74,12 +79,14 @@ class Lock(LockBase):
         :param cancel: set it (from any thread) to end the wait: ``lock`` then raises
             :class:`~prioritylock.LockCancelled`, with nothing left claimed. :meth:`close` ends a
             wait the same way.
-        :raises LockTimeout: not acquired within ``timeout``.
+        :raises LockTimeout: not acquired within ``timeout``, whatever the store does: also when
+            the store could not be reached until then (its ``__cause__`` is the last
+            ``StoreUnavailable``).
         :raises LockCancelled: the wait was cancelled, or the lock object closed meanwhile.
         :raises LockHeld: this lock object already holds the lock, or another thread is
             acquiring with it.
         :raises CorruptLease: the lease document can't be trusted.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed for a whole store timeout before the deadline.
         """
         deadline = self._deadline(timeout)
         if not self._acquire(blocking=True, deadline=deadline, cancel=cancel):
