@@ -299,11 +299,12 @@ def acquire(
     (:func:`take`), a confirmation of a handover, or a wait (:func:`wait_to_retry`).
 
     Deadlines: every store operation (retries and the request in flight included) ends by the
-    store timeout from its start (for a try_lock, :data:`TRY_STORE_TIMEOUT` if shorter) or by
-    ``deadline``, whichever comes first. When the store fails up to the caller's deadline, the
-    acquire ends with ``LockTimeout`` (its cause the last ``StoreUnavailable``); when it fails
-    for the whole store timeout first, with ``StoreUnavailable``. Either way, a write of the
-    claim that may have landed is settled afterwards (:class:`~prioritylock._effects.Unsettled`).
+    store timeout from its start or by ``deadline``, whichever comes first (:func:`limit`); a
+    try_lock stops retrying after :data:`TRY_STORE_TIMEOUT`. When the store fails up to the
+    caller's deadline, the acquire ends with ``LockTimeout`` (its cause the last
+    ``StoreUnavailable``); when it fails for the whole store timeout first, with
+    ``StoreUnavailable``. Either way, a write of the claim that may have landed is settled
+    afterwards (:class:`~prioritylock._effects.Unsettled`).
 
     :raises PreemptionTimeout: a non-blocking request's wait ran out (withdrawn).
     :raises LockCancelled: the driver ended the wait (nothing left claimed).
