@@ -12,7 +12,10 @@ renews and watches every lease held in it. Listeners may be plain or ``async def
 are awaited on the loop, and a plain ``on_cleanup_notification`` runs on a worker thread so that
 a long cleanup never stalls the loop.
 
-Cancellation: a task cancelled inside ``lock()``/``try_lock()`` first lets the store call in
+Deadlines: a store call is awaited only until its effect's ``by`` (``asyncio.wait_for`` around the
+shielded call; ``_driver.LockBase._gave_up``): it then runs on to its end unwatched.
+
+Cancellation: a task cancelled inside ``lock()``/``try_lock()`` first lets the store calls in
 flight finish, then settles what it may have written (``_flows.settle_abandoned``: a lease or a
 request of its claim is released or withdrawn), shielded and bounded by the store timeout.
 ``unlock()`` and the exit of ``async with`` run shielded, so they complete even when the
@@ -27,7 +30,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -38,6 +41,7 @@ from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTa
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
 from prioritylock._driver import (
+    CallPool,
     FlowRun,
     LockBase,
     News,
@@ -61,18 +65,17 @@ __all__ = ["AsyncLock"]
 NETWORK_WORKERS = 32
 DISK_WORKERS = 4
 
-_pools: dict[bool, ThreadPoolExecutor] = {}
+_pools: dict[bool, Executor] = {}
 _pool_lock = threading.Lock()
 
 
-def _io_pool(network: bool) -> ThreadPoolExecutor:
+def _io_pool(network: bool) -> Executor:
     with _pool_lock:
         pool = _pools.get(network)
         if pool is None:
             workers = NETWORK_WORKERS if network else DISK_WORKERS
-            pool = _pools[network] = ThreadPoolExecutor(
-                workers, thread_name_prefix="prioritylock-aio-" + ("net" if network else "disk")
-            )
+            name = "prioritylock-aio-" + ("net" if network else "disk")
+            pool = _pools[network] = CallPool(workers, name)  # daemon threads: see CallPool
         return pool
 
 
@@ -105,7 +108,7 @@ class Route:
 
     def __init__(
         self,
-        pool: ThreadPoolExecutor,
+        pool: Executor,
         nowait: Callable[..., object] | None = None,
         native: Callable[..., Awaitable[Any] | None] | None = None,
     ) -> None:
@@ -167,13 +170,15 @@ class AsyncLock(LockBase):
         """Take the lock if that can be done now; return whether this object holds it.
 
         As :meth:`Lock.try_lock <prioritylock.Lock.try_lock>`: a strictly higher priority
-        records a request and waits for the handover.
+        records a request and waits for the handover; a store that refuses or fails raises
+        ``StoreUnavailable`` within min(store timeout, 2 s), one that never answers within the
+        store timeout.
 
         :raises LockHeld: this lock object already holds the lock.
         :raises PreemptionTimeout: a non-forceful request's wait ran out; it was withdrawn.
         :raises ConditionFailed: an emergency override's guard no longer matches the lease.
         :raises CorruptLease: the lease document can't be trusted; it was left untouched.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed, or could not be reached, within the bound above.
         """
         self._check_not_held()
         return await self._acquire(blocking=False, deadline=None)
@@ -182,10 +187,12 @@ class AsyncLock(LockBase):
         """Wait until this object holds the lock.
 
         :param timeout: seconds to wait (None: forever).
-        :raises LockTimeout: not acquired within ``timeout``.
+        :raises LockTimeout: not acquired within ``timeout``, whatever the store does: also when
+            the store could not be reached until then (its ``__cause__`` is the last
+            ``StoreUnavailable``).
         :raises LockHeld: this lock object already holds the lock.
         :raises CorruptLease: the lease document can't be trusted.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed for a whole store timeout before the deadline.
         """
         if not await self._acquire(blocking=True, deadline=self._deadline(timeout)):
             raise self._timed_out(timeout)
@@ -319,12 +326,19 @@ class AsyncLock(LockBase):
         done = self._call_here(call, lambda: self._route.now(call))
         if done is not WOULD_BLOCK:
             return done
+        left = self._time_left(call)
         future = asyncio.ensure_future(self._route.later(call))
         if call.notify:  # told when it ends, even if this task was cancelled meanwhile
             future.add_done_callback(lambda f: self._after_write(call, _outcome(f)))
         self._inflight = future
         try:
-            return await asyncio.shield(future)
+            if left is None:
+                return await asyncio.shield(future)
+            return await asyncio.wait_for(asyncio.shield(future), left)
+        except TimeoutError:
+            if future.done() or left is None:
+                raise  # what the call itself raised
+            raise self._gave_up(call, future, left) from None
         finally:
             if future.done():
                 self._inflight = None
@@ -403,10 +417,10 @@ class AsyncLock(LockBase):
         """A cancelled acquire: let the store call in flight finish, then release or withdraw
         whatever of ours it may have left in the lease."""
         inflight = self._inflight
-        if inflight is not None:
+        for call in {*self._late, *([inflight] if inflight is not None else [])}:
             with contextlib.suppress(Exception):
-                await inflight
-            self._inflight = None
+                await call
+        self._inflight = None
         async with self._guard():
             holding = self._st.holding
             if holding is not None and holding.lock_id == lock_id and holding.active:

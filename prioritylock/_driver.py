@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Executor, Future
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
@@ -25,6 +27,7 @@ from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import _state as lockstate
 from prioritylock import signals
+from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
 from prioritylock._errors import (
     ConditionFailed,
@@ -33,6 +36,7 @@ from prioritylock._errors import (
     LockHeld,
     LockLost,
     LockTimeout,
+    StoreUnavailable,
 )
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
@@ -48,6 +52,7 @@ from prioritylock.stores._base import (
 
 __all__ = [
     "T",
+    "CallPool",
     "FlowRun",
     "log",
     "LockBase",
@@ -58,11 +63,16 @@ __all__ = [
     "check_force_unlock",
     "check_timeout",
     "document_name",
+    "when_all_done",
     "new_state",
     "send",
 ]
 
 log = logging.getLogger("prioritylock")
+
+#: The least time a driver waits for a store call it bounds (seconds): a call may end this much
+#: past its ``by``.
+MIN_WAIT = 0.25
 
 T = TypeVar("T")
 
@@ -132,6 +142,10 @@ class StoreCall:
     args: tuple[Any, ...]
     #: A write the other locks of the process are to notice (``Put.quiet`` unset).
     notify: bool = False
+    #: When the driver stops waiting for the call (the effect's ``by``; None: at its end).
+    by: float | None = None
+    #: A write: given up on, its outcome is unknown.
+    write: bool = False
 
     def __call__(self) -> Any:
         return self.fn(*self.args)
@@ -140,7 +154,7 @@ class StoreCall:
 class StoreCalls:
     """The store methods a lock object's ``Read`` and ``Put`` effects call, chosen once."""
 
-    __slots__ = ("key", "reader", "store", "unsynced")
+    __slots__ = ("bounded", "key", "reader", "store", "unsynced")
 
     def __init__(self, config: LockConfig) -> None:
         store = config.store
@@ -148,23 +162,74 @@ class StoreCalls:
         self.key = config.key
         self.reader = store if isinstance(store, ConditionalReader) else None
         self.unsynced = store if isinstance(store, UnsyncedWriter) else None
+        # Only a call over the network can hang on a store that does not answer; the stores of
+        # this machine (memory, a local directory) are called straight, without a hand-off. A
+        # fake clock's seconds are not ones a driver can wait for.
+        self.bounded = store.capabilities.shared_across_hosts and not isinstance(
+            config.clock, FakeClock
+        )
 
     def of(self, effect: effects.Read | effects.Put) -> StoreCall:
         key = self.key
+        by = effect.by if self.bounded else None
         match effect:
             case effects.Read(known=str(known)) if self.reader is not None:
-                return StoreCall("read_if_changed", self.reader.read_if_changed, (key, known))
+                read = self.reader.read_if_changed
+                return StoreCall("read_if_changed", read, (key, known), by=by)
             case effects.Read():
-                return StoreCall("read", self.store.read, (key,))
+                return StoreCall("read", self.store.read, (key,), by=by)
             case effects.Put(create=True):
-                return StoreCall("create", self.store.create, (key, effect.data), not effect.quiet)
+                new = (key, effect.data)
+                return StoreCall("create", self.store.create, new, not effect.quiet, by, True)
             case effects.Put(unsynced=True) if self.unsynced is not None:
                 args = (key, effect.data, effect.version)
                 fn = self.unsynced.replace_unsynced
-                return StoreCall("replace_unsynced", fn, args, not effect.quiet)
+                return StoreCall("replace_unsynced", fn, args, not effect.quiet, by, True)
             case effects.Put():
                 args = (key, effect.data, effect.version)
-                return StoreCall("replace", self.store.replace, args, not effect.quiet)
+                return StoreCall("replace", self.store.replace, args, not effect.quiet, by, True)
+
+
+class CallPool(Executor):
+    """Threads for store calls: at most ``size``, started as calls need them, and daemon threads,
+    so that a call a lock stopped waiting for (a store that never answers) does not hold up
+    the interpreter's exit, as ``ThreadPoolExecutor``'s workers, joined at exit, would."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size, self._name = size, name
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]]
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if kwargs:
+            raise TypeError("CallPool.submit takes positional arguments only")
+        future: Future[T] = Future()
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # an idle worker takes it
+            elif self._threads < self._size:
+                self._threads += 1
+                name = f"{self._name}-{self._threads}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            future, fn, args = self._queue.get()
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+                del future, fn, args
+            with self._lock:
+                self._idle += 1
 
 
 class FlowRun(Generic[T]):
@@ -243,6 +308,8 @@ class LockBase:
         self._acquiring_lock = threading.Lock()
         self._loss_lock = threading.Lock()
         self._closed = False
+        # Store calls the driver stopped waiting for that have not ended yet (futures).
+        self._late: set[Any] = set()
         # What signals and listeners are given as the lock (tests put a synchronous face here).
         self._sender: Any = self
 
@@ -408,6 +475,8 @@ class LockBase:
                 listener = self._cfg.listener
                 method = None if listener is None else listener.on_denied
                 self._tell(News(signals.denied, {"info": info}, method, (self._sender, info)))
+            case effects.Unsettled(lock_id=lock_id):
+                self._settle_later(lock_id)
             case effects.RetryRelease(holding=holding):
                 log.warning(
                     "prioritylock: release of %r did not land; retrying in the background",
@@ -416,6 +485,43 @@ class LockBase:
                 task = self._task(lambda: flows.background_release(self._st, holding))
                 self._schedule(task, self._clock.monotonic() + 0.5, f"release {self._key}")
         return None
+
+    # -- store calls bounded in time (``Read.by``/``Put.by``) -------------------------------------
+
+    def _time_left(self, call: StoreCall) -> float | None:
+        """How long to wait for ``call`` (None: until it ends): until its ``by``, but never less
+        than ``MIN_WAIT`` (a request sent with moments left would be given up unanswered)."""
+        return None if call.by is None else max(MIN_WAIT, call.by - self._clock.monotonic())
+
+    def _gave_up(self, call: StoreCall, future: Any, waited: float) -> StoreUnavailable:
+        """We stopped waiting for ``call`` (running as ``future``) after ``waited`` seconds: it
+        goes on to its end unwatched (remembered in ``_late`` until then). What the flow is told:
+        a store that did not answer; for a write, with an unknown outcome."""
+        self._late.add(future)
+        future.add_done_callback(self._late.discard)
+        what = "write" if call.write else "read"
+        return StoreUnavailable(
+            f"{self._key!r}: no answer to a {what} within {waited:.3g} s (the time it had left)",
+            outcome_unknown=call.write,
+        )
+
+    def _settle_later(self, lock_id: str) -> None:
+        """An acquire ended without the lock after a write of its claim whose outcome it could
+        not settle: once the calls we stopped waiting for have ended (so that a late write has
+        landed or failed), take back what of its claim the lease shows, in the background, until
+        a claim nobody renews would have expired anyway. The same settling an asyncio task
+        cancelled mid-acquire gets (``settle_abandoned``)."""
+        st = self._st
+        until = self._clock.monotonic() + st.lease_timeout + st.store_timeout
+
+        def start() -> None:
+            task = self._task(lambda: flows.background_settle(self._st, lock_id, until))
+            try:
+                self._schedule(task, self._clock.monotonic(), f"settle {self._key}")
+            except RuntimeError:  # the scheduler is closed: the process is ending
+                log.warning("prioritylock: %r: could not settle an acquire", self._key)
+
+        when_all_done(list(self._late), start)
 
     def _hold(self, hold: effects.Hold) -> None:
         """Schedule the holding's heartbeat (renew and watch)."""
@@ -578,6 +684,27 @@ class LockBase:
 
     def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         raise NotImplementedError
+
+
+def when_all_done(futures: list[Any], then: Callable[[], None]) -> None:
+    """Call ``then`` once every future (``concurrent.futures`` or ``asyncio``) is done: at once
+    if none is pending, else from the last one's done callback."""
+    pending = [f for f in futures if not f.done()]
+    if not pending:
+        then()
+        return
+    left = [len(pending)]
+    guard = threading.Lock()
+
+    def one_done(_future: Any) -> None:
+        with guard:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    for future in pending:
+        future.add_done_callback(one_done)
 
 
 def check_timeout(timeout: object) -> None:

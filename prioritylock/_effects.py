@@ -35,6 +35,7 @@ __all__ = [
     "Renewed",
     "RetryRelease",
     "Sleep",
+    "Unsettled",
 ]
 
 T = TypeVar("T")
@@ -46,9 +47,11 @@ Flow = Generator["Effect", Any, T]
 @attrs.frozen
 class Read:
     """Read the document once (conditionally against ``known`` when the store can).
-    Result: what the store's read returns; store errors are thrown in."""
+    Result: what the store's read returns; store errors are thrown in. ``by``: when the call
+    must have ended, on the lock's monotonic clock (see :class:`Put`)."""
 
     known: str | None
+    by: float | None = None
 
 
 @attrs.frozen
@@ -56,13 +59,18 @@ class Put:
     """One conditional write: create when ``create``, else replace ``version`` (skipping the sync
     when ``unsynced``). Result: the new version; store errors are thrown in. Unless ``quiet``
     (a renewal, which tells nobody anything), a write that may have landed is noticed by the
-    other locks of the process on the document (``_wake``)."""
+    other locks of the process on the document (``_wake``).
+
+    ``by``: when the call must have ended, on the lock's monotonic clock. The driver stops
+    waiting for a network store then and throws in ``StoreUnavailable`` (for a write, with an
+    unknown outcome); the call itself goes on to its end unwatched."""
 
     data: bytes
     version: str | None
     create: bool
     unsynced: bool
     quiet: bool = False
+    by: float | None = None
 
 
 class Now:
@@ -162,8 +170,18 @@ class RetryRelease:
     holding: Holding
 
 
+@attrs.frozen
+class Unsettled:
+    """An acquire ends without the lock after a write of its claim whose outcome it could not
+    settle (the store failed, or did not answer in time): once the store calls still in flight
+    have ended, take back in the background whatever of the claim the lease shows
+    (:func:`_flows.background_settle`)."""
+
+    lock_id: str
+
+
 #: Effects a driver performs at once, without waiting (``_driver.LockBase._perform_effect``).
-Instant = Now | Arm | Hold | Lose | End | Cleanup | Denied | Renewed | RetryRelease
+Instant = Now | Arm | Hold | Lose | End | Cleanup | Denied | Renewed | RetryRelease | Unsettled
 
 #: Every effect a flow may yield: store calls, waits, and the instant ones.
 Effect = Read | Put | Sleep | Pause | Instant

@@ -49,11 +49,13 @@ from prioritylock._effects import (
     Renewed,
     RetryRelease,
     Sleep,
+    Unsettled,
 )
 from prioritylock._errors import (
     ConditionFailed,
     CorruptLease,
     LockCancelled,
+    LockTimeout,
     PreemptionTimeout,
     StoreUnavailable,
 )
@@ -75,13 +77,17 @@ from prioritylock._state import (
 from prioritylock.stores._base import NOT_MODIFIED, ReadResult, Versioned
 
 __all__ = [
+    "LATE_GRACE",
+    "TRY_STORE_TIMEOUT",
     "Attempt",
     "Backoff",
     "acquire",
     "after_cleanup",
     "background_release",
+    "background_settle",
     "beat",
     "force_unlock",
+    "limit",
     "read",
     "release",
     "renew_now",
@@ -114,14 +120,44 @@ def now() -> Flow[float]:
     return float(mono)
 
 
-def op_deadline(state: LockState) -> Flow[float]:
+#: A store operation begun at or past the caller's deadline (``lock(timeout=0)``, or taking back
+#: a request once the wait ran out) still makes its one attempt, bounded by this many seconds
+#: (or the store timeout, if shorter).
+LATE_GRACE = 1.0
+
+#: ``try_lock`` waits for neither the lock nor a failing store: it stops retrying a store
+#: operation after this many seconds (or the store timeout, if shorter). A request in flight is
+#: still given the store timeout: a store that answers slowly is not a failing one.
+TRY_STORE_TIMEOUT = 2.0
+
+
+def limit(
+    state: LockState, mono: float, cap: float | None = None, timeout: float | None = None
+) -> float:
+    """When a store operation starting at ``mono`` must have ended, retries and the request in
+    flight included: ``timeout`` (default: the store timeout) from now, or the caller's
+    deadline ``cap`` if that comes first, but never sooner than :data:`LATE_GRACE` from now."""
+    timeout = state.store_timeout if timeout is None else timeout
+    end = mono + timeout
+    if cap is not None:
+        end = min(end, max(cap, mono + min(LATE_GRACE, timeout)))
+    return end
+
+
+def op_deadline(
+    state: LockState, cap: float | None = None, timeout: float | None = None
+) -> Flow[float]:
     mono, _wall = yield NOW
-    return float(mono) + state.store_timeout
+    return limit(state, float(mono), cap, timeout)
 
 
-def retrying(state: LockState, effect: Read, deadline: float) -> Flow[Any]:
+def retrying(
+    state: LockState, effect: Read, deadline: float, bound: float | None = None
+) -> Flow[Any]:
     """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``.
-    One attempt is always made."""
+    Each request in flight is bounded by ``bound`` (default: ``deadline``). One attempt is
+    always made."""
+    effect = attrs.evolve(effect, by=deadline if bound is None else bound)
     backoff = Backoff(1.0, start=0.02)
     while True:
         try:
@@ -135,9 +171,9 @@ def retrying(state: LockState, effect: Read, deadline: float) -> Flow[Any]:
             yield Sleep(pause)
 
 
-def read(state: LockState, deadline: float | None = None) -> Flow[Seen]:
+def read(state: LockState, deadline: float | None = None, bound: float | None = None) -> Flow[Seen]:
     """Read and decode the document, retrying transient failures until ``deadline`` (default:
-    the store timeout from now)."""
+    the store timeout from now); ``bound``: see :func:`retrying`."""
     if deadline is None:
         deadline = yield from op_deadline(state)
     cached = state.seen
@@ -145,7 +181,7 @@ def read(state: LockState, deadline: float | None = None) -> Flow[Seen]:
     if cached is None and conditional:
         cached = None if state.shared is None else state.shared.get(state.name)  # another lock's
     known = cached.version if conditional and cached is not None else None
-    found: ReadResult = yield from retrying(state, Read(known), deadline)
+    found: ReadResult = yield from retrying(state, Read(known), deadline, bound)
     if found is None:
         seen = Seen(None, None)
     elif found is NOT_MODIFIED:
@@ -175,11 +211,13 @@ def write(
     *,
     create: bool,
     deadline: float,
+    bound: float | None = None,
     quiet: bool = False,
 ) -> Flow[Written | Seen]:
     """Write ``lease`` conditionally. Returns what was written (on a store that can skip the
     sync, with its fence reservation set: ``_reserve.plan_write``), or what is there instead.
-    ``quiet``: a renewal, of no news to the other locks of the process.
+    ``quiet``: a renewal, of no news to the other locks of the process. Retries end at
+    ``deadline``; each request in flight by ``bound`` (default: ``deadline``).
 
     Unknown outcomes are settled by reading back and looking for our nonce.
     """
@@ -192,14 +230,15 @@ def write(
     data = encode(lease)
     backoff = Backoff(1.0, start=0.02)
     creating = create or version is None
+    by = deadline if bound is None else bound
     while True:
         try:
             new_version = yield Put(
-                data, None if creating else version, creating, unsynced, quiet=quiet
+                data, None if creating else version, creating, unsynced, quiet=quiet, by=by
             )
             return _wrote(state, lease, new_version)
         except ConditionFailed:
-            fresh = yield from read(state, deadline)
+            fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
                 return _wrote(state, lease, fresh.version)  # the 412 answered a retry of it
@@ -209,7 +248,7 @@ def write(
             if mono >= deadline:
                 raise
             yield Sleep(min(backoff.next(), max(0.0, deadline - mono)))
-            fresh = yield from read(state, deadline)
+            fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
                 return _wrote(state, lease, fresh.version)
@@ -231,8 +270,24 @@ class Attempt:
     # A cached document is only a guess: good enough to attempt a conditional write (the store
     # checks it), never enough to refuse or wait on.
     cached: bool
+    #: How long each store operation of this acquire retries (shorter for a try_lock).
+    timeout: float
     mine: proto.MyRequest | None = None  # our pending request, once written
     may_request: bool = True
+    #: A write of our claim was attempted: if we end without the lock, settle it.
+    touched: bool = False
+
+    def until(self, state: LockState, mono: float) -> float:
+        """When a store operation of this acquire starting at ``mono`` stops retrying."""
+        return limit(state, mono, self.deadline, self.timeout)
+
+    def bound(self, state: LockState, mono: float) -> float:
+        """When its requests in flight are given up (the store timeout, not the try's)."""
+        return limit(state, mono, self.deadline)
+
+    def read(self, state: LockState) -> Flow[Seen]:
+        mono = yield from now()
+        return (yield from read(state, self.until(state, mono), self.bound(state, mono)))
 
 
 def acquire(
@@ -243,9 +298,19 @@ def acquire(
     Each round decides on what was read (:func:`decide`), then does what was decided: a write
     (:func:`take`), a confirmation of a handover, or a wait (:func:`wait_to_retry`).
 
+    Deadlines: every store operation (retries and the request in flight included) ends by the
+    store timeout from its start or by ``deadline``, whichever comes first (:func:`limit`); a
+    try_lock stops retrying after :data:`TRY_STORE_TIMEOUT`. When the store fails up to the
+    caller's deadline, the acquire ends with ``LockTimeout`` (its cause the last
+    ``StoreUnavailable``); when it fails for the whole store timeout first, with
+    ``StoreUnavailable``. Either way, a write of the claim that may have landed is settled
+    afterwards (:class:`~prioritylock._effects.Unsettled`).
+
     :raises PreemptionTimeout: a non-blocking request's wait ran out (withdrawn).
     :raises LockCancelled: the driver ended the wait (nothing left claimed).
     :raises ConditionFailed: an operator's guard no longer matches the lease.
+    :raises LockTimeout: the store could not be reached before ``deadline``.
+    :raises StoreUnavailable: the store failed for a whole store timeout.
     """
     attempt = Attempt(
         state.claim(lock_id),
@@ -253,16 +318,32 @@ def acquire(
         deadline,
         Backoff(state.poll_interval),
         cached=state.seen is not None,
+        timeout=state.store_timeout if blocking else min(state.store_timeout, TRY_STORE_TIMEOUT),
     )
+    try:
+        return (yield from _acquire(state, attempt))
+    except StoreUnavailable as exc:
+        if attempt.touched:
+            yield Unsettled(lock_id)
+        if deadline is None or (yield from now()) < deadline:
+            raise
+        raise LockTimeout(
+            f"{state.key!r}: not acquired by the deadline: the store could not be reached ({exc})"
+        ) from exc
+
+
+def _acquire(state: LockState, attempt: Attempt) -> Flow[bool]:
+    blocking = attempt.blocking
     # Be woken by a release that lands after our read. A try_lock waits only for a handover: it
     # arms when it first has to wait (costing at most one short first pause).
     if blocking:
         yield ARM
-    seen = state.seen if state.seen is not None else (yield from read(state))
+    seen = state.seen if state.seen is not None else (yield from attempt.read(state))
     while True:
         step = yield from decide(state, attempt, seen)
         if isinstance(step, proto.Write):
             attempt.cached = False  # the store checked the version; what comes back is fresh
+            attempt.touched = True
             taken = yield from take(state, attempt, step, seen)
             if taken is True:
                 return True
@@ -270,10 +351,11 @@ def acquire(
             continue
         if attempt.cached:
             attempt.cached = False
-            seen = yield from read(state)
+            seen = yield from attempt.read(state)
             continue
         if isinstance(step, proto.Owned):
-            confirmed = yield from confirm_handover(state, attempt.claim, seen)
+            attempt.touched = True
+            confirmed = yield from confirm_handover(state, attempt, seen)
             if confirmed is None:
                 return True
             seen = confirmed
@@ -281,7 +363,7 @@ def acquire(
         ended = yield from wait_to_retry(state, attempt, step, seen)
         if ended is not None:
             return ended
-        seen = yield from read(state)
+        seen = yield from attempt.read(state)
 
 
 def decide(state: LockState, attempt: Attempt, seen: Seen) -> Flow[proto.Step]:
@@ -311,8 +393,9 @@ def take(
     :raises PreemptionTimeout: a try_lock's request ran out and was withdrawn.
     """
     started = yield from now()
+    until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(
-        state, step.lease, seen.version, create=step.create, deadline=started + state.store_timeout
+        state, step.lease, seen.version, create=step.create, deadline=until, bound=bound
     )
     if not isinstance(result, Written):
         return result  # lost a race: decide again on what is there now
@@ -362,7 +445,7 @@ def wait_to_retry(
     deadline, mine = attempt.deadline, attempt.mine
     if deadline is not None and mono >= deadline:
         # Our request may have been handed the lock meanwhile: withdraw() confirms it.
-        return mine is not None and (yield from withdraw(state, attempt.claim, seen))
+        return mine is not None and (yield from withdraw(state, attempt, seen))
     pause = attempt.delay.next()
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
@@ -371,36 +454,36 @@ def wait_to_retry(
     if (yield Pause(pause)):
         # The caller gave up (cancelled, or closed the lock object): take our request back,
         # and if the lock came to us meanwhile, let it go again.
-        if mine is not None and (yield from withdraw(state, attempt.claim, seen)):
+        if mine is not None and (yield from withdraw(state, attempt, seen)):
             assert state.holding is not None
             yield from release(state, state.holding, cleanup_done=False)
         raise LockCancelled(f"{state.key!r}: the wait for the lock was cancelled")
     return None
 
 
-def confirm_handover(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[Seen | None]:
+def confirm_handover(state: LockState, attempt: Attempt, seen: Seen) -> Flow[Seen | None]:
     """The lease names us as holder (handed over, or our write landed unseen). Our lease clock
     must start at a write of our own: renew, and hold from its start. Returns None once we hold,
     or what is there instead if the renewal lost a race."""
     assert seen.lease is not None and seen.version is not None
     started, wall = yield NOW
     beat = proto.renewed(seen.lease, wall)
-    result = yield from write(
-        state, beat, seen.version, create=False, deadline=started + state.store_timeout
-    )
+    until, bound = attempt.until(state, started), attempt.bound(state, started)
+    result = yield from write(state, beat, seen.version, create=False, deadline=until, bound=bound)
     if not isinstance(result, Written):
         return result
-    yield from become_holder(state, claim, result.lease, result.version, started)
+    yield from become_holder(state, attempt.claim, result.lease, result.version, started)
     return None
 
 
-def withdraw(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[bool]:
+def withdraw(state: LockState, attempt: Attempt, seen: Seen) -> Flow[bool]:
     """Take our pending request back (our own deadline ran out). If the lock was handed to us
     meanwhile, confirm it and return True (we hold it)."""
+    claim = attempt.claim
     while seen.lease is not None:
         lease = seen.lease
         if lease.holder is not None and lease.holder.lock_id == claim.lock_id:
-            confirmed = yield from confirm_handover(state, claim, seen)
+            confirmed = yield from confirm_handover(state, attempt, seen)
             if confirmed is None:
                 return True
             seen = confirmed
@@ -408,8 +491,10 @@ def withdraw(state: LockState, claim: proto.Claim, seen: Seen) -> Flow[bool]:
         if lease.requestor is None or lease.requestor.requestor_id != claim.lock_id:
             return False
         withdrawn = lease.rewritten(requestor=None)
+        mono = yield from now()
+        until, bound = attempt.until(state, mono), attempt.bound(state, mono)
         result = yield from write(
-            state, withdrawn, seen.version, create=False, deadline=(yield from op_deadline(state))
+            state, withdrawn, seen.version, create=False, deadline=until, bound=bound
         )
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
@@ -447,9 +532,10 @@ def become_holder(
 
 
 def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
-    """An acquire was abandoned (its task cancelled) after a write that may have landed: take
-    back whatever of its claim the lease shows, so no lease stays claimed for nobody. A lease
-    that names the claim as holder is released; a request of it is withdrawn."""
+    """An acquire was abandoned (its task cancelled, or its time up: ``background_settle``)
+    after a write that may have landed: take back whatever of its claim the lease shows, so no
+    lease stays claimed for nobody. A lease that names the claim as holder is released; a
+    request of it is withdrawn."""
     seen = yield from read(state)
     while seen.lease is not None:
         lease = seen.lease
@@ -465,9 +551,28 @@ def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
         )
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
-            log.info("prioritylock: %r: a cancelled acquire was taken back", state.key)
+            log.info("prioritylock: %r: an abandoned acquire was taken back", state.key)
             return
         seen = result
+
+
+def background_settle(state: LockState, lock_id: str, until: float) -> Flow[float | None]:
+    """One attempt to settle an acquire that ended without the lock after a write of its claim
+    whose outcome was unknown (:class:`~prioritylock._effects.Unsettled`). Returns when to try
+    again, or None when done. Gives up at ``until``: by then a claim nobody renews has expired."""
+    try:
+        yield from settle_abandoned(state, lock_id)
+        return None
+    except StoreUnavailable as exc:
+        mono = yield from now()
+        if mono >= until:
+            log.warning("prioritylock: %r: gave up settling an acquire: %s", state.key, exc)
+            return None
+        log.info("prioritylock: %r: settling an acquire failed (%s); retrying", state.key, exc)
+        return min(until, mono + 1.0)
+    except Exception:
+        log.exception("prioritylock: settling an acquire of %r gave up", state.key)
+        return None
 
 
 # -- holding -------------------------------------------------------------------------------------
@@ -543,7 +648,8 @@ def watch(state: LockState, holding: Holding) -> Flow[None]:
     started = yield from now()
     holding.poked = False
     # A failing read must neither outlive the lease nor hold up a renewal that falls due.
-    seen = yield from read(state, min(holding.deadline, holding.next_renew))
+    # The request in flight may take until the lease ends (a slow answer is not a failure).
+    seen = yield from read(state, min(holding.deadline, holding.next_renew), holding.deadline)
     holding.next_watch = (yield from now()) + state.watch_interval
     if seen.lease is not None and proto.pending_request_for(seen.lease, state.priority) is None:
         holding.quiet_since = started
@@ -742,7 +848,7 @@ def overwrite_corrupt_lease(state: LockState, by: str, message: str) -> Flow[Non
         event = Event("force_unlock", wall, by, f"overwrote a corrupt lease: {message}")
         fresh = Lease(state.key, fence, new_nonce(), None, None, event)
         try:
-            yield Put(encode(fresh), found.version, False, False)
+            yield Put(encode(fresh), found.version, False, False, by=deadline)
         except ConditionFailed:
             continue
         log.warning("prioritylock: %r: corrupt lease overwritten by %s: %s", state.key, by, message)

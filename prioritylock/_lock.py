@@ -21,8 +21,8 @@ from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._driver import FlowRun, LockBase, News, StoreCall, T, cleanup_notice
-from prioritylock._errors import NotLockOwner
+from prioritylock._driver import CallPool, FlowRun, LockBase, News, StoreCall, T, cleanup_notice
+from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
 from prioritylock._scheduler import ScheduledTask, Scheduler, Task, default_scheduler
@@ -58,11 +58,16 @@ class Lock(LockBase):
         for the handover (at most min(its waiting timeout, the holder's cleanup timeout)); equal
         or lower priority returns False at once.
 
+        It waits for no failing store either: it stops retrying a store operation after
+        min(store timeout, 2 s), so a store that refuses connections or fails raises
+        ``StoreUnavailable`` within 2 s; a request the store never answers is given up at the
+        store timeout.
+
         :raises LockHeld: this lock object already holds the lock.
         :raises PreemptionTimeout: a non-forceful request's wait ran out; it was withdrawn.
         :raises ConditionFailed: an emergency override's guard no longer matches the lease.
         :raises CorruptLease: the lease document can't be trusted; it was left untouched.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed, or could not be reached, within the bound above.
         """
         self._check_not_held()
         return self._acquire(blocking=False, deadline=None, cancel=None)
@@ -74,12 +79,14 @@ class Lock(LockBase):
         :param cancel: set it (from any thread) to end the wait: ``lock`` then raises
             :class:`~prioritylock.LockCancelled`, with nothing left claimed. :meth:`close` ends a
             wait the same way.
-        :raises LockTimeout: not acquired within ``timeout``.
+        :raises LockTimeout: not acquired within ``timeout``, whatever the store does: also when
+            the store could not be reached until then (its ``__cause__`` is the last
+            ``StoreUnavailable``).
         :raises LockCancelled: the wait was cancelled, or the lock object closed meanwhile.
         :raises LockHeld: this lock object already holds the lock, or another thread is
             acquiring with it.
         :raises CorruptLease: the lease document can't be trusted.
-        :raises StoreError: the store failed past the store timeout.
+        :raises StoreError: the store failed for a whole store timeout before the deadline.
         """
         deadline = self._deadline(timeout)
         if not self._acquire(blocking=True, deadline=deadline, cancel=cancel):
@@ -201,7 +208,24 @@ class Lock(LockBase):
     _perform = LockBase._perform_effect
 
     def _store_call(self, call: StoreCall) -> Any:
-        return self._call_here(call, call)
+        left = self._time_left(call)
+        return self._call_here(call, call if left is None else lambda: self._bounded(call, left))
+
+    def _bounded(self, call: StoreCall, left: float) -> Any:
+        """Make ``call`` on a worker thread and wait for it at most ``left`` seconds; then let
+        it run on to its end unwatched (``_gave_up``) and raise ``StoreUnavailable``."""
+        future = _call_pool().submit(call)
+        try:
+            return future.result(left)
+        except Exception:
+            if future.done():
+                raise  # what the call itself raised
+        if future.cancel():  # it never started: nothing was sent
+            raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
+        error = self._gave_up(call, future, left)
+        if call.notify:  # a write that may land later is still news, when it ends
+            future.add_done_callback(lambda f: self._after_write(call, f.exception()))
+        raise error
 
     def _sleep(self, seconds: float) -> None:
         self._clock.sleep(seconds)
@@ -298,6 +322,21 @@ class Lock(LockBase):
 
     def _tell(self, news: News) -> None:
         self._hb.dispatch(lambda: self._tell_now(news))
+
+
+#: Threads that make the store calls a lock waits for only so long (network stores): a call that
+#: outlives its wait keeps its thread until the store's own timeouts end it.
+CALL_WORKERS = 32
+
+_pool: list[CallPool] = []
+_pool_lock = threading.Lock()
+
+
+def _call_pool() -> CallPool:
+    with _pool_lock:
+        if not _pool:
+            _pool.append(CallPool(CALL_WORKERS, "prioritylock-call"))
+        return _pool[0]
 
 
 #: How often a wait with a ``cancel`` event looks at it (a notice in this process still wakes

@@ -101,7 +101,7 @@ def cmd_force_unlock(args: argparse.Namespace, out: Output) -> int:
     ask = confirmation_needed(args)
     lock_scope = scope(args.path)
     who = operator()
-    with opened(args.url, create=False) as store:
+    with opened(args.url, create=False, store_timeout=args.store_timeout) as store:
         lock = builder(store, lock_scope, args).owner(who).build()
         corrupt = False
         try:

@@ -91,7 +91,10 @@ def _info_lines(lock_scope: LockScope, info: LockInfo | None, now: float) -> lis
 
 def cmd_info(args: argparse.Namespace, out: Output) -> int:
     lock_scope = scope(args.path)
-    with out.waiting(the_store(args)), opened(args.url, create=False) as store:
+    with (
+        out.waiting(the_store(args)),
+        opened(args.url, create=False, store_timeout=args.store_timeout) as store,
+    ):
         info = builder(store, lock_scope, args).build().info()
     now = time.time()
     if out.json:
@@ -112,7 +115,10 @@ def _key_prefix(prefix: str) -> str:
 def cmd_list(args: argparse.Namespace, out: Output) -> int:
     rows: list[dict[str, Any]] = []
     now = time.time()
-    with out.waiting(the_store(args)), opened(args.url, create=False) as store:
+    with (
+        out.waiting(the_store(args)),
+        opened(args.url, create=False, store_timeout=args.store_timeout) as store,
+    ):
         for key in store.list(_key_prefix(args.prefix)):
             try:
                 lock_scope = LockScope.from_key(key)
@@ -245,7 +251,7 @@ def cmd_watch(args: argparse.Namespace, out: Output) -> int:
     count = 0
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        with opened(args.url, create=False) as store:
+        with opened(args.url, create=False, store_timeout=args.store_timeout) as store:
             lock = builder(store, lock_scope, args).build()
             prev: Observation | None = None
             while True:

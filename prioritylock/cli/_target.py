@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from prioritylock._builder import LockBuilder
 from prioritylock._errors import ConfigError, StoreAccessError
 from prioritylock.stores import ObjectStore, open_store
+from prioritylock.stores._cloud import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT
+from prioritylock.stores._registry import SCHEMES
 from scopes import LockScope
 
 __all__ = ["builder", "opened", "operator", "path_of", "public_url", "scope", "the_store"]
@@ -37,8 +39,12 @@ def public_url(url: str) -> str:
 
 
 @contextlib.contextmanager
-def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
-    """The store; commands that only look must not create a missing store directory."""
+def opened(url: str, *, create: bool, store_timeout: float | None = None) -> Iterator[ObjectStore]:
+    """The store; commands that only look must not create a missing store directory. With
+    ``store_timeout``, a network store's own request timeouts are capped by it (unless the URL
+    sets them), so that no request outlives the call that waits for it."""
+    if store_timeout is not None:
+        url = capped(url, store_timeout)
     if not create and url.lower().startswith("file:"):
         with contextlib.suppress(ValueError):
             parts = urllib.parse.urlsplit(url)
@@ -62,6 +68,27 @@ def opened(url: str, *, create: bool) -> Iterator[ObjectStore]:
         yield store
     finally:
         store.close()
+
+
+def capped(url: str, store_timeout: float) -> str:
+    """A network store's URL with ``connect_timeout`` and ``read_timeout`` at most
+    ``store_timeout`` (those the URL gives are kept)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        scheme = SCHEMES.get(parts.scheme.lower())
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return url  # open_store explains it
+    if scheme is None or scheme.extra is None:
+        return url  # this machine's stores (memory, a directory) have no request timeouts
+    given = {name for name, _ in query}
+    for name, default in (
+        ("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        ("read_timeout", DEFAULT_READ_TIMEOUT),
+    ):
+        if name not in given:
+            query.append((name, f"{min(default, store_timeout):g}"))
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
 def the_store(args: argparse.Namespace) -> str:

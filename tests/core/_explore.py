@@ -459,6 +459,10 @@ class World:
             if self.tracing:
                 self._say(p, "release retried in the background")
             p.bg = (eff.holding, p.mono(self.t) + 0.5)
+        elif isinstance(eff, effects.Unsettled):
+            # Settling only frees a claim sooner; the model checks safety, which holds without.
+            if self.tracing:
+                self._say(p, "acquire to be settled in the background")
         else:  # pragma: no cover
             raise Violation(f"unknown effect {eff!r}")
 
