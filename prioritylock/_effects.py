@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import attrs
 
 from prioritylock._lease import Lease
-from prioritylock._state import Holding
+from prioritylock._state import Holding, Told
 
 __all__ = [
     "ARM",
@@ -35,6 +35,7 @@ __all__ = [
     "Renewed",
     "RetryRelease",
     "Sleep",
+    "Withdrawn",
 ]
 
 T = TypeVar("T")
@@ -142,6 +143,15 @@ class Cleanup:
 
 
 @attrs.frozen
+class Withdrawn:
+    """The request the holder was told of (``told``) was withdrawn, the lock still ours: tell
+    the holder (signal, listener)."""
+
+    holding: Holding
+    told: Told
+
+
+@attrs.frozen
 class Denied:
     """Our pending request was displaced: tell the requestor."""
 
@@ -163,7 +173,7 @@ class RetryRelease:
 
 
 #: Effects a driver performs at once, without waiting (``_driver.LockBase._perform_effect``).
-Instant = Now | Arm | Hold | Lose | End | Cleanup | Denied | Renewed | RetryRelease
+Instant = Now | Arm | Hold | Lose | End | Cleanup | Withdrawn | Denied | Renewed | RetryRelease
 
 #: Every effect a flow may yield: store calls, waits, and the instant ones.
 Effect = Read | Put | Sleep | Pause | Instant

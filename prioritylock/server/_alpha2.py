@@ -263,12 +263,7 @@ class _StreamListener(LockListener):
                 "type": "cleanup-requested",
                 "deadline": _iso(notice.deadline_wall),
                 "secondsLeft": round(max(0.0, notice.seconds_left()), 3),
-                "requestor": {
-                    "owner": notice.requestor_owner,
-                    "priority": notice.requestor_priority,
-                    "message": notice.requestor_message,
-                    "forceful": notice.forceful,
-                },
+                "requestor": _requestor(notice),
             }
         )
         try:
@@ -284,8 +279,20 @@ class _StreamListener(LockListener):
             )
             raise asyncio.CancelledError from None
 
+    def on_request_withdrawn(self, notice: CleanupNotice) -> None:
+        self._stream.send({"type": "request-withdrawn", "requestor": _requestor(notice)})
+
     def on_lock_lost(self, lock: Any, reason: str) -> None:
         self._stream.send({"type": "lost", "reason": reason})
+
+
+def _requestor(notice: CleanupNotice) -> dict[str, Any]:
+    return {
+        "owner": notice.requestor_owner,
+        "priority": notice.requestor_priority,
+        "message": notice.requestor_message,
+        "forceful": notice.forceful,
+    }
 
 
 def _iso(wall: float) -> str:
@@ -384,6 +391,9 @@ class Alpha2Locks:
         :raises StoreError: the store failed (CorruptLease: a document it can't trust).
         """
         lock = self._build(store_name, resource_id, options, stream, operator)
+        # A waiting priority request whose wait ran out answers 409 (PreemptionTimeout), as
+        # documented; it does not wait on as a contender the way the library's lock() does.
+        lock._st.waits_after_request = False
         started = time.monotonic()
         try:
             if options.immediate:
