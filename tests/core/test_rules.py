@@ -766,7 +766,9 @@ TELLS: list[tuple[str, float, float, bool]] = [
 @pytest.mark.parametrize(
     ("deadline", "now", "told"), [row[1:] for row in TELLS], ids=[row[0] for row in TELLS]
 )
-def test_tells_cleanup_only_while_the_window_is_open(deadline: float, now: float, told: bool) -> None:
+def test_tells_cleanup_only_while_the_window_is_open(
+    deadline: float, now: float, told: bool
+) -> None:
     assert proto.tells_cleanup(deadline, now) is told
 
 
