@@ -99,6 +99,8 @@ class SphinxRoles(griffe.Extension):
             return None
         comment: list[str] = []
         n = obj.lineno - 2  # the line above, 0-based
+        if n >= len(lines):
+            return None  # a line number from a stub (.pyi) merged into its module
         while n >= 0 and lines[n].lstrip().startswith("#:"):
             comment.insert(0, lines[n].lstrip()[2:].strip())
             n -= 1

@@ -14,7 +14,11 @@ Two kinds of holder:
 - A **stream** holder (an NDJSON stream) cooperates: a higher priority's request is sent as
   ``cleanup-requested``, and closing the stream (or unlocking) hands the lock over. A stream kept
   open past the cleanup window keeps the lock (nothing half-cleaned is handed over); a forceful
-  requestor then takes it and the stream is told ``lost``.
+  requestor then takes it and the stream is told ``lost``, a non-forceful one gives up and the
+  stream is told ``request-withdrawn``.
+
+A waiting request whose non-forceful preemption ran out is refused (``ResourceLocked``: 409,
+ABORTED), as ``try_lock`` would be; it does not wait on as the library's ``lock()`` does.
 
 Requests at priority 2147483647 (the emergency override) and force unlocks are the operators':
 the front end checks the operator token and passes ``operator=True``.
@@ -692,8 +696,9 @@ class Holding:
                 self._acquiring.result()
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Pings until ``lock-acquired``; then pings, ``cleanup-requested`` and at last ``lost``
-        (the iteration then ends).
+        """Pings until ``lock-acquired``; then pings, ``cleanup-requested`` (and
+        ``request-withdrawn`` when that request is given up) and at last ``lost`` (the
+        iteration then ends).
 
         :raises ResourceLocked, BadRequest, Forbidden, StoreNotFound, PriorityLockError: the
             request was refused or failed while waiting.
