@@ -335,7 +335,7 @@ class AsyncLock(LockBase):
             if left is None:
                 return await asyncio.shield(future)
             return await asyncio.wait_for(asyncio.shield(future), left)
-        except TimeoutError:
+        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
             if future.done() or left is None:
                 raise  # what the call itself raised
             raise self._gave_up(call, future, left) from None

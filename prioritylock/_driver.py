@@ -274,8 +274,9 @@ class News:
             call_safely(self.method, *self.args)
 
 
-def cleanup_notice(sender: Any, cleanup: effects.Cleanup) -> CleanupNotice:
-    """What a holder's listener is given when a higher priority asks for the lock."""
+def cleanup_notice(sender: Any, cleanup: effects.Cleanup | lockstate.Told) -> CleanupNotice:
+    """What a holder's listener is given when a higher priority asks for the lock (and, when
+    that request is withdrawn, again)."""
     r = cleanup.requestor
     return CleanupNotice(
         lock=sender,
@@ -470,6 +471,13 @@ class LockBase:
                     self._tell(News(signals.renewed, {"fence": holding.fence}))
             case effects.Cleanup():
                 self._start_cleanup(effect)
+            case effects.Withdrawn(told=told):
+                notice = cleanup_notice(self._sender, told)
+                listener = self._cfg.listener
+                withdrawn = None if listener is None else listener.on_request_withdrawn
+                self._tell(
+                    News(signals.request_withdrawn, {"notice": notice}, withdrawn, (notice,))
+                )
             case effects.Denied(lease=lease):
                 info = None if lease is None else LockInfo.from_lease(lease)
                 listener = self._cfg.listener

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import attrs
 
 from prioritylock._lease import Lease
-from prioritylock._state import Holding
+from prioritylock._state import Holding, Told
 
 __all__ = [
     "ARM",
@@ -36,6 +36,7 @@ __all__ = [
     "RetryRelease",
     "Sleep",
     "Unsettled",
+    "Withdrawn",
 ]
 
 T = TypeVar("T")
@@ -150,6 +151,15 @@ class Cleanup:
 
 
 @attrs.frozen
+class Withdrawn:
+    """The request the holder was told of (``told``) was withdrawn, the lock still ours: tell
+    the holder (signal, listener)."""
+
+    holding: Holding
+    told: Told
+
+
+@attrs.frozen
 class Denied:
     """Our pending request was displaced: tell the requestor."""
 
@@ -181,7 +191,19 @@ class Unsettled:
 
 
 #: Effects a driver performs at once, without waiting (``_driver.LockBase._perform_effect``).
-Instant = Now | Arm | Hold | Lose | End | Cleanup | Denied | Renewed | RetryRelease | Unsettled
+Instant = (
+    Now
+    | Arm
+    | Hold
+    | Lose
+    | End
+    | Cleanup
+    | Withdrawn
+    | Denied
+    | Renewed
+    | RetryRelease
+    | Unsettled
+)
 
 #: Every effect a flow may yield: store calls, waits, and the instant ones.
 Effect = Read | Put | Sleep | Pause | Instant

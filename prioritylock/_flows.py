@@ -50,6 +50,7 @@ from prioritylock._effects import (
     RetryRelease,
     Sleep,
     Unsettled,
+    Withdrawn,
 )
 from prioritylock._errors import (
     ConditionFailed,
@@ -67,6 +68,7 @@ from prioritylock._state import (
     LockState,
     Released,
     Seen,
+    Told,
     Written,
     cleanup_deadline,
     guard_failed,
@@ -408,7 +410,7 @@ def take(
         # Count the wait from when the request had surely landed: the holder counts its
         # cleanup window from before it could have seen it.
         attempt.mine = proto.MyRequest((yield from now()), wait)
-    elif attempt.blocking:
+    elif attempt.blocking and state.waits_after_request:
         # lock(timeout): keep waiting like any other contender, without asking again, until
         # our own timeout.
         attempt.may_request = False
@@ -668,12 +670,33 @@ def examine(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
     holding.lease, holding.version = lease, seen.version
     mono, wall = yield NOW
     holding.request_seen = proto.sight(holding.request_seen, proto.request_ident(lease), mono)
+    told = holding.told
+    if told is not None and proto.request_withdrawn(lease, told.requestor.requestor_id):
+        holding.told = None
+        log.info(
+            "prioritylock: %r: %s withdrew its request; %s keeps the lock",
+            state.key,
+            told.requestor.owner,
+            state.owner,
+        )
+        yield Withdrawn(holding, told)
     request = proto.pending_request_for(lease, lease.holder.priority)
     if request is not None and holding.notified != request.requestor_id and not holding.cleaning:
         # One cleanup at a time: when it returns, the lock goes to whoever is pending then.
         holding.notified = request.requestor_id
-        holding.cleaning = True
         deadline = cleanup_deadline(holding, lease, state.drift)
+        if not proto.tells_cleanup(deadline, mono):
+            log.info(
+                "prioritylock: %r: %s (priority %d) asked %s for the lock, heard of after the "
+                "cleanup window closed (%.1f s ago): not announced",
+                state.key,
+                request.owner,
+                request.priority,
+                state.owner,
+                mono - deadline,
+            )
+            return holding.active
+        holding.cleaning = True
         log.info(
             "prioritylock: %r: %s (priority %d) asks %s for the lock, fence %d; cleanup window "
             "%.1f s",
@@ -682,8 +705,9 @@ def examine(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
             request.priority,
             state.owner,
             lease.fence,
-            max(0.0, deadline - mono),
+            deadline - mono,
         )
+        holding.told = Told(request, deadline, wall + (deadline - mono))
         yield Cleanup(holding, request, deadline, wall + (deadline - mono))
     return holding.active  # an inline cleanup (manual heartbeat) may have handed over
 

@@ -73,5 +73,10 @@ class LockListener:
     def on_cleanup_notification(self, notice: CleanupNotice) -> Awaitable[None] | None:
         """Clean up before ``notice.deadline``; return when done and the lock passes on."""
 
+    def on_request_withdrawn(self, notice: CleanupNotice) -> Awaitable[None] | None:
+        """The request ``notice`` told of was withdrawn (its requestor's wait ran out) and this
+        object still holds the lock. Comes after :meth:`on_cleanup_notification` was called
+        for it, once; a cleanup still running goes on, and releases the lock when it returns."""
+
     def on_denied(self, lock: AnyLock, info: LockInfo | None) -> Awaitable[None] | None:
         """Our pending preemption request was displaced by a higher one."""

@@ -49,8 +49,10 @@ __all__ = [
     "released",
     "renewed",
     "request_wait",
+    "request_withdrawn",
     "shows",
     "sight",
+    "tells_cleanup",
 ]
 
 
@@ -349,6 +351,25 @@ def pending_request_for(lease: Lease, holder_priority: int) -> Requestor | None:
     if r is None or r.priority <= holder_priority:
         return None
     return r
+
+
+def tells_cleanup(deadline: float, now: float) -> bool:
+    """Whether a holder that hears of a request ``now`` is to be told of it: only while its
+    cleanup window (ending at ``deadline``, on its own clock) is still open. A request heard of
+    later (its watch interval longer than the requestor's wait less the drift allowance) is not
+    announced at all: a notice with no time left could only mislead."""
+    return now < deadline
+
+
+def request_withdrawn(lease: Lease, told: str | None) -> bool:
+    """Whether the request a holder was told of (requestor id ``told``) has been withdrawn: the
+    holder's read shows it still holds the lock (the caller checked), the request gone, and no
+    other request outranking it pending (a request displaced by a higher one is not withdrawn:
+    the cleanup goes on for the newcomer)."""
+    assert lease.holder is not None
+    if told is None or request_ident(lease) == told:
+        return False
+    return pending_request_for(lease, lease.holder.priority) is None
 
 
 def after_cleanup(

@@ -13,7 +13,7 @@ import attrs
 
 from prioritylock import _protocol as proto
 from prioritylock._errors import LockLost, NotLockOwner
-from prioritylock._lease import Lease
+from prioritylock._lease import Lease, Requestor
 
 __all__ = [
     "LOSS_REASONS",
@@ -23,6 +23,7 @@ __all__ = [
     "Released",
     "Seen",
     "SeenCache",
+    "Told",
     "Written",
     "believes",
     "cleanup_deadline",
@@ -79,6 +80,16 @@ class Released:
     handed_over: bool
 
 
+@attrs.frozen
+class Told:
+    """A request a holder was told of, with the end of its cleanup window (on its clock, and
+    as wall-clock seconds)."""
+
+    requestor: Requestor
+    deadline: float
+    deadline_wall: float
+
+
 @attrs.define(eq=False)
 class Holding:
     """What a lock object knows while it holds the lock."""
@@ -98,6 +109,9 @@ class Holding:
     ended: bool = False
     notified: str | None = None  # requestor id whose cleanup we started
     cleaning: bool = False  # a cleanup callback is running
+    # The request the holder was told of, until it is handed the lock or withdrawn (then the
+    # holder is told that too, once).
+    told: Told | None = None
     # Set before the release (or handover) is written: from then on we no longer believe we
     # hold the lock, so nobody can take it while we still do.
     releasing: bool = False
@@ -171,6 +185,10 @@ class LockState:
         self.holder_seen: proto.Sighting | None = None
         self.request_seen: proto.Sighting | None = None
         self.holding: Holding | None = None
+        #: A blocking acquire whose non-forceful request ran out waits on as an ordinary
+        #: contender (``lock()``); False: it ends there with ``PreemptionTimeout``, as a
+        #: ``try_lock()`` does (the service's blocking priority requests).
+        self.waits_after_request = True
 
     def claim(self, lock_id: str) -> proto.Claim:
         cfg = self.claim_terms

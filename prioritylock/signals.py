@@ -24,6 +24,7 @@ __all__ = [
     "lock_lost",
     "released",
     "renewed",
+    "request_withdrawn",
 ]
 
 _ns = Namespace()
@@ -39,5 +40,8 @@ renewed = _ns.signal("renewed")
 lock_lost = _ns.signal("lock_lost")
 #: A higher-priority request asks the holder to clean up. kwargs: ``notice`` (CleanupNotice).
 cleanup_requested = _ns.signal("cleanup_requested")
+#: The request the holder was told of (``cleanup_requested``) was withdrawn, its requestor's
+#: wait over; the holder keeps the lock. kwargs: ``notice`` (the CleanupNotice it was sent).
+request_withdrawn = _ns.signal("request_withdrawn")
 #: Our pending request was displaced by a higher one. kwargs: ``info``.
 denied = _ns.signal("denied")

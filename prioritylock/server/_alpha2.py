@@ -14,7 +14,11 @@ Two kinds of holder:
 - A **stream** holder (an NDJSON stream) cooperates: a higher priority's request is sent as
   ``cleanup-requested``, and closing the stream (or unlocking) hands the lock over. A stream kept
   open past the cleanup window keeps the lock (nothing half-cleaned is handed over); a forceful
-  requestor then takes it and the stream is told ``lost``.
+  requestor then takes it and the stream is told ``lost``, a non-forceful one gives up and the
+  stream is told ``request-withdrawn``.
+
+A waiting request whose non-forceful preemption ran out is refused (``ResourceLocked``: 409,
+ABORTED), as ``try_lock`` would be; it does not wait on as the library's ``lock()`` does.
 
 Requests at priority 2147483647 (the emergency override) and force unlocks are the operators':
 the front end checks the operator token and passes ``operator=True``.
@@ -263,12 +267,7 @@ class _StreamListener(LockListener):
                 "type": "cleanup-requested",
                 "deadline": _iso(notice.deadline_wall),
                 "secondsLeft": round(max(0.0, notice.seconds_left()), 3),
-                "requestor": {
-                    "owner": notice.requestor_owner,
-                    "priority": notice.requestor_priority,
-                    "message": notice.requestor_message,
-                    "forceful": notice.forceful,
-                },
+                "requestor": _requestor(notice),
             }
         )
         try:
@@ -284,8 +283,20 @@ class _StreamListener(LockListener):
             )
             raise asyncio.CancelledError from None
 
+    def on_request_withdrawn(self, notice: CleanupNotice) -> None:
+        self._stream.send({"type": "request-withdrawn", "requestor": _requestor(notice)})
+
     def on_lock_lost(self, lock: Any, reason: str) -> None:
         self._stream.send({"type": "lost", "reason": reason})
+
+
+def _requestor(notice: CleanupNotice) -> dict[str, Any]:
+    return {
+        "owner": notice.requestor_owner,
+        "priority": notice.requestor_priority,
+        "message": notice.requestor_message,
+        "forceful": notice.forceful,
+    }
 
 
 def _iso(wall: float) -> str:
@@ -384,6 +395,9 @@ class Alpha2Locks:
         :raises StoreError: the store failed (CorruptLease: a document it can't trust).
         """
         lock = self._build(store_name, resource_id, options, stream, operator)
+        # A waiting priority request whose wait ran out answers 409 (PreemptionTimeout), as
+        # documented; it does not wait on as a contender the way the library's lock() does.
+        lock._st.waits_after_request = False
         started = time.monotonic()
         try:
             if options.immediate:
@@ -682,8 +696,9 @@ class Holding:
                 self._acquiring.result()
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
-        """Pings until ``lock-acquired``; then pings, ``cleanup-requested`` and at last ``lost``
-        (the iteration then ends).
+        """Pings until ``lock-acquired``; then pings, ``cleanup-requested`` (and
+        ``request-withdrawn`` when that request is given up) and at last ``lost`` (the
+        iteration then ends).
 
         :raises ResourceLocked, BadRequest, Forbidden, StoreNotFound, PriorityLockError: the
             request was refused or failed while waiting.

@@ -376,6 +376,69 @@ def test_examine_ignores_a_request_not_above_us() -> None:
     assert drive(flows.examine(st, held, Seen(equal, "v2")), [now(12.0)])[0] is True
 
 
+def test_examine_does_not_tell_a_holder_whose_window_closed_before_it_heard() -> None:
+    st = state(cooperates=False)
+    held = holding_of(MINE, st)
+    # min(1.5 s wait, our 4 s cleanup) - 1 s drift from quiet_since (10): the window ends at
+    # 10.5; our watch read shows the request only at 12 (a watch interval longer than the wait).
+    late = MINE.rewritten(requestor=requestor("r", waiting_timeout=1.5))
+    assert drive(flows.examine(st, held, Seen(late, "v2")), [now(12.0)])[0] is True
+    assert (held.notified, held.told, held.cleaning) == ("r", None, False)
+    # ... nor later, nor when the request is withdrawn: it never heard of it.
+    assert drive(flows.examine(st, held, Seen(late, "v2")), [now(12.5)])[0] is True
+    assert drive(flows.examine(st, held, Seen(MINE, "v3")), [now(13.0)])[0] is True
+
+
+def test_examine_tells_the_holder_once_when_the_request_it_was_told_of_is_withdrawn() -> None:
+    st = state()
+    held = holding_of(MINE, st)
+    asked = MINE.rewritten(requestor=requestor("r"))
+    drive(flows.examine(st, held, Seen(asked, "v2")), [now(11.0), Step(effects.Cleanup)])
+    told = held.told
+    assert told is not None and told.requestor.requestor_id == "r" and told.deadline == 13.0
+    withdrawn = Step(
+        lambda e: isinstance(e, effects.Withdrawn) and e.told == told and e.holding is held
+    )
+    assert drive(flows.examine(st, held, Seen(MINE, "v3")), [now(12.0), withdrawn])[0] is True
+    assert held.told is None
+    assert drive(flows.examine(st, held, Seen(MINE, "v3")), [now(12.5)])[0] is True  # once
+
+
+def test_examine_does_not_call_a_displaced_request_withdrawn() -> None:
+    st = state()
+    held = holding_of(MINE, st)
+    asked = MINE.rewritten(requestor=requestor("r"))
+    drive(flows.examine(st, held, Seen(asked, "v2")), [now(11.0), Step(effects.Cleanup)])
+    higher = MINE.rewritten(requestor=requestor("q", priority=8))
+    # The cleanup still runs (one at a time): it goes on for the newcomer, nothing withdrawn.
+    assert drive(flows.examine(st, held, Seen(higher, "v3")), [now(12.0)])[0] is True
+    assert held.told is not None and held.told.requestor.requestor_id == "r"
+
+
+def test_a_blocking_acquire_that_does_not_wait_on_raises_when_its_request_runs_out() -> None:
+    st = state()
+    st.waits_after_request = False  # the service's blocking priority requests
+    script = [
+        Step(ARM),
+        now(0.0),
+        Step(Read, doc(BEFORE, "v1")),
+        now(0.0),
+        now(0.0),
+        Step(Put, "v2"),
+        now(0.1),
+        now(0.1),
+        now(0.1),
+        Step(Pause),
+        now(0.2),
+        Step(Read, _requested),
+        now(4.1),
+        now(4.1),
+        Step(lambda e: isinstance(e, Put) and put_lease(e).requestor is None, "v3"),
+    ]
+    with pytest.raises(PreemptionTimeout):
+        drive(flows.acquire(st, "me", blocking=True, deadline=None), script)
+
+
 def test_cleanup_deadline_never_before_quiet_since() -> None:
     st = state()
     held = holding_of(MINE, st)

@@ -753,3 +753,42 @@ def test_expires_at_counts_from_the_sighting_plus_drift() -> None:
 )
 def test_request_wait_is_the_shorter(waiting: float, cleanup: float, expected: float) -> None:
     assert proto.request_wait(waiting, cleanup) == expected
+
+
+# (rule, the deadline of the holder's cleanup window, when it hears of the request, told?)
+TELLS: list[tuple[str, float, float, bool]] = [
+    ("heard inside the window: told", 103.0, NOW, True),
+    ("heard as the window closes: not told", NOW, NOW, False),
+    ("heard after the window closed: not told, never late", 99.5, NOW, False),
+]
+
+
+@pytest.mark.parametrize(
+    ("deadline", "now", "told"), [row[1:] for row in TELLS], ids=[row[0] for row in TELLS]
+)
+def test_tells_cleanup_only_while_the_window_is_open(
+    deadline: float, now: float, told: bool
+) -> None:
+    assert proto.tells_cleanup(deadline, now) is told
+
+
+HIGHER_PENDING = HELD.rewritten(requestor=requestor("q", priority=8))
+LOW_PENDING = HELD.rewritten(requestor=requestor("q", priority=3))
+
+# (rule, the holder's read, the request it was told of, withdrawn?)
+WITHDRAWN: list[tuple[str, Lease, str | None, bool]] = [
+    ("told of nothing: nothing to withdraw", HELD, None, False),
+    ("the request told of is still pending", HELD_PENDING, "r", False),
+    ("the request told of is gone: withdrawn", HELD, "r", True),
+    ("displaced by a higher request: not withdrawn", HIGHER_PENDING, "r", False),
+    ("replaced by one the holder outranks: withdrawn", LOW_PENDING, "r", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("current", "told", "withdrawn"),
+    [row[1:] for row in WITHDRAWN],
+    ids=[row[0] for row in WITHDRAWN],
+)
+def test_request_withdrawn(current: Lease, told: str | None, withdrawn: bool) -> None:
+    assert proto.request_withdrawn(current, told) is withdrawn

@@ -354,16 +354,23 @@ def event_of(message: lock_pb2.LockServerStream) -> dict[str, Any]:
             "type": "cleanup-requested",
             "deadline": asked.deadline.ToJsonString(),
             "secondsLeft": asked.time_left.ToNanoseconds() / 1e9,
-            "requestor": {
-                "owner": asked.requestor.owner,
-                "priority": asked.requestor.priority,
-                "message": asked.requestor.message,
-                "forceful": asked.requestor.forceful,
-            },
+            "requestor": _requestor_of(asked),
         }
+    if kind == "request_withdrawn":
+        return {"type": "request-withdrawn", "requestor": _requestor_of(message.request_withdrawn)}
     if kind == "lost":
         return {"type": "lost", "reason": message.lost.reason}
     raise AssertionError(f"unexpected message {message}")
+
+
+def _requestor_of(message: Any) -> dict[str, Any]:
+    asker = message.requestor
+    return {
+        "owner": asker.owner,
+        "priority": asker.priority,
+        "message": asker.message,
+        "forceful": asker.forceful,
+    }
 
 
 class GrpcStream:

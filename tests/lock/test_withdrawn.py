@@ -1,0 +1,94 @@
+"""A request the holder was told of and that was withdrawn (docs/priorities.md, docs/events.md):
+the holder hears ``request_withdrawn`` after ``cleanup_requested``, and is never told of a
+request once its window has closed. On both drivers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from prioritylock import PreemptionTimeout, signals
+from prioritylock._listener import CleanupNotice
+from prioritylock._wake import NOTICES
+from tests.conftest import StoreFactory
+from tests.lock.helpers import Recorder, make, receiving
+
+pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("driver")]
+
+
+class Withdrawals(Recorder):
+    def __init__(self, cleanup_blocks: threading.Event) -> None:
+        super().__init__(cleanup_blocks)
+        self.withdrawn = threading.Event()
+
+    def on_request_withdrawn(self, notice: CleanupNotice) -> None:
+        self._add("withdrawn", notice)
+        self.withdrawn.set()
+
+
+def test_the_holder_hears_the_request_it_was_told_of_withdrawn(
+    memory_store_factory: StoreFactory,
+) -> None:
+    finish = threading.Event()
+    rec = Withdrawals(cleanup_blocks=finish)
+    holder = make(
+        memory_store_factory(),
+        owner="holder",
+        priority=1,
+        cleanup_timeout=10,
+        watch_interval=0.05,
+        listener=rec,
+    )
+    assert holder.try_lock()
+    # Waits min(1 s, 10 s); the holder's window is that less the 0.5 s drift allowance.
+    high = make(memory_store_factory(), owner="high", priority=9, waiting_timeout=1.0)
+    try:
+        with receiving(signals.request_withdrawn) as sent:
+            with pytest.raises(PreemptionTimeout):
+                high.try_lock()
+            assert rec.withdrawn.wait(5), "the holder was not told the request was withdrawn"
+        assert rec.names() == ["acquired", "cleanup", "withdrawn"]
+        told, withdrawn = rec.calls[1][1], rec.calls[2][1]
+        assert withdrawn == told and withdrawn.requestor_owner == "high"
+        assert [s["notice"] for s in sent] == [told]
+        assert holder.is_current_owner()  # it keeps the lock while its cleanup runs
+    finally:
+        finish.set()
+    assert rec.cleanup_done.wait(5)
+
+
+def test_a_holder_that_hears_after_its_window_closed_is_not_told(
+    memory_store_factory: StoreFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Poll-bound (no in-process notice): the holder reads every 0.3 s, so it sees the request,
+    but only after its window (0.7 s wait less the 0.5 s drift allowance, from its last read
+    that showed none) has closed: it is not told at all, then or when the request goes."""
+    NOTICES.enabled = False  # the conftest fixture turns them back on
+    rec = Withdrawals(cleanup_blocks=threading.Event())
+    holder = make(
+        memory_store_factory(),
+        owner="holder",
+        priority=1,
+        cleanup_timeout=10,
+        watch_interval=0.3,
+        listener=rec,
+    )
+    assert holder.try_lock()
+    high = make(memory_store_factory(), owner="high", priority=9, waiting_timeout=0.7)
+    with (
+        caplog.at_level(logging.INFO, logger="prioritylock"),
+        receiving(signals.cleanup_requested) as asked,
+    ):
+        with pytest.raises(PreemptionTimeout):
+            high.try_lock()
+        end = time.monotonic() + 5
+        while "not announced" not in caplog.text and time.monotonic() < end:
+            time.sleep(0.05)  # the log line is the only sign of a notice not given
+        assert "heard of after the cleanup window closed" in caplog.text
+        time.sleep(0.35)  # one more watch read, after the request was withdrawn
+    assert asked == [] and rec.names() == ["acquired"]
+    assert holder.is_current_owner()
+    holder.unlock()
