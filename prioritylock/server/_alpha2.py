@@ -273,7 +273,7 @@ class _StreamListener(LockListener):
         try:
             await asyncio.wait_for(self._stream.closed.wait(), max(0.0, notice.seconds_left()))
             self._stream.cooperated = True
-        except TimeoutError:
+        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
             # The client kept its stream open past the window: it has not said it is done, so
             # nothing is handed over. Ending the cleanup as cancelled keeps the lock (and lets a
             # later request be announced); a forceful requestor takes it and we say `lost`.
