@@ -28,7 +28,6 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
 from types import TracebackType
@@ -41,12 +40,12 @@ from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTa
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
 from prioritylock._driver import (
-    CallPool,
     FlowRun,
     LockBase,
     News,
     StoreCall,
     T,
+    call_pool,
     cleanup_notice,
     log,
     send,
@@ -65,18 +64,11 @@ __all__ = ["AsyncLock"]
 NETWORK_WORKERS = 32
 DISK_WORKERS = 4
 
-_pools: dict[bool, Executor] = {}
-_pool_lock = threading.Lock()
-
 
 def _io_pool(network: bool) -> Executor:
-    with _pool_lock:
-        pool = _pools.get(network)
-        if pool is None:
-            workers = NETWORK_WORKERS if network else DISK_WORKERS
-            name = "prioritylock-aio-" + ("net" if network else "disk")
-            pool = _pools[network] = CallPool(workers, name)  # daemon threads: see CallPool
-        return pool
+    if network:
+        return call_pool("prioritylock-aio-net", NETWORK_WORKERS)
+    return call_pool("prioritylock-aio-disk", DISK_WORKERS)
 
 
 def _nowait_entry(store: object) -> Callable[..., object] | None:

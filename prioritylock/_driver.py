@@ -59,6 +59,7 @@ __all__ = [
     "News",
     "StoreCall",
     "StoreCalls",
+    "call_pool",
     "call_safely",
     "check_force_unlock",
     "check_timeout",
@@ -230,6 +231,19 @@ class CallPool(Executor):
                 del future, fn, args
             with self._lock:
                 self._idle += 1
+
+
+_pools: dict[str, CallPool] = {}
+_pools_lock = threading.Lock()
+
+
+def call_pool(name: str, size: int) -> CallPool:
+    """The process's pool of that name (made at first use, with ``size`` threads at most)."""
+    with _pools_lock:
+        pool = _pools.get(name)
+        if pool is None:
+            pool = _pools[name] = CallPool(size, name)
+        return pool
 
 
 class FlowRun(Generic[T]):

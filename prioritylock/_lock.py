@@ -21,7 +21,16 @@ from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._driver import CallPool, FlowRun, LockBase, News, StoreCall, T, cleanup_notice
+from prioritylock._driver import (
+    CallPool,
+    FlowRun,
+    LockBase,
+    News,
+    StoreCall,
+    T,
+    call_pool,
+    cleanup_notice,
+)
 from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
@@ -328,15 +337,9 @@ class Lock(LockBase):
 #: outlives its wait keeps its thread until the store's own timeouts end it.
 CALL_WORKERS = 32
 
-_pool: list[CallPool] = []
-_pool_lock = threading.Lock()
-
 
 def _call_pool() -> CallPool:
-    with _pool_lock:
-        if not _pool:
-            _pool.append(CallPool(CALL_WORKERS, "prioritylock-call"))
-        return _pool[0]
+    return call_pool("prioritylock-call", CALL_WORKERS)
 
 
 #: How often a wait with a ``cancel`` event looks at it (a notice in this process still wakes
