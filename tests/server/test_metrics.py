@@ -1,4 +1,4 @@
-"""``GET /metrics``: the registry and its text format, the alpha1 calls and store requests it
+"""``GET /metrics``: the names, labels and types it shows, the alpha1 calls and store requests it
 counts (in process on a fake clock, and through a running service on memory and on S3), the
 token, and no store URL or credential in what it shows."""
 
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from prioritylock import ConditionFailed, StoreAccessError, StoreUnavailable
@@ -21,10 +22,10 @@ from prioritylock._clock import FakeClock
 from prioritylock.server._alpha1 import LOCK_BELONGS_TO_OTHERS, SUCCESS, Alpha1Locks
 from prioritylock.server._metrics import (
     API_ALPHA1,
+    API_GRPC,
     CONTENT_TYPE,
     CountingStore,
     Metrics,
-    Registry,
 )
 from prioritylock.stores import UnsyncedWriter
 from prioritylock.stores._local import LocalStore
@@ -69,82 +70,93 @@ def requests(samples: Samples, store: str = "locks") -> float:
     )
 
 
-# -- the registry and the text format --------------------------------------------------------
+# -- the exposition ---------------------------------------------------------------------------
+
+PER_API = {"store", "api"}
+#: What a scraper may rely on: each family's type and label names (histograms add ``le``).
+FAMILIES = {
+    "prioritylock_locks_held": ("gauge", PER_API),
+    "prioritylock_acquires_total": ("counter", PER_API | {"outcome"}),
+    "prioritylock_acquire_latency_seconds": ("histogram", PER_API | {"outcome"}),
+    "prioritylock_acquire_wait_seconds": ("histogram", PER_API),
+    "prioritylock_releases_total": ("counter", PER_API),
+    "prioritylock_expirations_total": ("counter", PER_API),
+    "prioritylock_losses_total": ("counter", PER_API | {"reason"}),
+    "prioritylock_preemptions_total": ("counter", PER_API),
+    "prioritylock_store_requests_total": ("counter", {"store", "kind", "outcome"}),
+    "prioritylock_store_request_duration_seconds": ("histogram", {"store", "kind"}),
+}
+SUFFIXES = {"gauge": {""}, "counter": {""}, "histogram": {"_bucket", "_sum", "_count"}}
 
 
-def test_text_format_of_each_type() -> None:
-    registry = Registry()
-    counter = registry.counter("demo_things_total", "Things.\nSecond line \\ here.", ("store",))
-    gauge = registry.gauge("demo_level", "A level.")
-    histogram = registry.histogram("demo_seconds", "Durations.", ("kind",), (0.1, 1.0))
-    counter.inc('we"ird\\name\n')
-    counter.add(2.5, "plain")
-    gauge.add(3)
-    gauge.add(-1.5)
-    for seconds in (0.05, 0.1, 0.5, 7.0):
-        histogram.observe(seconds, "read")
-    text = registry.render()
-    assert text.endswith("\n")
+def test_exposition_keeps_names_types_and_labels() -> None:
+    """Every family, under the names and labels scrapers already use, and no other series
+    (prometheus_client's ``*_created`` ones are left out)."""
+    metrics = Metrics()
+    metrics.prepare("locks", API_GRPC)
+    metrics.acquired("locks", API_GRPC, latency=0.005, waited=0.5)  # le is inclusive
+    metrics.acquired("locks", API_GRPC, latency=0.2)
+    metrics.lost("locks", API_GRPC, "forced")
+    metrics.store_request("locks", "read", "ok", 0.002)
+    text = metrics.render()
     lines = text.splitlines()
-    assert lines[:2] == [
-        "# HELP demo_things_total Things.\\nSecond line \\\\ here.",
-        "# TYPE demo_things_total counter",
-    ]
-    assert 'demo_things_total{store="we\\"ird\\\\name\\n"} 1.0' in lines
-    assert "# TYPE demo_seconds histogram" in lines
-    assert 'demo_seconds_bucket{kind="read",le="0.1"} 2' in lines  # le is inclusive
-    assert 'demo_seconds_bucket{kind="read",le="1.0"} 3' in lines
-    assert 'demo_seconds_bucket{kind="read",le="+Inf"} 4' in lines
-    assert 'demo_seconds_count{kind="read"} 4' in lines
+    for name, (kind, _) in FAMILIES.items():
+        assert f"# TYPE {name} {kind}" in lines
+    seen = set()
+    for family in text_string_to_metric_families(text):
+        name = family.name + ("_total" if family.type == "counter" else "")
+        kind, labels = FAMILIES[name]
+        assert family.type == kind
+        seen.add(name)
+        for sample in family.samples:
+            assert sample.name.removeprefix(name) in SUFFIXES[kind], sample.name
+            assert set(sample.labels) - {"le"} == labels, sample
+    assert seen == set(FAMILIES)
+    assert "_created" not in text
 
     samples = parse(text)
-    assert value(samples, "demo_things_total", store='we"ird\\name\n') == 1.0
-    assert value(samples, "demo_things_total", store="plain") == 2.5
-    assert value(samples, "demo_level") == 1.5
-    assert value(samples, "demo_seconds_sum", kind="read") == pytest.approx(7.65)
-    assert value(samples, "demo_seconds_bucket", kind="read", le="+Inf") == 4
-    families = {family.name: family.type for family in text_string_to_metric_families(text)}
-    assert families == {
-        "demo_things": "counter",
-        "demo_level": "gauge",
-        "demo_seconds": "histogram",
-    }
+    at = {"store": "locks", "api": API_GRPC}
+    latency = "prioritylock_acquire_latency_seconds"
+    acquired = {**at, "outcome": "acquired"}
+    assert value(samples, f"{latency}_bucket", **acquired, le="0.005") == 1
+    assert value(samples, f"{latency}_bucket", **acquired, le="0.25") == 2
+    assert value(samples, f"{latency}_bucket", **acquired, le="+Inf") == 2
+    assert value(samples, f"{latency}_count", **acquired) == 2
+    assert value(samples, f"{latency}_sum", **acquired) == pytest.approx(0.205)
+    assert value(samples, "prioritylock_acquire_wait_seconds_sum", **at) == 0.5
+    assert value(samples, "prioritylock_acquires_total", **acquired) == 2
+    assert value(samples, "prioritylock_losses_total", **at, reason="forced") == 1
+    assert value(samples, "prioritylock_locks_held", **at) == 1
+    assert value(samples, "prioritylock_releases_total", **at) == 0  # prepared: shown at 0
+    assert ("prioritylock_releases_total", frozenset(at.items())) in samples
 
 
-def test_special_values_and_nan_observation() -> None:
-    registry = Registry()
-    gauge = registry.gauge("demo_level", "A level.")
-    histogram = registry.histogram("demo_seconds", "Durations.", (), (1.0,))
-    gauge.add(math.inf)
-    histogram.observe(math.nan)
-    lines = registry.render().splitlines()
-    assert "demo_level +Inf" in lines
-    assert 'demo_seconds_bucket{le="1.0"} 0' in lines  # NaN is over every finite bound
-    assert 'demo_seconds_bucket{le="+Inf"} 1' in lines
-    assert "demo_seconds_sum NaN" in lines
+def test_a_duration_that_is_no_number_counts_as_zero() -> None:
+    """A histogram given NaN would count it in no bucket and turn its sum NaN for good."""
+    metrics = Metrics()
+    metrics.refused("locks", API_ALPHA1, latency=math.nan)
+    metrics.store_request("locks", "read", "ok", -1.0)
+    samples = parse(metrics.render())
+    refused = {"store": "locks", "api": API_ALPHA1, "outcome": "refused"}
+    latency = "prioritylock_acquire_latency_seconds"
+    assert value(samples, f"{latency}_count", **refused) == 1
+    assert value(samples, f"{latency}_sum", **refused) == 0
+    assert value(samples, f"{latency}_bucket", **refused, le="0.005") == 1
+    duration = "prioritylock_store_request_duration_seconds"
+    assert value(samples, f"{duration}_sum", store="locks", kind="read") == 0
 
 
-@pytest.mark.parametrize(
-    ("make", "match"),
-    [
-        (lambda r: r.counter("no_suffix", "x"), "_total"),
-        (lambda r: r.gauge("bad-name", "x"), "invalid metric name"),
-        (lambda r: r.gauge("demo", "x", ("__reserved",)), "invalid label name"),
-        (lambda r: r.gauge("demo", "x", ("a", "a")), "repeated"),
-        (lambda r: r.histogram("demo", "x", ("le",), (1.0,)), "le"),
-        (lambda r: r.histogram("demo", "x", (), (2.0, 1.0)), "increasing"),
-        (lambda r: r.histogram("demo", "x", (), ()), "increasing"),
-        (lambda r: (r.gauge("demo", "x"), r.gauge("demo", "y")), "exists"),
-        (lambda r: r.gauge("demo", "x", ("a",)).add(1), "takes labels"),
-        (lambda r: r.counter("demo_total", "x").add(-1), "only goes up"),
-        (lambda r: r.counter("demo_total", "x").add(math.nan), "only goes up"),
-    ],
-)
-def test_registry_refuses_what_the_format_cannot_say(
-    make: Callable[[Registry], object], match: str
-) -> None:
-    with pytest.raises(ValueError, match=match):
-        make(Registry())
+def test_each_service_has_a_registry_of_its_own() -> None:
+    """Two services in one process count apart, nothing goes to prometheus_client's global
+    registry, and other registries keep their ``*_created`` series (no process-wide switch)."""
+    first, second = Metrics(), Metrics()
+    first.acquired("locks", API_ALPHA1, latency=0.1)
+    assert alpha1(parse(first.render()), "prioritylock_acquires_total", outcome="acquired") == 1
+    assert alpha1(parse(second.render()), "prioritylock_acquires_total", outcome="acquired") == 0
+    assert "prioritylock_" not in generate_latest(REGISTRY).decode()
+    other = CollectorRegistry()
+    Counter("demo_things_total", "Things.", registry=other).inc()
+    assert "demo_things_created" in generate_latest(other).decode()
 
 
 def test_held_is_what_acquisitions_leave_and_unknown_reasons_stay_bounded() -> None:
