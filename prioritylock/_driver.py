@@ -42,7 +42,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
 from prioritylock._listener import CleanupNotice
 from prioritylock._reserve import boot_id
-from prioritylock._wake import NOTICES, Waiter
+from prioritylock._wake import NOTICES, Stamp, Waiter
 from prioritylock.stores._base import (
     WOULD_BLOCK,
     ConditionalReader,
@@ -147,6 +147,8 @@ class StoreCall:
     by: float | None = None
     #: A write: given up on, its outcome is unknown.
     write: bool = False
+    #: A request write (``Put.request``): when it was sent, on the lock's monotonic clock.
+    sent: float | None = None
 
     def __call__(self) -> Any:
         return self.fn(*self.args)
@@ -463,6 +465,10 @@ class LockBase:
         driver's own way of doing it (for ``AsyncLock``, what comes back is to be awaited);
         the others need no waiting and are the same on both drivers."""
         match effect:
+            case effects.Put(request=True):
+                # Read before the call is made: the requestor's wait begins after it returns.
+                sent = self._clock.monotonic()
+                return self._store_call(attrs.evolve(self._calls.of(effect), sent=sent))
             case effects.Read() | effects.Put():
                 return self._store_call(self._calls.of(effect))
             case effects.Sleep():
@@ -559,10 +565,16 @@ class LockBase:
         )
         # A write to the document by another lock of the process (a request, an override, a
         # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
-        holding.watching = NOTICES.watch(self._store, self._key, self, lambda: self._poke(holding))
+        holding.watching = NOTICES.watch(
+            self._store, self._key, self, lambda stamp: self._poke(holding, stamp)
+        )
 
-    def _poke(self, holding: lockstate.Holding) -> None:
-        """A notice for a holding's document (any thread): read it at once."""
+    def _poke(self, holding: lockstate.Holding, stamp: Stamp | None = None) -> None:
+        """A notice for a holding's document (any thread): read it at once. A request write's
+        stamp is kept for the read to judge (``_protocol.window_start``) when its time is on
+        our clock; first, so that the read it brings forward finds it."""
+        if stamp is not None and stamp.clock is self._clock:
+            holding.request_sent = (stamp.version, stamp.at)
         holding.poked = True
         entry = holding.entry
         if entry is not None and holding.active:
@@ -584,14 +596,20 @@ class LockBase:
             self._after_write(call, exc)
             raise
         if result is not WOULD_BLOCK:
-            self._after_write(call, None)
+            self._after_write(call, None, result)
         return result
 
-    def _after_write(self, call: StoreCall, error: BaseException | None) -> None:
-        """A store call returned or raised: a write that may have landed (any outcome but
-        ``ConditionFailed``) is a notice to the other locks of the process on the document."""
+    def _after_write(
+        self, call: StoreCall, error: BaseException | None, version: object = None
+    ) -> None:
+        """A store call returned (a write: the ``version`` it made) or raised: a write that
+        may have landed (any outcome but ``ConditionFailed``) is a notice to the other locks of
+        the process on the document; a request write that landed stamps it (``_wake.Stamp``)."""
         if call.notify and not isinstance(error, ConditionFailed):
-            NOTICES.notice(self._store, self._key, source=self)
+            stamp = None
+            if call.sent is not None and error is None and isinstance(version, str):
+                stamp = Stamp(version, call.sent, self._clock)
+            NOTICES.notice(self._store, self._key, source=self, stamp=stamp)
 
     def _lose(self, holding: lockstate.Holding, reason: str, *, force: bool = False) -> None:
         """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""

@@ -64,7 +64,10 @@ class Put:
 
     ``by``: when the call must have ended, on the lock's monotonic clock. The driver stops
     waiting for a network store then and throws in ``StoreUnavailable`` (for a write, with an
-    unknown outcome); the call itself goes on to its end unwatched."""
+    unknown outcome); the call itself goes on to its end unwatched.
+
+    ``request``: the write asks the holder for the lock; its notice says which version it made
+    and when it was sent, so a holder in the process can count its cleanup window from then."""
 
     data: bytes
     version: str | None
@@ -72,6 +75,7 @@ class Put:
     unsynced: bool
     quiet: bool = False
     by: float | None = None
+    request: bool = False
 
 
 class Now:

@@ -215,10 +215,12 @@ def write(
     deadline: float,
     bound: float | None = None,
     quiet: bool = False,
+    request: bool = False,
 ) -> Flow[Written | Seen]:
     """Write ``lease`` conditionally. Returns what was written (on a store that can skip the
     sync, with its fence reservation set: ``_reserve.plan_write``), or what is there instead.
-    ``quiet``: a renewal, of no news to the other locks of the process. Retries end at
+    ``quiet``: a renewal, of no news to the other locks of the process; ``request``: a request
+    for the lock (``Put.request``). Retries end at
     ``deadline``; each request in flight by ``bound`` (default: ``deadline``).
 
     Unknown outcomes are settled by reading back and looking for our nonce.
@@ -236,7 +238,13 @@ def write(
     while True:
         try:
             new_version = yield Put(
-                data, None if creating else version, creating, unsynced, quiet=quiet, by=by
+                data,
+                None if creating else version,
+                creating,
+                unsynced,
+                quiet=quiet,
+                by=by,
+                request=request,
             )
             return _wrote(state, lease, new_version)
         except ConditionFailed:
@@ -397,7 +405,13 @@ def take(
     started = yield from now()
     until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(
-        state, step.lease, seen.version, create=step.create, deadline=until, bound=bound
+        state,
+        step.lease,
+        seen.version,
+        create=step.create,
+        deadline=until,
+        bound=bound,
+        request=step.outcome == "requested",
     )
     if not isinstance(result, Written):
         return result  # lost a race: decide again on what is there now
@@ -684,7 +698,7 @@ def examine(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
     if request is not None and holding.notified != request.requestor_id and not holding.cleaning:
         # One cleanup at a time: when it returns, the lock goes to whoever is pending then.
         holding.notified = request.requestor_id
-        deadline = cleanup_deadline(holding, lease, state.drift)
+        deadline = cleanup_deadline(holding, lease, seen.version, state.drift)
         if not proto.tells_cleanup(deadline, mono):
             log.info(
                 "prioritylock: %r: %s (priority %d) asked %s for the lock, heard of after the "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -233,7 +234,7 @@ class Lock(LockBase):
             raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
         error = self._gave_up(call, future, left)
         if call.notify:  # a write that may land later is still news, when it ends
-            future.add_done_callback(lambda f: self._after_write(call, f.exception()))
+            future.add_done_callback(lambda f: self._after_write(call, *_ended(f)))
         raise error
 
     def _sleep(self, seconds: float) -> None:
@@ -363,3 +364,9 @@ class _Acquired:
         tb: TracebackType | None,
     ) -> None:
         self.lock.__exit__(exc_type, exc, tb)
+
+
+def _ended(future: Future[Any]) -> tuple[BaseException | None, object]:
+    """What a finished store call raised, or what it returned."""
+    error = future.exception()
+    return error, None if error is not None else future.result()

@@ -53,6 +53,7 @@ __all__ = [
     "shows",
     "sight",
     "tells_cleanup",
+    "window_start",
 ]
 
 
@@ -359,6 +360,20 @@ def tells_cleanup(deadline: float, now: float) -> bool:
     later (its watch interval longer than the requestor's wait less the drift allowance) is not
     announced at all: a notice with no time left could only mislead."""
     return now < deadline
+
+
+def window_start(quiet_since: float, version: str | None, sent: tuple[str, float] | None) -> float:
+    """Where a holder counts the cleanup window of a request it reads in document ``version``
+    from, on its own clock: its last read that showed no request started at ``quiet_since``,
+    so the request landed later, and its requestor's wait (counted from after its write
+    returned) ends no sooner than then plus the wait. ``sent`` ``(version, time)``: a request
+    write of this process (same clock) that made that version and was sent at that time; when
+    the holder reads exactly that version, its request is the one that write put there, and
+    the requestor's wait began after it was sent: count from then (the later of the two). Any
+    other version proves nothing of when its request was written."""
+    if sent is not None and version is not None and sent[0] == version:
+        return max(quiet_since, sent[1])
+    return quiet_since
 
 
 def request_withdrawn(lease: Lease, told: str | None) -> bool:

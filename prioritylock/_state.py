@@ -119,6 +119,10 @@ class Holding:
     # later landed after it, so its requestor's wait (counted from after its write returned)
     # ends no sooner than quiet_since + its wait. The cleanup deadline is counted from here.
     quiet_since: float = 0.0
+    # The latest request for the lock written by another lock of this process, as its notice
+    # said (``_wake.Stamp``): the version the write made, and when it was sent, on our clock.
+    # Set from any thread (one assignment); a hint the version check makes sound.
+    request_sent: tuple[str, float] | None = None
     request_seen: proto.Sighting | None = None
 
     @property
@@ -269,14 +273,19 @@ def heartbeat_tolerance(watch_interval: float, renew_interval: float) -> float:
     return min(0.05, watch_interval / 10, renew_interval / 10)
 
 
-def cleanup_deadline(holding: Holding, lease: Lease, drift: float) -> float:
+def cleanup_deadline(holding: Holding, lease: Lease, version: str | None, drift: float) -> float:
     """When the holder's cleanup window ends, on its own clock: never promise more than the
     requestor will wait, so count from before the request could have landed, less the drift
-    allowance for clock rates."""
+    allowance for clock rates.
+
+    Before it could have landed: after our last read that showed no request
+    (``quiet_since``), or, when ``lease`` is exactly the version a request write of this
+    process made (``request_sent``), when that write was sent (``proto.window_start``)."""
     assert lease.requestor is not None and lease.holder is not None
     r = lease.requestor
     window = proto.request_wait(r.waiting_timeout, lease.holder.cleanup_timeout)
-    return max(holding.quiet_since, holding.quiet_since + window - drift)
+    start = proto.window_start(holding.quiet_since, version, holding.request_sent)
+    return max(start, start + window - drift)
 
 
 def holder_name(lease: Lease | None) -> str:

@@ -15,7 +15,10 @@ store object itself when it names nothing, and the key):
   lands after the read ends the pause at once. Waiters are held weakly: a lock that stops
   waiting just drops its waiter.
 - a **watcher** (:meth:`Notices.watch`) is called on every notice until it is removed: a holder's
-  heartbeat, whose watch read the scheduler then brings forward.
+  heartbeat, whose watch read the scheduler then brings forward. The notice of a request for the
+  lock carries a :class:`Stamp` (the version the write made, when it was sent and on which
+  clock), so the holder can count its cleanup window from the write rather than from its last
+  quiet read (``_protocol.window_start``); the holder uses it only when it reads that version.
 
 Each is told from the notifying thread: a waiter or watcher that lives on an event loop hands
 the call to its loop (:class:`LoopWaiter`, and the async scheduler's ``poke``).
@@ -38,11 +41,20 @@ import random
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from prioritylock.stores._base import KeyWatcher
 
-__all__ = ["NOTICES", "Faults", "LoopWaiter", "Notices", "ThreadWaiter", "Waiter", "location"]
+__all__ = [
+    "NOTICES",
+    "Faults",
+    "LoopWaiter",
+    "Notices",
+    "Stamp",
+    "ThreadWaiter",
+    "Waiter",
+    "location",
+]
 
 log = logging.getLogger("prioritylock")
 
@@ -55,6 +67,15 @@ def location(store: object, key: str) -> Location:
     directory, a bucket) say so in ``namespace``, so lock objects with separate store objects on
     the same data hear each other."""
     return (getattr(store, "namespace", None) or id(store), key)
+
+
+class Stamp(NamedTuple):
+    """What the notice of a request write says of it: the ``version`` it made, and when it was
+    sent (``at``, by ``clock``'s ``monotonic``, read before the call was made)."""
+
+    version: str
+    at: float
+    clock: object
 
 
 class Waiter:
@@ -113,7 +134,7 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
 class _Watcher:
     __slots__ = ("callback", "owner")
 
-    def __init__(self, owner: object, callback: Callable[[], None]) -> None:
+    def __init__(self, owner: object, callback: Callable[[Stamp | None], None]) -> None:
         self.owner = owner
         self.callback = callback
 
@@ -141,9 +162,12 @@ class Notices:
         self._feed(store, key, where)
         return waiter
 
-    def watch(self, store: object, key: str, owner: object, callback: Callable[[], None]) -> Any:
+    def watch(
+        self, store: object, key: str, owner: object, callback: Callable[[Stamp | None], None]
+    ) -> Any:
         """Call ``callback`` (from any thread) at every notice for ``key`` of ``store`` that
-        ``owner`` did not send, until :meth:`unwatch` is given the handle returned."""
+        ``owner`` did not send, with the notice's :class:`Stamp` (None: none), until
+        :meth:`unwatch` is given the handle returned."""
         where = location(store, key)
         watcher = _Watcher(owner, callback)
         with self._lock:
@@ -164,20 +188,25 @@ class Notices:
 
     # -- notices -----------------------------------------------------------------------------
 
-    def notice(self, store: object, key: str, *, source: object = None) -> None:
+    def notice(
+        self, store: object, key: str, *, source: object = None, stamp: Stamp | None = None
+    ) -> None:
         """``key`` of ``store`` may have changed (``source``, the lock object that wrote, if
-        any, is not told): wake its waiters, poke its watchers."""
-        self.notice_at(location(store, key), source=source)
+        any, is not told): wake its waiters, poke its watchers (with ``stamp``, a request
+        write's)."""
+        self.notice_at(location(store, key), source=source, stamp=stamp)
 
-    def notice_at(self, where: Location, *, source: object = None) -> None:
+    def notice_at(
+        self, where: Location, *, source: object = None, stamp: Stamp | None = None
+    ) -> None:
         if not self.enabled:
             return
         if self.faults is not None:
-            self.faults.deliver(lambda: self._deliver(where, source))
+            self.faults.deliver(lambda: self._deliver(where, source, stamp))
         else:
-            self._deliver(where, source)
+            self._deliver(where, source, stamp)
 
-    def _deliver(self, where: Location, source: object) -> None:
+    def _deliver(self, where: Location, source: object, stamp: Stamp | None) -> None:
         with self._lock:
             waiting = self._waiters.get(where)
             woken: list[Waiter] = []
@@ -191,7 +220,7 @@ class Notices:
         for waiter in woken:
             waiter.notify()
         for watcher in watchers:
-            watcher.callback()
+            watcher.callback(stamp)
         if not woken and not watchers:
             self._unfeed_if_idle(where)
 

@@ -251,7 +251,8 @@ def test_a_non_forceful_request_withdraws_at_its_deadline_and_raises() -> None:
         Step(Read, doc(BEFORE, "v1")),
         now(0.0),
         now(0.0),
-        Step(Put, "v2"),
+        # A request: its notice is to say when it was sent (``Put.request``).
+        Step(lambda e: isinstance(e, Put) and e.request, "v2"),
         now(0.1),
         now(0.1),
         now(0.1),
@@ -389,6 +390,21 @@ def test_examine_does_not_tell_a_holder_whose_window_closed_before_it_heard() ->
     assert drive(flows.examine(st, held, Seen(MINE, "v3")), [now(13.0)])[0] is True
 
 
+@pytest.mark.parametrize("stamped", ["v2", "v1"])
+def test_examine_counts_a_request_written_in_this_process_from_its_write(stamped: str) -> None:
+    st = state(cooperates=False)
+    held = holding_of(MINE, st)
+    # The case above, but a request write of this process stamped its notice: sent at 11.9, it
+    # made v2. Reading exactly v2, the window runs from 11.9 to 11.9 + 1.5 - 1 = 12.4; the
+    # stamp of another version (v1) proves nothing and the window stays closed.
+    held.request_sent = (stamped, 11.9)
+    late = MINE.rewritten(requestor=requestor("r", waiting_timeout=1.5))
+    told = Step(lambda e: isinstance(e, effects.Cleanup) and e.deadline == pytest.approx(12.4))
+    script = [now(12.0), told] if stamped == "v2" else [now(12.0)]
+    assert drive(flows.examine(st, held, Seen(late, "v2")), script)[0] is True
+    assert (held.told is not None) is (stamped == "v2")
+
+
 def test_examine_tells_the_holder_once_when_the_request_it_was_told_of_is_withdrawn() -> None:
     st = state()
     held = holding_of(MINE, st)
@@ -443,7 +459,34 @@ def test_cleanup_deadline_never_before_quiet_since() -> None:
     st = state()
     held = holding_of(MINE, st)
     short = MINE.rewritten(requestor=requestor("r", waiting_timeout=0.5))
-    assert lockstate.cleanup_deadline(held, short, 1.0) == 10.0
+    assert lockstate.cleanup_deadline(held, short, "v1", 1.0) == 10.0
+
+
+def test_a_request_written_in_this_process_counts_its_window_from_its_write() -> None:
+    """The stamp of the write that made the version read moves the window's start there; a
+    stamp of another version (a later write, or one out of order) leaves the last quiet read."""
+    st = state()
+    held = holding_of(MINE, st)  # quiet since 10.0
+    asked = MINE.rewritten(requestor=requestor("r", waiting_timeout=2.0))
+    held.request_sent = ("v7", 11.5)
+    assert lockstate.cleanup_deadline(held, asked, "v7", 0.5) == 11.5 + 2.0 - 0.5
+    assert lockstate.cleanup_deadline(held, asked, "v8", 0.5) == 10.0 + 2.0 - 0.5
+    assert lockstate.cleanup_deadline(held, asked, None, 0.5) == 10.0 + 2.0 - 0.5
+    held.request_sent = ("v7", 9.0)  # never before the last quiet read
+    assert lockstate.cleanup_deadline(held, asked, "v7", 0.5) == 10.0 + 2.0 - 0.5
+
+
+@pytest.mark.parametrize(
+    ("sent", "version", "start"),
+    [
+        (("v2", 5.0), "v2", 5.0),
+        (("v2", 5.0), "v3", 1.0),
+        (None, "v2", 1.0),
+        (("v2", 0.5), "v2", 1.0),
+    ],
+)
+def test_window_start(sent: tuple[str, float] | None, version: str, start: float) -> None:
+    assert proto.window_start(1.0, version, sent) == start
 
 
 # -- releasing ------------------------------------------------------------------------------------

@@ -92,3 +92,52 @@ def test_a_holder_that_hears_after_its_window_closed_is_not_told(
     assert asked == [] and rec.names() == ["acquired"]
     assert holder.is_current_owner()
     holder.unlock()
+
+
+class Timed(Withdrawals):
+    """Records how much of its window the holder had left when it was told."""
+
+    def __init__(self, cleanup_blocks: threading.Event) -> None:
+        super().__init__(cleanup_blocks)
+        self.left: list[float] = []
+
+    def on_cleanup_notification(self, notice: CleanupNotice) -> None:
+        self.left.append(notice.deadline - time.monotonic())
+        super().on_cleanup_notification(notice)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("notices")
+def test_a_request_written_in_this_process_is_announced_with_time_left_every_time(
+    memory_store_factory: StoreFactory,
+) -> None:
+    """The holder's last quiet read is older than the window (0.8 s wait less the 0.5 s drift
+    allowance) when the request lands, and it would read again only in 30 s: counted from that
+    read, the window has closed. The request's notice says when it was sent (same process, same
+    clock) and which version it made, so the holder counts from the write and is told, with
+    time left, every time; then of the withdrawal."""
+    for i in range(20):
+        finish = threading.Event()
+        rec = Timed(cleanup_blocks=finish)
+        path = f"jobs/window-{i}"
+        holder = make(
+            memory_store_factory(),
+            path,
+            owner="holder",
+            priority=1,
+            cleanup_timeout=10,
+            watch_interval=30,
+            listener=rec,
+        )
+        assert holder.try_lock()
+        time.sleep(0.35)  # let the window counted from the holder's last read close
+        high = make(memory_store_factory(), path, owner="high", priority=9, waiting_timeout=0.8)
+        try:
+            with pytest.raises(PreemptionTimeout):
+                high.try_lock()
+            assert rec.withdrawn.wait(5), f"round {i}: the holder never heard the withdrawal"
+            assert rec.names() == ["acquired", "cleanup", "withdrawn"], f"round {i}"
+            assert 0 < rec.left[0] <= 0.3, f"round {i}: told with {rec.left[0]:.3f} s left"
+        finally:
+            finish.set()
+        assert rec.cleanup_done.wait(5)  # then, nobody waiting, the holder lets go
