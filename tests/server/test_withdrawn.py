@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests._servers.s3 import S3Server
+from tests._soak import SOAK
 from tests.server.clients import TRANSPORTS, Stream, open_client
 from tests.server.conftest import _s3_env, _s3_url
 from tests.server.helpers import Service
@@ -140,6 +141,7 @@ def test_a_holder_that_would_hear_late_is_told_in_its_window_or_not_at_all(
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.soak
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_the_issue_s_request_is_announced_in_its_window_every_time(
     memory_svc: Service, transport: str, pool: concurrent.futures.ThreadPoolExecutor
@@ -149,7 +151,7 @@ def test_the_issue_s_request_is_announced_in_its_window_every_time(
     drift allowance) has often closed when that read comes; the request's notice (same
     process) lets the holder count from the write, so it is told, with time left, each time."""
     with open_client(transport, memory_svc) as client:
-        for i in range(10):
+        for i in range(10) if SOAK else (0, 3, 6, 9):  # the late points fail without the rule
             resource = f"every-{i}-" + uuid.uuid4().hex[:8]
             stream = client.stream(resource, HOLDER)
             try:
