@@ -20,13 +20,20 @@ import pytest
 from prioritylock import AsyncLock, AsyncScheduler, LockBuilder, LockTimeout, SystemClock
 from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
 from prioritylock.stores._s3 import S3Store
+from tests._soak import size
 from tests.conftest import StoreFactory, selected_kinds
 from tests.test_stress import HELPERS, Section, _read_results, check_sections, describe
 
 LEASE_TIMEOUT = 30.0
 MAX_HOLD = 0.005
 TASKS = 1000
-RUN_SECONDS = 4.0
+#: Seconds of contention: 2.5 s gives ~15-20 handovers among 1,000 tasks (the test needs 5) and
+#: ~500 between processes and tasks; a minute of them under scripts/soak.
+RUN_SECONDS = size(2.5, 60.0)
+#: Leases on moto: 500 renewed every 3 s in CI, 1,000 every 6 s under scripts/soak; both ~170
+#: renewals a second, within what moto keeps up with (about 200).
+MOTO_LEASES = size(500, 1000)
+MOTO_RENEW = size(3.0, 6.0)
 
 
 async def _contend(
@@ -66,8 +73,9 @@ def _lock(store: ObjectStore, owner: str, poll: float = 0.05) -> AsyncLock:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.serial
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(RUN_SECONDS + 120)
 @pytest.mark.parametrize("kind", ["memory", "local"])
 def test_a_thousand_tasks_on_one_lock_in_one_loop(kind: str, tmp_path: Path) -> None:
     async def main() -> tuple[list[Section], int]:
@@ -98,8 +106,9 @@ def test_a_thousand_tasks_on_one_lock_in_one_loop(kind: str, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.serial
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(RUN_SECONDS + 120)
 def test_sync_processes_and_async_tasks_share_a_local_lock(tmp_path: Path) -> None:
     """Two processes of sync ``Lock`` clients and twenty async tasks in this one, on the same
     directory: never two holders, fences strictly increasing."""
@@ -262,19 +271,21 @@ def test_the_loop_never_stalls_while_a_thousand_leases_renew(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.serial
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", selected_kinds(["s3-moto"]))
-def test_the_loop_never_stalls_while_a_thousand_leases_renew_on_moto(
+def test_the_loop_never_stalls_while_hundreds_of_leases_renew_on_moto(
     kind: str, request: pytest.FixtureRequest
 ) -> None:
-    """The same on S3 (moto, on this machine's cores): 1,000 leases renewed every 6 s, 167
-    renewals and as many watches a second, within what moto keeps up with (about 200), sent on
-    the store's native async client (obstore). On boto3 and the thread pool (``async_io=threads``)
-    the loop stalled 23-29 ms here: boto3's CPU in the pool threads, holding the GIL, and the
-    garbage collector's pauses over its allocations (docs/decisions/003-loop-stalls.md)."""
+    """The same on S3 (moto, on this machine's cores): 500 leases renewed every 3 s (1,000 every
+    6 s under scripts/soak), 167 renewals and as many watches a second, within what moto keeps up
+    with (about 200), sent on the store's native async client (obstore). On boto3 and the thread
+    pool (``async_io=threads``) the loop stalled 23-29 ms here: boto3's CPU in the pool threads,
+    holding the GIL, and the garbage collector's pauses over its allocations
+    (docs/decisions/003-loop-stalls.md)."""
     factory: StoreFactory = request.getfixturevalue("s3_moto_store_factory")
-    leases, windows, window, renew = 1000, 2, 6.5, 6.0
+    leases, windows, window, renew = MOTO_LEASES, 2, MOTO_RENEW + 0.5, MOTO_RENEW
     store = factory()
     assert isinstance(store, S3Store) and store._native_io() is not None, "no native S3 path"
     try:

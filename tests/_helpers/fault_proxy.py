@@ -15,6 +15,12 @@ random generator seeded per route, whether to:
                until the partition heals, then deliver them, as TCP would, even to a client that
                has given up waiting (a late write landing after its sender timed out).
 
+A test that wants a given fault on a given request, rather than a seeded draw, sets
+:attr:`FaultProxy.chooser`: it sees each request's method and target and returns a
+:class:`Choice`, which can also answer in the server's place (``answer``: say a 503 and never
+forward; ``replace``: forward, let the server act, then say the fabricated answer instead of its
+own). ``tests/lock/_cloud_faults.py`` drives the proxy this way for the store fault suite.
+
 It runs its event loop on a thread of its own, so threaded clients (boto3, google-cloud-storage,
 azure-storage-blob) can use it unchanged: point the client's endpoint at ``route(name)``. Counts of
 requests and of each fault are kept in :attr:`FaultProxy.counts`.
@@ -30,11 +36,11 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["FaultPlan", "FaultProxy"]
+__all__ = ["Choice", "FaultPlan", "FaultProxy"]
 
 _HEAD_LIMIT = 64 * 1024
 
@@ -52,6 +58,28 @@ class FaultPlan:
     def __post_init__(self) -> None:
         if min(self.drop, self.reset, self.delay) < 0 or self.drop + self.reset + self.delay > 1:
             raise ValueError(f"fault probabilities must be >= 0 and sum to <= 1: {self}")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the proxy does with one request, as a :attr:`FaultProxy.chooser` decides it.
+
+    ``forward``, ``drop``, ``reset`` and ``delay`` are the plan's faults (see the module);
+    ``answer`` sends :attr:`answer` without forwarding; ``replace`` forwards, then sends
+    :attr:`answer` instead of the server's answer.
+    """
+
+    fault: Literal["forward", "drop", "reset", "delay", "answer", "replace"]
+    #: A whole HTTP/1.1 response (status line, headers, body), for ``answer`` and ``replace``.
+    answer: bytes = b""
+
+    def __post_init__(self) -> None:
+        if (self.fault in ("answer", "replace")) != bool(self.answer):
+            raise ValueError(f"{self.fault!r} takes an answer exactly when it sends one")
+
+
+#: Decides per request, from its method and target, instead of the plan (None: the plan decides).
+Chooser = Callable[[str, str], Choice | None]
 
 
 @dataclass
@@ -74,6 +102,8 @@ class FaultProxy:
         self._upstream = ("127.0.0.1", int(port))
         self._seed = seed
         self.plan = plan or FaultPlan()
+        #: Called on the proxy's thread for every request; see :class:`Choice`.
+        self.chooser: Chooser | None = None
         self.counts: Counter[str] = Counter()
         self._count_lock = threading.Lock()
         self._routes: dict[str, _Route] = {}
@@ -177,7 +207,16 @@ class FaultProxy:
             await asyncio.sleep(0.01)
         return held
 
-    def _choose(self, route: _Route) -> str:
+    def _choose(self, route: _Route, head: bytes) -> Choice:
+        chooser = self.chooser
+        if chooser is not None:
+            method, target = head.decode("latin-1").split(" ", 2)[:2]
+            chosen = chooser(method.upper(), target)
+            if chosen is not None:
+                return chosen
+        return _PLANNED[self._draw(route)]
+
+    def _draw(self, route: _Route) -> str:
         plan = self.plan
         draw = route.rng.random()
         if draw < plan.drop:
@@ -200,9 +239,15 @@ class FaultProxy:
                     return
                 head, body, method = request
                 self._count("requests")
-                fault = self._choose(route)
+                choice = self._choose(route, head)
+                fault = choice.fault
                 if await self._through_partition(route):
                     self._count("held by a partition")
+                if fault == "answer":
+                    self._count("answered in the server's place")
+                    writer.write(choice.answer)
+                    await writer.drain()
+                    continue
                 if fault == "reset":
                     self._count("reset before forwarding")
                     _reset(writer)
@@ -227,6 +272,9 @@ class FaultProxy:
                     self._count("dropped after forwarding")
                     _reset(writer)
                     return
+                if fault == "replace":
+                    self._count("answer replaced after forwarding")
+                    answer = choice.answer
                 if await self._through_partition(route):
                     self._count("answer held by a partition")
                 writer.write(answer)
@@ -238,6 +286,14 @@ class FaultProxy:
             if upstream is not None:
                 upstream[1].close()
             writer.close()
+
+
+_PLANNED = {
+    "forward": Choice("forward"),
+    "drop": Choice("drop"),
+    "reset": Choice("reset"),
+    "delay": Choice("delay"),
+}
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

@@ -15,12 +15,20 @@ networks and servers fail them:
   ``RequestsTransport``), as ``tests/stores/test_gcs.py`` and ``test_azure.py`` do; this subclass
   picks faults by seam operation instead of HTTP method, and can keep failing until cleared.
 
+With ``via="proxy"`` the same faults are injected on the wire instead, by a
+:class:`~tests._helpers.fault_proxy.FaultProxy` in front of the server (the store's endpoint is
+the proxy's route): a refused request is answered by the proxy, a reset cuts the connection
+before the request is forwarded, a delivered fault forwards it and then resets the connection or
+replaces the server's answer. A proxy cannot make the SDK time out without waiting for its read
+timeout, so ``lose="timeout"`` is the SDK hooks' alone (:attr:`Injector.can_time_out`).
+
 Faults are queued per seam operation: ``"read"``, ``"write"`` (create and replace: one request
 type on every store), ``"delete"`` and ``"list"``. Everything else goes to the real server.
 """
 
 from __future__ import annotations
 
+import http
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,12 +39,16 @@ import requests
 import urllib3.exceptions
 
 from prioritylock.stores import ObjectStore
+from tests._helpers.fault_proxy import Choice, FaultProxy
 from tests._servers.azure import azure_error_body
 from tests._servers.gcs import FaultyAdapter, gcs_error_body
 
-__all__ = ["Fault", "Injector", "Op", "open_injector"]
+__all__ = ["VIAS", "Fault", "Injector", "Op", "Via", "open_injector"]
 
 Op = Literal["read", "write", "delete", "list"]
+Via = Literal["sdk", "proxy"]
+#: Where faults can be injected: at the SDK's HTTP boundary, or on the wire by the fault proxy.
+VIAS: tuple[Via, ...] = ("sdk", "proxy")
 Loss = Literal["timeout", "reset"]
 
 # Error codes of fabricated answers, by status, as each service spells them.
@@ -131,14 +143,19 @@ class _Plan:
 class Injector:
     """A store of the kind under test whose requests fail as told (see the module notes)."""
 
-    def __init__(self, kind: str, store: ObjectStore, plan: _Plan) -> None:
+    def __init__(self, kind: str, store: ObjectStore, plan: _Plan, via: Via = "sdk") -> None:
         self.kind = kind
         self.store = store
+        self.via = via
+        #: Whether ``Fault(lose="timeout")`` can be injected (not through the proxy).
+        self.can_time_out = via == "sdk"
         self._plan = plan
         self._closers: list[Callable[[], None]] = []
 
     def fail(self, op: Op, fault: Fault, times: int | None = 1) -> None:
         """Fail the next ``times`` requests of ``op`` (``None``: every one until :meth:`clear`)."""
+        if fault.lose == "timeout" and not self.can_time_out:
+            raise ValueError(f"no read timeouts {self.via}: see the module notes")
         self._plan.add(op, fault, times)
 
     def clear(self) -> None:
@@ -184,6 +201,16 @@ class _Body:
 _S3_OPS = {"GetObject": "read", "PutObject": "write", "DeleteObject": "delete"}
 
 
+def _s3_body(status: int, code: str | None = None) -> tuple[bytes, dict[str, str]]:
+    code = code or _S3_CODES.get(status, "InjectedFault")
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        f"<Error><Code>{code}</Code><Message>injected by the test</Message>"
+        "<RequestId>test</RequestId></Error>"
+    ).encode()
+    return body, {"Content-Type": "application/xml"}
+
+
 def _s3_injector(
     request: pytest.FixtureRequest, kind: str, like: ObjectStore, sdk_retries: int
 ) -> Injector:
@@ -219,13 +246,8 @@ def _s3_injector(
         if fault.lose == "reset":
             raise botocore.exceptions.ConnectionClosedError(endpoint_url=request.url)
         assert fault.status is not None
-        code = fault.code or _S3_CODES.get(fault.status, "InjectedFault")
-        body = (
-            '<?xml version="1.0" encoding="UTF-8"?>'
-            f"<Error><Code>{code}</Code><Message>injected by the test</Message>"
-            "<RequestId>test</RequestId></Error>"
-        ).encode()
-        headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+        body, headers = _s3_body(fault.status, fault.code)
+        headers["Content-Length"] = str(len(body))
         return botocore.awsrequest.AWSResponse(request.url, fault.status, headers, _Body(body))
 
     unique = f"cloud-faults-{id(plan)}"
@@ -256,7 +278,7 @@ class _PlannedAdapter(FaultyAdapter):
     def send(  # type: ignore[override]
         self, request: requests.PreparedRequest, **kwargs: Any
     ) -> requests.Response:
-        fault = self._plan.take(_http_op(request))
+        fault = self._plan.take(_http_op(request.method or "", request.url or ""))
         if fault is None:
             return super().send(request, **kwargs)
         if fault.before is not None:
@@ -276,15 +298,15 @@ class _PlannedAdapter(FaultyAdapter):
         return self._fabricate(request, fault.status)
 
 
-def _http_op(request: requests.PreparedRequest) -> str:
-    url = request.url or ""
+def _http_op(method: str, url: str) -> str:
     path = url.split("?", 1)[0]
-    if request.method == "GET":
-        # GCS lists objects at .../b/BUCKET/o; Azure lists with comp=list.
-        return "list" if "comp=list" in url or path.endswith("/o") else "read"
-    if request.method in ("POST", "PUT"):
+    if method == "GET":
+        # GCS lists objects at .../b/BUCKET/o; Azure lists with comp=list; S3 with list-type=2.
+        listing = "comp=list" in url or "list-type=" in url or path.endswith("/o")
+        return "list" if listing else "read"
+    if method in ("POST", "PUT"):
         return "write"
-    if request.method == "DELETE":
+    if method == "DELETE":
         return "delete"
     return "other"
 
@@ -331,14 +353,105 @@ def _azure_injector(request: pytest.FixtureRequest, like: ObjectStore) -> Inject
     return injector
 
 
+# -- any cloud: the fault proxy on the wire -------------------------------------------------------
+
+
+def _raw_answer(status: int, body: bytes, headers: dict[str, str]) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+        f"Content-Length: {len(body)}",
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _proxy_injector(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -> Injector:
+    """``like``'s bucket through a :class:`FaultProxy` whose chooser takes faults from a plan."""
+    server: Any
+    error_body: Callable[[int, str | None], tuple[bytes, dict[str, str]]]
+    if kind.startswith("s3-"):
+        from prioritylock.stores._s3 import S3Store
+
+        assert isinstance(like, S3Store)
+        server = request.getfixturevalue(f"{kind.removeprefix('s3-')}_server")
+        upstream, error_body, bucket = server.endpoint_url, _s3_body, like.bucket
+
+        def options(url: str) -> dict[str, Any]:
+            return {"endpoint_url": url}
+
+    elif kind == "gcs":
+        from prioritylock.stores._gcs import GCSStore
+
+        assert isinstance(like, GCSStore)
+        server = request.getfixturevalue("fake_gcs_server")
+        upstream, bucket = server.url, like.bucket
+
+        def error_body(status: int, _code: str | None) -> tuple[bytes, dict[str, str]]:
+            return gcs_error_body(status)
+
+        def options(url: str) -> dict[str, Any]:
+            return {"endpoint": url}
+
+    elif kind == "azure":
+        from azure.core.credentials import AzureNamedKeyCredential
+
+        from prioritylock.stores._azure import AzureBlobStore
+        from tests._servers.azure import ACCOUNT, ACCOUNT_KEY
+
+        assert isinstance(like, AzureBlobStore)
+        server = request.getfixturevalue("azurite_server")
+        upstream, bucket = server.account_url, like.container
+        account = upstream.split("://", 1)[1].partition("/")[2]
+
+        def error_body(status: int, _code: str | None) -> tuple[bytes, dict[str, str]]:
+            return _azure_body(status)
+
+        def options(url: str) -> dict[str, Any]:
+            credential = AzureNamedKeyCredential(ACCOUNT, ACCOUNT_KEY)
+            return {"account_url": f"{url}/{account}", "credential": credential}
+
+    else:
+        raise ValueError(f"no proxy faults for store kind {kind!r}")
+    plan = _Plan()
+
+    def choose(method: str, target: str) -> Choice | None:
+        fault = plan.take(_http_op(method, target))
+        if fault is None:
+            return None
+        if fault.before is not None:
+            fault.before()
+        if fault.lose is not None:  # a reset: before forwarding, or after the server acted
+            return Choice("drop" if fault.deliver else "reset")
+        assert fault.status is not None
+        answer = _raw_answer(fault.status, *error_body(fault.status, fault.code))
+        return Choice("replace" if fault.deliver else "answer", answer)
+
+    proxy = FaultProxy(upstream.split("://", 1)[1].split("/", 1)[0], seed=0)
+    proxy.chooser = choose
+    store: ObjectStore = server.store(bucket, like.prefix, **options(proxy.route(kind)))
+    injector = Injector(kind, store, plan, via="proxy")
+    injector._closers += [proxy.close, store.close]
+    return injector
+
+
 def open_injector(
-    request: pytest.FixtureRequest, kind: str, like: ObjectStore, *, sdk_retries: int = 0
+    request: pytest.FixtureRequest,
+    kind: str,
+    like: ObjectStore,
+    *,
+    sdk_retries: int = 0,
+    via: Via = "sdk",
 ) -> Injector:
     """A faulty store of ``kind`` on the bucket (container) and prefix of ``like``.
 
     :param sdk_retries: S3 only: the store's client retries each request this many times
         (a caller's client; the stores' own clients never retry).
+    :param via: where the faults are injected: the SDK's HTTP boundary or the fault proxy.
     """
+    if via == "proxy":
+        if sdk_retries:
+            raise ValueError("the proxy's store sends every request with SDK retries off")
+        return _proxy_injector(request, kind, like)
     if kind.startswith("s3-"):
         return _s3_injector(request, kind, like, sdk_retries)
     if sdk_retries:

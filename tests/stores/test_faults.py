@@ -4,10 +4,15 @@ A write that lands runs against the real server of every cloud kind (moto, Seawe
 fake-gcs-server, Azurite; narrowed by ``PRIORITYLOCK_STORES``); a fault that never reaches the
 server, against one server per SDK (moto for S3). Faults are injected where the SDK meets the
 network (``tests/lock/_cloud_faults.py``: a botocore ``before-send`` hook for S3, a requests
-transport adapter for GCS and Azure). What a store must say is the same on every cloud: a
-throttled or failed request is :class:`StoreUnavailable`, its outcome unknown exactly when it was
-a write; a write whose answer was lost may have landed, and only a read-back tells; a request
-that never left (connection refused) has a known outcome.
+transport adapter for GCS and Azure), and again on the wire by the fault proxy
+(``tests/_helpers/fault_proxy.py``) wherever a proxy can cause the fault: a 503 in the server's
+place, a reset before the request is forwarded, a reset or a 503 after the server applied a write
+(a read timeout through the proxy would cost the SDK's whole read timeout: the hooks' alone).
+
+What a store must say is the same on every cloud: a throttled or failed request is
+:class:`StoreUnavailable`, its outcome unknown exactly when it was a write; a write whose answer
+was lost may have landed, and only a read-back tells; a request that never left (connection
+refused) has a known outcome.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import pytest
 from prioritylock import ConditionFailed, StoreUnavailable
 from prioritylock.stores import ObjectStore, Versioned
 from tests.conftest import CLOUD_KINDS, StoreFactory, selected_kinds
-from tests.lock._cloud_faults import Fault, Injector, Op, open_injector
+from tests.lock._cloud_faults import Fault, Injector, Op, Via, open_injector
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -60,11 +65,17 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def via(request: pytest.FixtureRequest) -> Via:
+    """Where the faults are injected: ``sdk`` unless a test parametrizes it (indirectly)."""
+    return getattr(request, "param", "sdk")
+
+
+@pytest.fixture
 def faults(
-    request: pytest.FixtureRequest, store_kind: str, store_factory: StoreFactory
+    request: pytest.FixtureRequest, store_kind: str, store_factory: StoreFactory, via: Via
 ) -> Iterator[Injector]:
     """A store of the kind under test, on a fresh bucket, whose requests fail as told."""
-    injector = open_injector(request, store_kind, store_factory())
+    injector = open_injector(request, store_kind, store_factory(), via=via)
     try:
         yield injector
     finally:
@@ -124,7 +135,11 @@ def _run(store: ObjectStore, operation: str, key: str, version: str) -> object:
 
 
 @one_per_sdk
-@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+@pytest.mark.parametrize(
+    ("via", "status"),
+    [*(("sdk", status) for status in (408, 429, 500, 502, 503, 504)), ("proxy", 503)],
+    indirect=["via"],
+)
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_throttling_and_5xx_are_unavailable_after_one_attempt_unknown_for_writes(
     faults: Injector, store_kind: str, operation: str, status: int
@@ -145,7 +160,9 @@ def test_throttling_and_5xx_are_unavailable_after_one_attempt_unknown_for_writes
 
 
 @one_per_sdk
-@pytest.mark.parametrize("lose", ["timeout", "reset"])
+@pytest.mark.parametrize(
+    ("via", "lose"), [("sdk", "timeout"), ("sdk", "reset"), ("proxy", "reset")], indirect=["via"]
+)
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_a_lost_answer_is_unavailable_and_unknown_for_writes(
     faults: Injector, store_kind: str, operation: str, lose: Any
@@ -182,7 +199,11 @@ def test_connection_refused_is_unavailable_with_a_known_outcome(
 # -- the write landed, its answer did not: only a read-back tells --------------------------------
 
 
-@pytest.mark.parametrize("fault", ["timeout", "reset", "503"])
+@pytest.mark.parametrize(
+    ("via", "fault"),
+    [("sdk", "timeout"), ("sdk", "reset"), ("sdk", "503"), ("proxy", "reset"), ("proxy", "503")],
+    indirect=["via"],
+)
 @pytest.mark.parametrize("operation", WRITES)
 def test_a_write_that_landed_but_lost_its_answer_is_unknown_and_did_change(
     faults: Injector, operation: str, fault: str
