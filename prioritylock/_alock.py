@@ -320,8 +320,7 @@ class AsyncLock(LockBase):
             return done
         left = self._time_left(call)
         future = asyncio.ensure_future(self._route.later(call))
-        if call.notify:  # told when it ends, even if this task was cancelled meanwhile
-            future.add_done_callback(lambda f: self._after_write(call, *_ended(f)))
+        self._after_write_when_done(call, future)  # even if this task is cancelled meanwhile
         self._inflight = future
         try:
             if left is None:
@@ -524,17 +523,6 @@ _AWAITED = (effects.Read, effects.Put, effects.Sleep, effects.Pause)
 
 #: Tasks the library started (listener calls, cleanups): kept referenced until done.
 _background: set[asyncio.Task[None]] = set()
-
-
-def _outcome(future: asyncio.Future[Any]) -> BaseException | None:
-    """What a finished store call raised (a cancelled one: unknown, as if it had failed)."""
-    return asyncio.CancelledError() if future.cancelled() else future.exception()
-
-
-def _ended(future: asyncio.Future[Any]) -> tuple[BaseException | None, object]:
-    """What a finished store call raised (see :func:`_outcome`), or what it returned."""
-    error = _outcome(future)
-    return error, None if error is not None else future.result()
 
 
 async def _shielded(coro: Awaitable[T]) -> T:

@@ -12,6 +12,7 @@ pause, a heartbeat and a callback are run. Neither imports the other.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -610,6 +611,23 @@ class LockBase:
             if call.sent is not None and error is None and isinstance(version, str):
                 stamp = Stamp(version, call.sent, self._clock)
             NOTICES.notice(self._store, self._key, source=self, stamp=stamp)
+
+    def _after_write_when_done(
+        self, call: StoreCall, future: Future[Any] | asyncio.Future[Any]
+    ) -> None:
+        """:meth:`_after_write` once ``future`` (a thread's or the loop's) ends: a write that may
+        land later is still news. A cancelled call counts as failed, its outcome unknown."""
+
+        def ended(done: Any) -> None:
+            if done.cancelled():
+                self._after_write(call, asyncio.CancelledError())
+            elif (error := done.exception()) is not None:
+                self._after_write(call, error)
+            else:
+                self._after_write(call, None, done.result())
+
+        if call.notify:
+            future.add_done_callback(ended)
 
     def _lose(self, holding: lockstate.Holding, reason: str, *, force: bool = False) -> None:
         """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -218,12 +217,14 @@ class Lock(LockBase):
     _perform = LockBase._perform_effect
 
     def _store_call(self, call: StoreCall) -> Any:
-        left = self._time_left(call)
-        return self._call_here(call, call if left is None else lambda: self._bounded(call, left))
+        return self._call_here(call, lambda: self._bounded(call))
 
-    def _bounded(self, call: StoreCall, left: float) -> Any:
-        """Make ``call`` on a worker thread and wait for it at most ``left`` seconds; then let
-        it run on to its end unwatched (``_gave_up``) and raise ``StoreUnavailable``."""
+    def _bounded(self, call: StoreCall) -> Any:
+        """Make ``call`` here if it has no time bound; else on a worker thread, waited for at
+        most the time it has left, then let run on to its end unwatched (``_gave_up``) while
+        ``StoreUnavailable`` is raised."""
+        if (left := self._time_left(call)) is None:
+            return call()
         future = _call_pool().submit(call)
         try:
             return future.result(left)
@@ -233,8 +234,7 @@ class Lock(LockBase):
         if future.cancel():  # it never started: nothing was sent
             raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
         error = self._gave_up(call, future, left)
-        if call.notify:  # a write that may land later is still news, when it ends
-            future.add_done_callback(lambda f: self._after_write(call, *_ended(f)))
+        self._after_write_when_done(call, future)
         raise error
 
     def _sleep(self, seconds: float) -> None:
@@ -364,9 +364,3 @@ class _Acquired:
         tb: TracebackType | None,
     ) -> None:
         self.lock.__exit__(exc_type, exc, tb)
-
-
-def _ended(future: Future[Any]) -> tuple[BaseException | None, object]:
-    """What a finished store call raised, or what it returned."""
-    error = future.exception()
-    return error, None if error is not None else future.result()
