@@ -32,9 +32,14 @@ __all__ = ["add_hudi_commands", "cmd_hudi"]
 
 
 def add_hudi_commands(
-    commands: Any, common: argparse.ArgumentParser, seconds: Any, parser_class: Any
+    commands: Any,
+    common: argparse.ArgumentParser,
+    seconds: Any,
+    interval: Any,
+    parser_class: Any,
 ) -> None:
-    """Add ``hudi`` and its subcommands to ``commands`` (the CLI's subparsers)."""
+    """Add ``hudi`` and its subcommands to ``commands`` (the CLI's subparsers); ``seconds`` and
+    ``interval`` are the CLI's own argument types (an interval has a floor: no busy loop)."""
     hudi = commands.add_parser(
         "hudi",
         help="Apache Hudi's own table lock (shared with Java writers)",
@@ -66,7 +71,7 @@ def add_hudi_commands(
         description="Read the lock every --interval and print each change until Ctrl-C.",
     )
     watch.add_argument(
-        "--interval", type=seconds, default=1.0, metavar="S", help="seconds between reads (1)"
+        "--interval", type=interval, default=1.0, metavar="S", help="seconds between reads (1)"
     )
     watch.add_argument("--count", type=int, metavar="N", help="stop after N changes")
     force = sub.add_parser(

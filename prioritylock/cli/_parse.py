@@ -215,7 +215,7 @@ def build_parser() -> Parser:
     )
     watch.add_argument("--count", type=_positive_int, metavar="N", help="stop after N changes")
 
-    add_hudi_commands(commands, common, _seconds, Parser)
+    add_hudi_commands(commands, common, _seconds, _interval, Parser)
 
     commands.add_parser("demo", help="contention and preemption on a temporary local store")
 

@@ -81,6 +81,14 @@ def test_watch_prints_each_change(cli: Cli, table: tuple[str, ObjectStore]) -> N
     assert watching.finish().code == 0
 
 
+def test_watch_refuses_an_interval_that_would_busy_loop(
+    cli: Cli, table: tuple[str, ObjectStore]
+) -> None:
+    base, _store = table
+    refused = cli.run("hudi", "watch", base, "--interval", "0")
+    assert refused.code == 2 and "at least" in refused.stderr, refused.stderr
+
+
 def test_on_s3_from_the_standard_aws_environment(request: pytest.FixtureRequest) -> None:
     """s3a:// as Hudi has it; endpoint and credentials from AWS_* as the SDK reads them."""
     server = request.getfixturevalue("moto_server")
