@@ -273,6 +273,30 @@ def scale_chart(scale: dict[str, Json]) -> Chart:
     )
 
 
+def push_chart(push: Json) -> Chart:
+    rows = [r for r in push["sections"]["push"]["rows"] if r.get("channel") in ("notice", "other")]
+    groups = []
+    for what, title in (
+        ("request -> told", "Request -> holder told"),
+        ("release -> next", "Release -> next holder"),
+    ):
+        bars = [
+            Bar(
+                r["case"], r["median"], OURS if r["channel"] == "notice" else RAW, _num(r["median"])
+            )
+            for r in rows
+            if r["what"] == what
+        ]
+        groups.append(Group(title, bars))
+    return Chart(
+        title="How fast the other side hears: median ms",
+        unit="ms (median; without a notice, 10 s and up to 30 s with these timings)",
+        groups=groups,
+        source=_source("push.json", push["machine"]),
+        legend=[(OURS, "prioritylock"), (RAW, "filelock, ZooKeeper")],
+    )
+
+
 def draw(results: Path = RESULTS) -> dict[str, str]:
     """The figures, by file name, drawn from the results in ``results``: those whose data are
     there (a run of some sections only leaves the others' figures as they were)."""
@@ -287,6 +311,8 @@ def draw(results: Path = RESULTS) -> dict[str, str]:
         charts["bench-cloud.svg"] = cloud_chart(latest)
     if any(s.get("rows") for s in scale.values()):
         charts["bench-scale.svg"] = scale_chart(scale)
+    if (push := results / "push.json").exists():
+        charts["bench-push.svg"] = push_chart(json.loads(push.read_text(encoding="utf-8")))
     return {name: render(chart) for name, chart in charts.items()}
 
 
