@@ -75,9 +75,14 @@ def _waiting(acquire: Callable[[], object]) -> tuple[threading.Thread, list[int]
 
 
 def _threads(
-    url: str, rounds: int, ask: Callable[[], int], release: Callable[[], int], s: Settings = SLOW
+    url: str,
+    rounds: int,
+    ask: Callable[[], int],
+    release: tuple[Callable[[], None], Callable[[], int]],
+    s: Settings = SLOW,
 ) -> Samples:
-    """Our holder is asked, then waits while the other releases (each returns when it began).
+    """Our holder is asked (``ask`` returns when it began); once the other holds (``release[0]``
+    returns), our holder waits and the other releases (``release[1]`` returns when it began).
     A polled holder is asked at a random point of its watch interval."""
     told = _Told()
     holder = _builder(url, "low", 1, s).listener(told).build()
@@ -91,9 +96,10 @@ def _threads(
         if not (told.event.wait(60) and told.lost.wait(60)):
             raise RuntimeError("the holder was not told of the request, or kept the lock")
         requests.append(told.at - started)
+        release[0]()
         waiter, got = _waiting(lambda: holder.lock(timeout=60))
         time.sleep(WAITING)
-        released = release()
+        released = release[1]()
         waiter.join(60)
         handoffs.append(got[0] - released)  # none: the waiter did not get the lock
         holder.unlock()
@@ -110,14 +116,16 @@ def _in_process(url: str, rounds: int) -> Samples:
         threading.Thread(target=lambda: asked.put(urgent.try_lock())).start()
         return started
 
-    def release() -> int:
+    def held() -> None:
         if not asked.get(timeout=60):
             raise RuntimeError("the request did not get the lock")
+
+    def release() -> int:
         released = time.monotonic_ns()
         urgent.unlock()
         return released
 
-    return _threads(url, rounds, ask, release)
+    return _threads(url, rounds, ask, (held, release))
 
 
 async def _on_loop(url: str, rounds: int) -> Samples:
@@ -170,12 +178,11 @@ def _two_processes(url: str, rounds: int, s: Settings = SLOW, flock: bool = Fals
         conn.send(command)
         return int(conn.recv())
 
-    def release() -> int:
+    def held() -> None:
         if not conn.recv():
             raise RuntimeError("the request did not get the lock")
-        return call("unlock")
 
-    ours = _threads(url, rounds, lambda: call("request"), release, s)
+    ours = _threads(url, rounds, lambda: call("request"), (held, lambda: call("unlock")), s)
     lock = filelock.FileLock(f"{directory}/push.filelock", thread_local=False)
     for _ in range(rounds if flock else 0):
         call("flock")
@@ -191,7 +198,10 @@ def _two_processes(url: str, rounds: int, s: Settings = SLOW, flock: bool = Fals
 
 
 def _off(case: str, url: str, rounds: int, out: Queue[Samples]) -> None:
-    """One case in a child process started with ``PRIORITYLOCK_NOTICES=off``."""
+    """One case in a child process started with ``PRIORITYLOCK_NOTICES=off``, the waiter 2 s
+    (not 20 ms) into its wait when the lock is released: deep in its backed-off polling."""
+    global WAITING
+    WAITING = 2.0
     if case == "AsyncLock":
         out.put(asyncio.run(_on_loop(url, rounds)))
     else:
@@ -324,6 +334,7 @@ def _cost(url: str, seconds: float) -> float:
     lock = _builder(url, "held", 1, POLLED).build()
     lock.lock(timeout=30)
     stats = lock.config.store.stats
+    time.sleep(0.5)  # half a watch interval in: the window holds ``seconds`` reads
     before = stats.total
     time.sleep(seconds)  # holding: the heartbeat reads and renews meanwhile
     made = stats.total - before
