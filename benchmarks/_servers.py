@@ -33,15 +33,12 @@ _CHECKOUT = str(Path(__file__).resolve().parents[1])
 if _CHECKOUT not in sys.path:
     sys.path.insert(0, _CHECKOUT)
 
-from tools import emulators, service  # noqa: E402
-from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY  # noqa: E402
+from tools import emulators, sdk, service  # noqa: E402
+from tools.emulators import AZURITE_KEY  # noqa: E402
 from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
+from tools.sdk import REGION  # noqa: E402
 from tools.service import ServiceError as ServiceError  # noqa: E402, PLC0414 (re-exported)
-
-REGION = "us-east-1"
-GCS_PROJECT = "prioritylock-bench"
-
 
 # -- raw SDK clients: the floor --------------------------------------------------------------------
 
@@ -58,22 +55,8 @@ class RawClient(Protocol):
 
 class _RawS3:
     def __init__(self, endpoint: str, bucket: str, key: tuple[str, str]) -> None:
-        import botocore.config
-        import botocore.session
-
         self._bucket = bucket
-        # Configured as S3Store configures its client: one attempt, path-style addressing.
-        self._client = botocore.session.Session().create_client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=REGION,
-            aws_access_key_id=key[0],
-            aws_secret_access_key=key[1],
-            config=botocore.config.Config(
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
-        )
+        self._client = sdk.s3_client(endpoint, key)
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
         condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
@@ -91,7 +74,7 @@ class _RawS3:
 
 class _RawGCS:
     def __init__(self, endpoint: str, bucket: str) -> None:
-        self._client = _gcs_client(endpoint)
+        self._client = sdk.gcs_client(endpoint)
         self._bucket = self._client.bucket(bucket)
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
@@ -115,7 +98,7 @@ class _RawGCS:
 
 class _RawAzure:
     def __init__(self, account_url: str, container: str) -> None:
-        self._container = _azure_container(account_url, container)
+        self._container = sdk.azure_container(account_url, container)
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
         from azure.core import MatchConditions
@@ -140,34 +123,6 @@ class _RawAzure:
         self._container.close()
 
 
-def _gcs_client(endpoint: str) -> Any:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(
-        project=GCS_PROJECT,
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options={"api_endpoint": endpoint},
-    )
-    # google-cloud-storage 3.x fetches bucket metadata in background threads for tracing; the
-    # store turns that off, so the floor does too (same requests on the wire).
-    if getattr(client, "_bucket_metadata_cache", None) is not None:
-        client._bucket_metadata_cache = None
-    return client
-
-
-def _azure_container(account_url: str, container: str) -> Any:
-    from azure.core.credentials import AzureNamedKeyCredential
-    from azure.storage.blob import ContainerClient
-
-    return ContainerClient(
-        account_url,
-        container,
-        credential=AzureNamedKeyCredential(AZURITE_ACCOUNT, AZURITE_KEY),
-        retry_total=0,
-    )
-
-
 # -- running emulators ----------------------------------------------------------------------------
 
 
@@ -190,13 +145,13 @@ def make_bucket(e: Emulator) -> str:
     """A new, empty bucket (container) with a unique name."""
     name = f"plk-bench-{uuid.uuid4().hex[:16]}"
     if _s3(e):
-        with contextlib.closing(_RawS3(e.endpoint, name, e.key)) as raw:
-            raw._client.create_bucket(Bucket=name)
+        with contextlib.closing(sdk.s3_client(e.endpoint, e.key)) as client:
+            client.create_bucket(Bucket=name)
     elif e.name == "gcs":
-        with contextlib.closing(_gcs_client(e.endpoint)) as client:
+        with contextlib.closing(sdk.gcs_client(e.endpoint)) as client:
             client.create_bucket(name)
     else:
-        with _azure_container(e.endpoint, name) as container:
+        with sdk.azure_container(e.endpoint, name) as container:
             container.create_container()
     return name
 

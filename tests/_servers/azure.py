@@ -23,6 +23,7 @@ import pytest
 
 from tests._servers import StoreFactory, emulator, store_factory
 from tests._servers.gcs import STORE_PREFIX, FaultyAdapter
+from tools import sdk
 from tools.emulators import AZURITE_ACCOUNT as ACCOUNT
 from tools.emulators import AZURITE_KEY as ACCOUNT_KEY
 
@@ -61,21 +62,14 @@ class AzuriteServer:
     ) -> ContainerClient:
         """A new ``ContainerClient`` with SDK retries off (HTTP through ``adapter`` if given)."""
         import requests
-        from azure.core.credentials import AzureNamedKeyCredential
         from azure.core.pipeline.transport import RequestsTransport
-        from azure.storage.blob import ContainerClient
 
-        options: dict[str, Any] = {"retry_total": 0}
+        options: dict[str, Any] = {}
         if adapter is not None:
             session = requests.Session()
             session.mount("http://", adapter)
             options["transport"] = RequestsTransport(session=session, session_owner=True)
-        return ContainerClient(
-            self.account_url,
-            container,
-            credential=AzureNamedKeyCredential(ACCOUNT, key),
-            **options,
-        )
+        return sdk.azure_container(self.account_url, container, key=key, **options)
 
     def store(self, container: str, prefix: str = STORE_PREFIX, **options: Any) -> AzureBlobStore:
         """A new :class:`AzureBlobStore` with its own client on ``container`` of this server."""
