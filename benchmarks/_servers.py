@@ -37,7 +37,6 @@ from tools import emulators, sdk, service  # noqa: E402
 from tools.emulators import AZURITE_KEY  # noqa: E402
 from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
-from tools.sdk import REGION  # noqa: E402
 from tools.service import ServiceError as ServiceError  # noqa: E402, PLC0414 (re-exported)
 
 # -- raw SDK clients: the floor --------------------------------------------------------------------
@@ -130,17 +129,6 @@ def _s3(e: Emulator) -> bool:
     return e.name.startswith("s3-")
 
 
-def url(e: Emulator, bucket: str, prefix: str) -> str:
-    """The store URL of ``prefix`` in ``bucket`` (credentials come from :func:`running`)."""
-    if _s3(e):
-        return f"s3://{bucket}/{prefix}?endpoint={e.endpoint}&region={REGION}&addressing=path"
-    return (
-        f"gs://{bucket}/{prefix}"
-        if e.name == "gcs"
-        else f"az://{bucket}/{prefix}?endpoint={e.endpoint}"
-    )
-
-
 def make_bucket(e: Emulator) -> str:
     """A new, empty bucket (container) with a unique name."""
     name = f"plk-bench-{uuid.uuid4().hex[:16]}"
@@ -219,7 +207,8 @@ def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
         tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as work,
         running([name], Path(work)) as started,
     ):
-        yield url(started[name], make_bucket(started[name]), unique), started[name]
+        e = started[name]
+        yield sdk.store_url(name, e.endpoint, make_bucket(e), unique), e
 
 
 def versions() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The cloud SDKs' own clients for the emulators of :mod:`tools.emulators`, configured as the
 stores configure theirs (no SDK retries; S3 path-style addressing): what the tests inspect and
 damage a store's objects with, and what the benchmarks measure a store against. Each SDK is
-imported when its client is first asked for.
+imported when its client is first asked for. Also :func:`store_url`, a bucket's store URL.
 """
 
 from __future__ import annotations
@@ -14,13 +14,23 @@ from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
-__all__ = ["GCS_PROJECT", "REGION", "azure_container", "gcs_client", "s3_client"]
+__all__ = ["GCS_PROJECT", "REGION", "azure_container", "gcs_client", "s3_client", "store_url"]
 
 REGION = "us-east-1"
 GCS_PROJECT = "prioritylock-test"
 
 _session: Any = None
 _session_lock = threading.Lock()
+
+
+def store_url(emulator: str, endpoint: str, bucket: str, prefix: str) -> str:
+    """The store URL of ``prefix`` in ``bucket`` on the emulator ``emulator`` (a name of
+    :data:`tools.emulators.EMULATORS`) at ``endpoint``; credentials come from the environment."""
+    if emulator.startswith("s3-"):
+        return f"s3://{bucket}/{prefix}?endpoint={endpoint}&region={REGION}&addressing=path"
+    if emulator == "gcs":
+        return f"gs://{bucket}/{prefix}"
+    return f"az://{bucket}/{prefix}?endpoint={endpoint}"
 
 
 def s3_client(endpoint: str, key: tuple[str, str], region: str = REGION, **config: Any) -> Any:
