@@ -131,17 +131,7 @@ def _s3(e: Emulator) -> bool:
 
 def make_bucket(e: Emulator) -> str:
     """A new, empty bucket (container) with a unique name."""
-    name = f"plk-bench-{uuid.uuid4().hex[:16]}"
-    if _s3(e):
-        with contextlib.closing(sdk.s3_client(e.endpoint, e.key)) as client:
-            client.create_bucket(Bucket=name)
-    elif e.name == "gcs":
-        with contextlib.closing(sdk.gcs_client(e.endpoint)) as client:
-            client.create_bucket(name)
-    else:
-        with sdk.azure_container(e.endpoint, name) as container:
-            container.create_container()
-    return name
+    return sdk.create_bucket(e.name, e.endpoint, e.key)
 
 
 def raw_client(e: Emulator, bucket: str) -> RawClient:

@@ -1,12 +1,15 @@
 """The cloud SDKs' own clients for the emulators of :mod:`tools.emulators`, configured as the
 stores configure theirs (no SDK retries; S3 path-style addressing): what the tests inspect and
 damage a store's objects with, and what the benchmarks measure a store against. Each SDK is
-imported when its client is first asked for. Also :func:`store_url`, a bucket's store URL.
+imported when its client is first asked for. Also :func:`create_bucket` and
+:func:`store_url`, a bucket's store URL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY
@@ -14,7 +17,15 @@ from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
-__all__ = ["GCS_PROJECT", "REGION", "azure_container", "gcs_client", "s3_client", "store_url"]
+__all__ = [
+    "GCS_PROJECT",
+    "REGION",
+    "azure_container",
+    "create_bucket",
+    "gcs_client",
+    "s3_client",
+    "store_url",
+]
 
 REGION = "us-east-1"
 GCS_PROJECT = "prioritylock-test"
@@ -31,6 +42,22 @@ def store_url(emulator: str, endpoint: str, bucket: str, prefix: str) -> str:
     if emulator == "gcs":
         return f"gs://{bucket}/{prefix}"
     return f"az://{bucket}/{prefix}?endpoint={endpoint}"
+
+
+def create_bucket(emulator: str, endpoint: str, key: tuple[str, str] = ("", "")) -> str:
+    """A new, empty bucket (container) with a unique name on the emulator ``emulator`` at
+    ``endpoint`` (``key``: S3's access key id and secret)."""
+    name = f"plk-{uuid.uuid4().hex[:20]}"
+    if emulator.startswith("s3-"):
+        with contextlib.closing(s3_client(endpoint, key)) as client:
+            client.create_bucket(Bucket=name)
+    elif emulator == "gcs":
+        with contextlib.closing(gcs_client(endpoint)) as client:
+            client.create_bucket(name)
+    else:
+        with azure_container(endpoint, name) as container:
+            container.create_container()
+    return name
 
 
 def s3_client(endpoint: str, key: tuple[str, str], region: str = REGION, **config: Any) -> Any:

@@ -13,7 +13,6 @@ The account is Azurite's development account, whose key Microsoft publishes for 
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +80,7 @@ class AzuriteServer:
 
     def create_container(self) -> str:
         """A new, empty container with a unique name."""
-        container = f"plk-{uuid.uuid4().hex[:20]}"
-        with self.container_client(container) as client:
-            client.create_container()
-        return container
+        return sdk.create_bucket("azure", self.account_url)
 
     def remove_container(self, container: str) -> None:
         """Delete ``container`` and everything in it; best effort (the server may be gone)."""

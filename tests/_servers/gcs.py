@@ -24,7 +24,6 @@ import http
 import io
 import json
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,13 +203,7 @@ class FakeGCSServer:
 
     def create_bucket(self) -> str:
         """A new, empty bucket with a unique name."""
-        bucket = f"plk-{uuid.uuid4().hex[:20]}"
-        client = self.client()
-        try:
-            client.create_bucket(bucket)
-        finally:
-            client.close()
-        return bucket
+        return sdk.create_bucket("gcs", self.url)
 
     def object_names(self, bucket: str) -> list[str]:
         """Every object name in ``bucket``, straight from the server."""

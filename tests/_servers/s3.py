@@ -12,7 +12,6 @@ return a callable that opens a *new* :class:`S3Store` (its own boto3 client) on 
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,13 +79,9 @@ class S3Server:
 
     def create_bucket(self) -> str:
         """A new, empty bucket with a unique name."""
-        bucket = f"plk-{uuid.uuid4().hex[:20]}"
-        client = self.client()
-        try:
-            client.create_bucket(Bucket=bucket)
-        finally:
-            client.close()
-        return bucket
+        return sdk.create_bucket(
+            "s3-", self.endpoint_url, (self.access_key_id, self.secret_access_key)
+        )
 
     def remove_bucket(self, bucket: str) -> None:
         """Delete ``bucket`` and everything in it; best effort (the server may be gone)."""
