@@ -28,6 +28,7 @@ from _servers import Emulator
 from prioritylock import AsyncLock, Lock, LockBuilder
 from prioritylock.stores import ObjectStore
 from prioritylock.testing import DelegatingStore
+from tools import sdk
 
 HERE = Path(__file__).resolve().parent
 
@@ -117,8 +118,8 @@ class Bench:
             return f"memory://bench-{uuid.uuid4().hex}"
         if kind.emulator is None:
             return (self.root / f"local-{uuid.uuid4().hex[:12]}").as_uri()
-        emulator = self.emulators[kind.emulator]
-        return _servers.url(emulator, self.bucket(kind), f"bench-{uuid.uuid4().hex[:12]}")
+        prefix, endpoint = f"bench-{uuid.uuid4().hex[:12]}", self.emulators[kind.emulator].endpoint
+        return sdk.store_url(kind.emulator, endpoint, self.bucket(kind), prefix)
 
     def bucket(self, kind: StoreKind) -> str:
         """The run's bucket (container) on ``kind``'s emulator, made on first use."""

@@ -6,7 +6,7 @@ need, a :class:`RawClient` (one GET, one conditional PUT with the SDK: the floor
 measured against), and :func:`store_url`, the one way a script opens a store to measure. The
 credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
 fake-gcs-server, and Azurite's published development key. :class:`Service` is ``prioritylock
-serve`` as a subprocess on free ports, its CPU, memory and open files read from ``/proc``.
+serve`` as :mod:`tools.service` starts it, its CPU, memory and open files read from ``/proc``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ import importlib.metadata
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,20 +27,17 @@ from unittest import mock
 
 from _harness import process_cpu_s
 
-# Run as scripts, the benchmarks have only this directory on the path; the launcher is in the
+# Run as scripts, the benchmarks have only this directory on the path; the launchers are in the
 # checkout's tools/, next to it.
 _CHECKOUT = str(Path(__file__).resolve().parents[1])
 if _CHECKOUT not in sys.path:
     sys.path.insert(0, _CHECKOUT)
 
-from tools import emulators  # noqa: E402
-from tools.emulators import AZURITE_ACCOUNT, AZURITE_KEY, free_port, http_get  # noqa: E402  # noqa: E402
+from tools import emulators, sdk, service  # noqa: E402
+from tools.emulators import AZURITE_KEY  # noqa: E402
 from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
-
-REGION = "us-east-1"
-GCS_PROJECT = "prioritylock-bench"
-
+from tools.service import ServiceError as ServiceError  # noqa: E402, PLC0414 (re-exported)
 
 # -- raw SDK clients: the floor --------------------------------------------------------------------
 
@@ -59,22 +54,8 @@ class RawClient(Protocol):
 
 class _RawS3:
     def __init__(self, endpoint: str, bucket: str, key: tuple[str, str]) -> None:
-        import botocore.config
-        import botocore.session
-
         self._bucket = bucket
-        # Configured as S3Store configures its client: one attempt, path-style addressing.
-        self._client = botocore.session.Session().create_client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=REGION,
-            aws_access_key_id=key[0],
-            aws_secret_access_key=key[1],
-            config=botocore.config.Config(
-                retries={"total_max_attempts": 1, "mode": "standard"},
-                s3={"addressing_style": "path"},
-            ),
-        )
+        self._client = sdk.s3_client(endpoint, key)
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
         condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
@@ -92,7 +73,7 @@ class _RawS3:
 
 class _RawGCS:
     def __init__(self, endpoint: str, bucket: str) -> None:
-        self._client = _gcs_client(endpoint)
+        self._client = sdk.gcs_client(endpoint)
         self._bucket = self._client.bucket(bucket)
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
@@ -116,7 +97,7 @@ class _RawGCS:
 
 class _RawAzure:
     def __init__(self, account_url: str, container: str) -> None:
-        self._container = _azure_container(account_url, container)
+        self._container = sdk.azure_container(account_url, container)
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
         from azure.core import MatchConditions
@@ -141,34 +122,6 @@ class _RawAzure:
         self._container.close()
 
 
-def _gcs_client(endpoint: str) -> Any:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(
-        project=GCS_PROJECT,
-        credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-        client_options={"api_endpoint": endpoint},
-    )
-    # google-cloud-storage 3.x fetches bucket metadata in background threads for tracing; the
-    # store turns that off, so the floor does too (same requests on the wire).
-    if getattr(client, "_bucket_metadata_cache", None) is not None:
-        client._bucket_metadata_cache = None
-    return client
-
-
-def _azure_container(account_url: str, container: str) -> Any:
-    from azure.core.credentials import AzureNamedKeyCredential
-    from azure.storage.blob import ContainerClient
-
-    return ContainerClient(
-        account_url,
-        container,
-        credential=AzureNamedKeyCredential(AZURITE_ACCOUNT, AZURITE_KEY),
-        retry_total=0,
-    )
-
-
 # -- running emulators ----------------------------------------------------------------------------
 
 
@@ -176,30 +129,9 @@ def _s3(e: Emulator) -> bool:
     return e.name.startswith("s3-")
 
 
-def url(e: Emulator, bucket: str, prefix: str) -> str:
-    """The store URL of ``prefix`` in ``bucket`` (credentials come from :func:`running`)."""
-    if _s3(e):
-        return f"s3://{bucket}/{prefix}?endpoint={e.endpoint}&region={REGION}&addressing=path"
-    return (
-        f"gs://{bucket}/{prefix}"
-        if e.name == "gcs"
-        else f"az://{bucket}/{prefix}?endpoint={e.endpoint}"
-    )
-
-
 def make_bucket(e: Emulator) -> str:
     """A new, empty bucket (container) with a unique name."""
-    name = f"plk-bench-{uuid.uuid4().hex[:16]}"
-    if _s3(e):
-        with contextlib.closing(_RawS3(e.endpoint, name, e.key)) as raw:
-            raw._client.create_bucket(Bucket=name)
-    elif e.name == "gcs":
-        with contextlib.closing(_gcs_client(e.endpoint)) as client:
-            client.create_bucket(name)
-    else:
-        with _azure_container(e.endpoint, name) as container:
-            container.create_container()
-    return name
+    return sdk.create_bucket(e.name, e.endpoint, e.key)
 
 
 def raw_client(e: Emulator, bucket: str) -> RawClient:
@@ -265,7 +197,8 @@ def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
         tempfile.TemporaryDirectory(prefix="prioritylock-bench-") as work,
         running([name], Path(work)) as started,
     ):
-        yield url(started[name], make_bucket(started[name]), unique), started[name]
+        e = started[name]
+        yield sdk.store_url(name, e.endpoint, make_bucket(e), unique), e
 
 
 def versions() -> dict[str, str]:
@@ -283,54 +216,17 @@ def versions() -> dict[str, str]:
 
 # -- the lock service ---------------------------------------------------------------------------
 
-STARTUP_S = 30.0
 
+class Service(service.Service):
+    """One ``prioritylock serve`` process (:class:`tools.service.Service`, app id ``bench``),
+    with its CPU, memory and open files read from ``/proc``."""
 
-class ServiceError(RuntimeError):
-    """The service did not start, or answered what it must not."""
-
-
-class Service:
-    """One ``prioritylock serve`` process serving ``stores`` (name -> URL), with ``extra_args``
-    added to its command line (e.g. ``--ping-interval``).
-
-    Its output goes to a file in ``log_dir`` (a pipe nobody reads could fill and block it); the
-    environment is this process's, so an emulator's credentials reach it.
-    """
-
-    def __init__(
-        self, stores: Mapping[str, str], log_dir: Path, extra_args: Sequence[str] = ()
-    ) -> None:
-        self.http_port, self.grpc_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.http_port}"
-        args = [sys.executable, "-m", "prioritylock", "serve", "--app-id", "bench", *extra_args]
-        args += [f"--store={name}={url}" for name, url in stores.items()]
-        args += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self._log = log_dir / f"serve-{self.http_port}.log"
-        env = {k: v for k, v in os.environ.items() if k != "DAPR_API_TOKEN"}
-        with self._log.open("w") as log:
-            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def __init__(self, stores: Mapping[str, str], args: Sequence[str] = ()) -> None:
+        super().__init__(stores, app_id="bench", args=args)
 
     def connection(self) -> http.client.HTTPConnection:
         """A new HTTP/1.1 connection to the service (kept alive between requests)."""
         return http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_S
-        while (http_get(f"{self.url}/v1.0/healthz/outbound") or (0,))[0] != 204:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.output()}")
-            time.sleep(0.05)  # polling a process we don't control: no event to wait on
 
     def cpu_s(self) -> float:
         """CPU seconds the service has used so far."""
@@ -344,27 +240,6 @@ class Service:
     def open_fds(self) -> int:
         """How many file descriptors the service has open."""
         return len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def output(self, tail: int | None = 2000) -> str:
-        """What the service wrote (its log): the last ``tail`` characters, or all."""
-        text = self._log.read_text(errors="replace")
-        return text if tail is None else text[-tail:]
-
-    def close(self) -> None:
-        """SIGTERM, then SIGKILL if it has not exited within 20 s."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def __enter__(self) -> Service:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def call_json(

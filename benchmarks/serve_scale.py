@@ -28,7 +28,6 @@ import json
 import random
 import resource
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
@@ -395,17 +394,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     failure: str | None = None
     with (
         _servers.store_url(args.store, "serve-scale") as (url, emulator),
-        tempfile.TemporaryDirectory(prefix="prioritylock-serve-scale-") as logs,
-        Service(
-            {STORE: url}, Path(logs), extra_args=["--ping-interval", f"{args.ping_interval:g}"]
-        ) as service,
+        Service({STORE: url}, ["--ping-interval", f"{args.ping_interval:g}"]) as service,
     ):
         try:
             asyncio.run(run(args, service, result, emulator.pid if emulator else None))
         except ServiceError as exc:
             failure = str(exc)
-        service.close()
-        errors = service.output(tail=None)
+        _, errors = service.stop()
         if failure is None and ("Traceback" in errors or "ERROR" in errors):
             failure = f"the service logged errors:\n{errors}"
     payload = {

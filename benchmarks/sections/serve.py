@@ -168,7 +168,7 @@ def _variants(
     stack: ExitStack,
 ) -> list[CycleVariant]:
     target = b.sizes.cloud_iterations if kind.emulator is not None else b.sizes.cycles_slow
-    service = stack.enter_context(Service({STORE: b.url(kind)}, b.root / "serve-logs"))
+    service = stack.enter_context(Service({STORE: b.url(kind)}))
     variants: list[CycleVariant] = []
     for name, text, client in CLIENTS:
         run = timed(client(service, f"r-{name}", stack))

@@ -13,7 +13,6 @@ The account is Azurite's development account, whose key Microsoft publishes for 
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 from tests._servers import StoreFactory, emulator, store_factory
 from tests._servers.gcs import STORE_PREFIX, FaultyAdapter
+from tools import sdk
 from tools.emulators import AZURITE_ACCOUNT as ACCOUNT
 from tools.emulators import AZURITE_KEY as ACCOUNT_KEY
 
@@ -61,21 +61,14 @@ class AzuriteServer:
     ) -> ContainerClient:
         """A new ``ContainerClient`` with SDK retries off (HTTP through ``adapter`` if given)."""
         import requests
-        from azure.core.credentials import AzureNamedKeyCredential
         from azure.core.pipeline.transport import RequestsTransport
-        from azure.storage.blob import ContainerClient
 
-        options: dict[str, Any] = {"retry_total": 0}
+        options: dict[str, Any] = {}
         if adapter is not None:
             session = requests.Session()
             session.mount("http://", adapter)
             options["transport"] = RequestsTransport(session=session, session_owner=True)
-        return ContainerClient(
-            self.account_url,
-            container,
-            credential=AzureNamedKeyCredential(ACCOUNT, key),
-            **options,
-        )
+        return sdk.azure_container(self.account_url, container, key=key, **options)
 
     def store(self, container: str, prefix: str = STORE_PREFIX, **options: Any) -> AzureBlobStore:
         """A new :class:`AzureBlobStore` with its own client on ``container`` of this server."""
@@ -87,10 +80,7 @@ class AzuriteServer:
 
     def create_container(self) -> str:
         """A new, empty container with a unique name."""
-        container = f"plk-{uuid.uuid4().hex[:20]}"
-        with self.container_client(container) as client:
-            client.create_container()
-        return container
+        return sdk.create_bucket("azure", self.account_url)
 
     def remove_container(self, container: str) -> None:
         """Delete ``container`` and everything in it; best effort (the server may be gone)."""

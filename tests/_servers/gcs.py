@@ -24,7 +24,6 @@ import http
 import io
 import json
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 
 from tests._servers import StoreFactory, emulator, store_factory
+from tools import sdk
 from tools.emulators import free_port
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ __all__ = [
     "gcs_store_factory",
 ]
 
-PROJECT = "prioritylock-test"
+PROJECT = sdk.GCS_PROJECT
 STORE_PREFIX = "locks/"
 
 # The contract cases fake-gcs-server 0.1.1 cannot pass, and why.
@@ -178,19 +178,7 @@ class FakeGCSServer:
 
     def client(self, *, http: requests.Session | None = None) -> Any:
         """A new anonymous ``storage.Client`` for this server (``http``: its requests session)."""
-        from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
-
-        from prioritylock.stores._gcs import _disable_background_requests
-
-        client = storage.Client(
-            project=PROJECT,
-            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]
-            client_options={"api_endpoint": self.url},
-            _http=http,
-        )
-        _disable_background_requests(client)
-        return client
+        return sdk.gcs_client(self.url, http=http)
 
     def faulty_session(self, adapter: FaultyAdapter) -> requests.Session:
         """An anonymous authorized session whose HTTP requests go through ``adapter``."""
@@ -215,13 +203,7 @@ class FakeGCSServer:
 
     def create_bucket(self) -> str:
         """A new, empty bucket with a unique name."""
-        bucket = f"plk-{uuid.uuid4().hex[:20]}"
-        client = self.client()
-        try:
-            client.create_bucket(bucket)
-        finally:
-            client.close()
-        return bucket
+        return sdk.create_bucket("gcs", self.url)
 
     def object_names(self, bucket: str) -> list[str]:
         """Every object name in ``bucket``, straight from the server."""

@@ -12,8 +12,6 @@ return a callable that opens a *new* :class:`S3Store` (its own boto3 client) on 
 from __future__ import annotations
 
 import contextlib
-import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 
 from tests._servers import StoreFactory, emulator, store_factory
 from tests.conftest import selected_kinds
+from tools import sdk
 from tools.emulators import Emulator
 
 if TYPE_CHECKING:
@@ -36,11 +35,8 @@ __all__ = [
     "seaweedfs_server",
 ]
 
-REGION = "us-east-1"
+REGION = sdk.REGION
 STORE_PREFIX = "locks/"
-
-_session: Any = None
-_session_lock = threading.Lock()
 
 #: The S3 servers this run tests against ("moto", "seaweedfs"), and marks for tests of one.
 SERVERS = [kind.removeprefix("s3-") for kind in selected_kinds(["s3-moto", "s3-seaweedfs"])]
@@ -62,26 +58,8 @@ class S3Server:
 
     def client(self, **config: Any) -> Any:
         """A new boto3 S3 client for this server (no retries; botocore Config from ``config``)."""
-        global _session
-        import boto3  # lazily: tests that never touch S3 never import boto3
-        import botocore.config
-
-        options: dict[str, Any] = {
-            "retries": {"total_max_attempts": 1, "mode": "standard"},
-            "s3": {"addressing_style": "path"},
-        }
-        options.update(config)
-        with _session_lock:  # boto3 sessions are not thread-safe; a warm one is ~10x faster
-            if _session is None:
-                _session = boto3.session.Session()
-            return _session.client(
-                "s3",
-                endpoint_url=self.endpoint_url,
-                region_name=self.region,
-                aws_access_key_id=self.access_key_id,
-                aws_secret_access_key=self.secret_access_key,
-                config=botocore.config.Config(**options),
-            )
+        key = (self.access_key_id, self.secret_access_key)
+        return sdk.s3_client(self.endpoint_url, key, self.region, **config)
 
     def store(self, bucket: str, prefix: str = STORE_PREFIX, **options: Any) -> S3Store:
         """A new :class:`S3Store` with its own client on ``bucket`` of this server."""
@@ -101,13 +79,9 @@ class S3Server:
 
     def create_bucket(self) -> str:
         """A new, empty bucket with a unique name."""
-        bucket = f"plk-{uuid.uuid4().hex[:20]}"
-        client = self.client()
-        try:
-            client.create_bucket(Bucket=bucket)
-        finally:
-            client.close()
-        return bucket
+        return sdk.create_bucket(
+            "s3-", self.endpoint_url, (self.access_key_id, self.secret_access_key)
+        )
 
     def remove_bucket(self, bucket: str) -> None:
         """Delete ``bucket`` and everything in it; best effort (the server may be gone)."""

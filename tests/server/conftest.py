@@ -9,16 +9,14 @@ import pytest
 
 from tests._servers.s3 import S3Server
 from tests.server.helpers import Service
+from tools import sdk
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("dapr")
 
 
 def _s3_url(server: S3Server, bucket: str) -> str:
-    return (
-        f"s3://{bucket}/locks-{uuid.uuid4().hex[:8]}?endpoint={server.endpoint_url}"
-        "&region=us-east-1&addressing=path"
-    )
+    return sdk.store_url("s3-moto", server.endpoint_url, bucket, f"locks-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture(scope="module")

@@ -1,81 +1,23 @@
-"""``prioritylock serve`` started as a user starts it: a subprocess on free ports, ready once its
-health check answers, stopped with SIGTERM."""
+"""``prioritylock serve`` as the tests drive it: :class:`Service` adds a client's calls to the
+shared :class:`tools.service.Service`, and :class:`LockStream` is a client's NDJSON lock stream."""
 
 from __future__ import annotations
 
 import contextlib
 import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
-STARTUP_SECONDS = 30.0
+from tools import service
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Service:
-    """One running ``prioritylock serve`` process."""
-
-    def __init__(
-        self,
-        stores: Mapping[str, str],
-        *,
-        app_id: str = "app1",
-        env: Mapping[str, str] | None = None,
-        token: str | None = None,
-        components: Path | None = None,
-        args: Sequence[str] = (),
-    ) -> None:
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.token = token
-        command = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id, *args]
-        for name, url in stores.items():
-            command += ["--store", f"{name}={url}"]
-        if components is not None:
-            command += ["--components", str(components)]
-        command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
-        full = {**os.environ, **(env or {})}
-        full.pop("DAPR_API_TOKEN", None)
-        if token is not None:
-            full["DAPR_API_TOKEN"] = token
-        self.proc = subprocess.Popen(
-            command, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self._wait_ready()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                out, err = self.proc.communicate()
-                raise AssertionError(f"serve exited {self.proc.returncode}: {out}{err}")
-            try:
-                status, _ = self.request("GET", "/v1.0/healthz/outbound")
-            except OSError:
-                status = 0
-            if status == 204:
-                return
-            time.sleep(0.05)  # polling a process we don't control: no event to wait on
-        raise AssertionError("serve did not become ready")
+class Service(service.Service):
+    """One running ``prioritylock serve`` process (:class:`tools.service.Service`), with a
+    client's calls: HTTP requests carrying its token, and alpha1 lock and unlock."""
 
     def request(
         self,
@@ -89,7 +31,7 @@ class Service:
     ) -> tuple[int, Any]:
         """(status, decoded JSON body or None)."""
         data = json.dumps(body).encode() if isinstance(body, dict) else body
-        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request = urllib.request.Request(self.url + path, data=data, method=method)
         request.add_header("Content-Type", "application/json")
         for name, value in (headers or {}).items():
             request.add_header(name, value)
@@ -120,18 +62,6 @@ class Service:
         )
         assert status == 200, body
         return body["status"]
-
-    def stop(self) -> tuple[int, str, str]:
-        """SIGTERM; (exit code, stdout, stderr)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=20)
-        return self.proc.returncode, out, err
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate()
 
 
 class LockStream:

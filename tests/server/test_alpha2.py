@@ -411,7 +411,7 @@ async def _plain_turn(session: aiohttp.ClientSession, url: str, owner: str) -> t
 
 
 async def _contend(service: Service) -> list[tuple[Any, ...]]:
-    url = f"{service.base}{BASE}/hot"
+    url = f"{service.url}{BASE}/hot"
     turns: list[tuple[Any, ...]] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -507,7 +507,7 @@ def test_plain_holder_learns_of_a_force_unlock(api: Client) -> None:
 
 
 def _counted(svc: Service, api: Client, name: str, **labels: str) -> float:
-    request = urllib.request.Request(svc.base + "/metrics")
+    request = urllib.request.Request(svc.url + "/metrics")
     with urllib.request.urlopen(request, timeout=10) as response:
         samples = parse(response.read().decode())
     return value(samples, name, store="locks", api=api.api, **labels)
@@ -576,8 +576,8 @@ def test_sigterm_releases_stream_locks_only(
             assert (stream.event() or {}).get("type") == "lock-acquired"
             assert lock(api, "plain", owner="p", ttl="30s")[0] == 200
             assert first.lock("locks", "dapr", "d", 30) is True
-            code, _, err = first.stop()
-            assert code == 0, err
+            code, out = first.stop()
+            assert code == 0, out
             assert stream.event() == {"type": "lost", "reason": "service-stopping"}
             assert stream.event() is None
     finally:

@@ -34,7 +34,7 @@ from prioritylock.server._config import ServeConfig
 from prioritylock.server._http2 import UnlockRequest
 from prioritylock.server._names import BadRequest, Names
 from prioritylock.stores import open_store
-from tests.server.helpers import free_port
+from tools.emulators import free_port
 
 pytestmark = pytest.mark.timeout(60)
 

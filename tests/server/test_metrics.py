@@ -436,7 +436,7 @@ def test_alpha1_store_failure_counts_as_error() -> None:
 
 def scrape(service: Service, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
     """(status, Content-Type, body) of ``GET /metrics``."""
-    request = urllib.request.Request(service.base + "/metrics", headers=headers or {})
+    request = urllib.request.Request(service.url + "/metrics", headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.headers["Content-Type"], response.read().decode()
@@ -519,7 +519,7 @@ def test_metrics_token(guarded: Service, headers: dict[str, str], status: int) -
 
 def test_bearer_token_is_for_metrics_only(guarded: Service) -> None:
     request = urllib.request.Request(
-        guarded.base + "/v1.0-alpha1/lock/locks",
+        guarded.url + "/v1.0-alpha1/lock/locks",
         data=b'{"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}',
         headers={"Authorization": "Bearer s3cret-token"},
         method="POST",

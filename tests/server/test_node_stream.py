@@ -34,7 +34,7 @@ def service() -> Iterator[Service]:
 def test_node_worker_hands_over_when_asked(service: Service) -> None:
     env = {
         **os.environ,
-        "PRIORITYLOCK_HTTP": service.base,
+        "PRIORITYLOCK_HTTP": service.url,
         "LOCK_RESOURCE": "report",
         "DAPR_API_TOKEN": "app-secret",
     }
