@@ -44,23 +44,19 @@ class Sizes:
     budget_s: float = 6.0  # wall-clock cap per cycle variant
     rounds: int = 10  # variants are interleaved in this many rounds, so noise hits all alike
     warmup: int = 200
-    handoffs: int = 50
-    hold_s: float = 0.02  # how long the holder holds once the waiter is waiting
-    handoffs_long: int = 30
-    hold_long_s: float = 0.25
+    handoffs: int = 50  # rounds of each push case: request -> told, release -> next holder
     preemptions: int = 30
     waiter_s: float = 12.0  # how long the blocked waiter waits
     waiter_settle_s: float = 2.0  # steady-state reads/s are counted after this
     cloud_iterations: int = 200  # per cloud store: rounds of raw GET and PUT and lock operations
     cloud_budget_s: float = 18.0  # wall-clock cap per cloud store
-    cloud_handoffs: int = 40  # per handoff case on a cloud store
     contention_s: float = 10.0  # the window each contention variant runs for
     contention_procs: int = 8  # processes contending for one lock
 
 
 FULL = Sizes()
 #: ``--quick``: a smoke test.
-QUICK = Sizes(2_000, 200, 1.5, 4, 50, 16, 0.02, 4, 0.25, 6, 3.0, 1.5, 25, 2.5, 8, 2.0, 8)
+QUICK = Sizes(2_000, 200, 1.5, 4, 50, 16, 6, 3.0, 1.5, 25, 2.5, 2.0, 8)
 
 
 # -- stores under test -----------------------------------------------------------------------------

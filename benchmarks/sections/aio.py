@@ -3,7 +3,7 @@
 An uncontended ``await try_lock()`` + ``await unlock()`` on every picked store (the same
 ``AsyncLock`` object, and a new one per cycle), against the sync ``Lock`` doing the same on the
 same store; one event loop for the whole section, variants interleaved in rounds. (The handoff
-between two tasks of one loop is in the ``handoff`` section.)
+between two tasks of one loop is in the ``push`` section.)
 """
 
 from __future__ import annotations

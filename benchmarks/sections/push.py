@@ -273,8 +273,8 @@ def _sidecar_round(service: _servers.Service, resource: str) -> tuple[int, int]:
     return told, got[0] - released
 
 
-def _sidecar(b: Bench, url: str, rounds: int) -> Samples:
-    with _servers.Service({"locks": url}, b.root / "serve") as service:
+def _sidecar(url: str, rounds: int) -> Samples:
+    with _servers.Service({"locks": url}) as service:
         pairs = [_sidecar_round(service, f"push-{n}") for n in range(rounds)]
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
@@ -365,9 +365,10 @@ def section_push(b: Bench) -> Section:
             add(f"{kind.label}, two processes", _two_processes(b.url(kind), rounds, flock=True))
             off.append((f"{kind.label}, two processes, notices off", "two", b.url(kind)))
             add("ZooKeeper (kazoo), two processes", zookeeper(rounds, b.root), "other")
-        add(f"{kind.label}, two apps of one serve", _sidecar(b, b.url(kind), rounds))
+        add(f"{kind.label}, two apps of one serve", _sidecar(b.url(kind), rounds))
     cloud = [k for k in b.store_kinds if k.emulator]
-    for kind in cloud:  # another process's request, found by the holder's next read
+    for kind in cloud:  # one process: a notice; another process's request: the next read
+        add(f"{kind.label}, Lock, one process", _in_process(b.url(kind), rounds // 5))
         add(
             f"{kind.label}, two processes", _two_processes(b.url(kind), rounds // 5, POLLED), "poll"
         )
