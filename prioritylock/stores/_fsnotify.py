@@ -14,6 +14,19 @@ next directory's name, and moves down as directories appear. Events are filtered
 writes to other keys of a directory call nobody back; the events of one read are coalesced, one
 call per subscriber.
 
+**This process's own writes** call nobody back: the process tells its own locks in-process, and
+the hint would cost a read. A LocalStore write to a watched key is bracketed by two *marks*,
+renames of a file in a private directory this notifier watches (:func:`own_write`), made while the
+writer holds the key's lock; the key's events between a write's two marks are dropped. Every
+LocalStore writer holds the key's lock for as long as its write makes events, and the kernel
+queues an event before the call that made it returns, so another process's write to the key
+lies wholly before the first mark or after the second: its events are never dropped, and none
+merges into one of ours (inotify merges an event only with an identical one queued just before
+it, and a mark lies between). Nothing is read to decide. (A change made by hand, without the
+key's lock, while a write of ours is in flight may go unheard: it is found by polling.) Where the
+marks fail (the directory went, the queue overflowed and lost some), the brackets open are
+forgotten: the events pass, and the store's own check (a read of the file's version) applies.
+
 Where there is no inotify (not Linux, ``inotify_simple`` missing, the instance limit reached, or
 ``PRIORITYLOCK_FSNOTIFY=0``), :func:`watch` subscribes nothing: locks poll as they always did.
 A key whose watch can't be added (the watch limit reached, permissions) is likewise only polled;
@@ -22,16 +35,21 @@ either limit is logged once, as a warning.
 
 from __future__ import annotations
 
+import atexit
+import collections
 import contextlib
 import errno
+import itertools
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["active", "watch"]
+__all__ = ["active", "own_write", "watch"]
 
 log = logging.getLogger("prioritylock.stores")
 
@@ -61,6 +79,8 @@ _MASK = (
     | _IN_ONLYDIR
 )
 _GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED
+# The marks' directory: one event per rename (its new name), and word of the directory going.
+_MARK_MASK = _IN_MOVED_TO | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
 
 Unsubscribe = Callable[[], None]
 
@@ -103,6 +123,17 @@ class _Notifier:
         self._dirs: dict[str, _Dir] = {}
         self._by_wd: dict[int, _Dir] = {}
         self._warned = False
+        # Own writes' marks (see the module docstring), under _marks (taken inside _lock).
+        self._marks = threading.Lock()
+        self._mark_dir: str | None = None  # None: no marks, every event passes
+        self._mark_wd = -2  # never a watch descriptor while there are no marks
+        self._mark_name = ""  # the mark file's name now
+        self._mark_ids = itertools.count(1)
+        # A write's bracket: (directory, file name) from its first mark made until it is read;
+        # then (wd, file name) until its second mark is read.
+        self._begun: dict[int, tuple[str, str]] = {}
+        self._bracketed: dict[int, tuple[int, str]] = {}
+        self._open: collections.Counter[tuple[int, str]] = collections.Counter()
         self._thread = threading.Thread(target=self._run, name="prioritylock-fsnotify", daemon=True)
         self._thread.start()
 
@@ -125,6 +156,109 @@ class _Notifier:
     def watch_count(self) -> int:
         with self._lock:
             return len(self._dirs)
+
+    # -- this process's own writes --------------------------------------------------------
+
+    def start_marks(self) -> None:
+        """Make the private directory and file whose renames are the marks, and watch it; with
+        neither, there are no marks (own writes' events pass, checked by the store)."""
+        # tmpfs: a rename there takes half the time. mkdtemp makes the directory private (0700,
+        # a random name), wherever it is.
+        shm = "/dev/shm"  # noqa: S108
+        parent = shm if os.access(shm, os.W_OK | os.X_OK) else None
+        try:
+            directory = tempfile.mkdtemp(prefix="prioritylock-marks-", dir=parent)
+        except OSError:
+            return
+        atexit.register(_remove_marks, directory, os.getpid())
+        try:
+            with open(os.path.join(directory, "0"), "xb"):
+                pass
+            wd = self._inotify.add_watch(directory, _MARK_MASK)
+        except OSError:
+            _remove_marks(directory, os.getpid())
+            return
+        with self._marks:
+            self._mark_dir, self._mark_wd, self._mark_name = directory, wd, "0"
+
+    def begin_own(self, path: str) -> int | None:
+        """Mark the start of a write to the file ``path`` (its key's lock held): the bracket's
+        id, or ``None`` if nothing here watches the file or there are no marks."""
+        directory, name = os.path.split(path)
+        # Unlocked: a stale answer only brackets a write for nothing or lets its events pass.
+        found = self._dirs.get(directory)
+        if found is None or name not in found.names or self._mark_dir is None:
+            return None
+        with self._marks:
+            ident = next(self._mark_ids)
+            self._begun[ident] = (directory, name)
+            if self._mark(f"b{ident}"):
+                return ident
+            self._begun.pop(ident, None)
+        return None
+
+    def end_own(self, ident: int) -> None:
+        """Mark the end of the write bracketed as ``ident`` (before its key's lock is let go)."""
+        with self._marks:
+            if not self._mark(f"e{ident}"):
+                # No end in the queue: close the bracket now; the write's events still queued
+                # pass (a read too many, never a notice too few).
+                self._begun.pop(ident, None)
+                self._close(ident)
+
+    def _mark(self, name: str) -> bool:
+        """Rename the mark file to ``name`` (``_marks`` held); False: no marks (any more)."""
+        if self._mark_dir is None:
+            return False
+        try:
+            os.rename(
+                os.path.join(self._mark_dir, self._mark_name), os.path.join(self._mark_dir, name)
+            )
+        except OSError as exc:
+            log.warning(
+                "prioritylock: marking own writes failed (%s); hints of this process's own"
+                " LocalStore writes are checked by reading the file",
+                exc,
+            )
+            self._stop_marks()
+            return False
+        self._mark_name = name
+        return True
+
+    def _stop_marks(self) -> None:
+        """No more marks, and no bracket open (``_marks`` held): every event passes."""
+        self._mark_dir, self._mark_wd = None, -2
+        self._forget_brackets()
+
+    def _forget_brackets(self) -> None:
+        self._begun.clear()
+        self._bracketed.clear()
+        self._open.clear()
+
+    def _close(self, ident: int) -> None:
+        where = self._bracketed.pop(ident, None)
+        if where is not None:
+            self._open[where] -= 1
+            if not self._open[where]:
+                del self._open[where]
+
+    def _marked(self, event: Any) -> None:
+        """A mark read (``_lock`` and ``_marks`` held): open or close its bracket."""
+        if event.mask & _GONE:
+            self._stop_marks()  # the directory went: no more marks
+            return
+        kind, ident = event.name[:1], event.name[1:]
+        if not ident.isdigit():
+            return
+        if kind == "e":
+            self._close(int(ident))
+            return
+        begun = self._begun.pop(int(ident), None)
+        found = None if begun is None else self._dirs.get(begun[0])
+        if begun is not None and found is not None:
+            where = (found.wd, begun[1])
+            self._bracketed[int(ident)] = where
+            self._open[where] += 1
 
     # -- placing watches (the lock held) --------------------------------------------------
 
@@ -221,6 +355,12 @@ class _Notifier:
                 for watched in self._by_wd.values():
                     for all_subs in watched.names.values():
                         due.update(all_subs)
+                with self._marks:  # marks may be lost: no bracket is known to be open
+                    self._forget_brackets()
+                continue
+            if event.wd == self._mark_wd:
+                with self._marks:
+                    self._marked(event)
                 continue
             found = self._by_wd.get(event.wd)
             if found is None:
@@ -234,6 +374,9 @@ class _Notifier:
                 for gone_subs in found.names.values():
                     moved.update(gone_subs)
                 continue
+            # Unlocked first: only this thread opens brackets.
+            if self._open and self._own(event):
+                continue
             named = found.names.get(event.name)
             if named:
                 due.update(named)
@@ -245,6 +388,11 @@ class _Notifier:
             self._place(sub)
         # The key's file may have changed while it was not watched.
         return due | moved
+
+    def _own(self, event: Any) -> bool:
+        """Whether ``event`` is an own write's, between its marks."""
+        with self._marks:
+            return (event.wd, event.name) in self._open
 
 
 _notifier: _Notifier | None = None
@@ -276,7 +424,13 @@ def _get() -> _Notifier | None:
             )
             return None
         _notifier = _Notifier(inotify)
+        _notifier.start_marks()
         return _notifier
+
+
+def _remove_marks(directory: str, pid: int) -> None:
+    if os.getpid() == pid:  # not a forked child's: the directory is its parent's
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _forget_in_child() -> None:
@@ -299,6 +453,37 @@ def watch(root: str, path: str, callback: Callable[[], None]) -> Unsubscribe:
     if notifier is None:
         return _nothing
     return notifier.watch(root, path, callback)
+
+
+class _OwnWrite:
+    """The bracket of one write; see :func:`own_write`."""
+
+    __slots__ = ("_ident", "_notifier")
+
+    def __init__(self, notifier: _Notifier, ident: int) -> None:
+        self._notifier = notifier
+        self._ident = ident
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._notifier.end_own(self._ident)
+
+
+_UNMARKED = contextlib.nullcontext()
+
+
+def own_write(path: str) -> contextlib.AbstractContextManager[None]:
+    """Bracket a write of this process to the file ``path``: its events call nobody back. Begins
+    at once: call it holding the key's lock, before the write makes any event, and leave the
+    ``with`` (which marks the end) before letting the lock go. Where nothing of this process
+    watches ``path``, it does nothing."""
+    notifier = _notifier
+    ident = None if notifier is None else notifier.begin_own(path)
+    if notifier is None or ident is None:
+        return _UNMARKED
+    return _OwnWrite(notifier, ident)
 
 
 def active() -> bool:

@@ -168,8 +168,10 @@ class _OwnWrites:
     """The writes this process made to the keys it watches, as (version before, version after),
     oldest first, a few per key: how :meth:`LocalStore.watch_key` tells a file-system hint for
     a change this process made itself (it told its own locks in-process) from another
-    process's. A write is logged under the key's lock *before* it lands, so its hint never
-    outruns it; one that never lands is a version that never appears, so it matches nothing.
+    process's, where the notifier could not (``_fsnotify.own_write``: it drops the events of
+    the process's own writes unread, unless its marks failed), and a watch's first version.
+    A write is logged under the key's lock *before* it lands, so its hint never outruns it; one
+    that never lands is a version that never appears, so it matches nothing.
     """
 
     _KEEP = 32  # writes per watched key
@@ -242,9 +244,11 @@ os.register_at_fork(after_in_child=_OWN.forget)
 
 
 class _KeyHints:
-    """One :meth:`LocalStore.watch_key` subscription's filter: passes a hint on unless the
-    object is at a version its subscriber was already told of, or that this process's own
-    writes alone led to from there."""
+    """One :meth:`LocalStore.watch_key` subscription's filter of the hints the notifier passed
+    on (its own writes' are dropped before): passes a hint on unless the object is at a
+    version its subscriber was already told of (another process's synced write makes two
+    events, the slot and then the record), or that this process's own writes alone led to from
+    there."""
 
     __slots__ = ("_known", "_lock", "_where")
 
@@ -481,8 +485,9 @@ class LocalStore:
         return sorted(found)
 
     def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when ``key`` may have changed, written by any process of this machine
-        (inotify on Linux); return a function that stops the calls.
+        """Call ``callback`` when ``key`` may have changed, written by another process of this
+        machine (inotify on Linux); return a function that stops the calls. This process's own
+        writes call nobody back (its locks are told in-process).
 
         A hint, not a fact: a call may come late, twice, or with nothing changed, and comes from
         another thread; where the platform can't notify, none comes (the lock polls). One
@@ -555,7 +560,8 @@ class LocalStore:
                 raise ConditionFailed(key, "already exists")
             version = _new_version()
             _OWN.wrote((self._namespace, key), _ABSENT, version.hex())
-            self._write_file(key, path, "create", seq=1, version=version, data=data)
+            with _fsnotify.own_write(path):
+                self._write_file(key, path, "create", seq=1, version=version, data=data)
         return version.hex()
 
     def _delete(self, key: str, version: str, *, wait: bool = True) -> None:
@@ -574,7 +580,8 @@ class LocalStore:
             # can write into the unlinked file.
             unlinked = False
             try:
-                os.unlink(path)
+                with _fsnotify.own_write(path):
+                    os.unlink(path)
                 unlinked = True
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path + _TMP)
@@ -748,20 +755,24 @@ class LocalStore:
                 _OWN.wrote((self._namespace, key), version, new_version.hex())
                 seq = current.slot.seq + 1
                 if SLOT_BYTES + len(data) <= current.capacity:
-                    self._write_slot(
-                        key,
-                        fd,
-                        current,
-                        seq=seq,
-                        version=new_version,
-                        data=data,
-                        synced=synced,
-                        wait=wait,
-                    )
+                    with _fsnotify.own_write(path):  # a record repair too, and the record
+                        self._write_slot(
+                            key,
+                            fd,
+                            current,
+                            seq=seq,
+                            version=new_version,
+                            data=data,
+                            synced=synced,
+                            wait=wait,
+                        )
                 else:
                     if not wait and self._durable:
                         raise _WouldBlock  # a new file, synced
-                    self._write_file(key, path, "replace", seq=seq, version=new_version, data=data)
+                    with _fsnotify.own_write(path):
+                        self._write_file(
+                            key, path, "replace", seq=seq, version=new_version, data=data
+                        )
             finally:
                 os.close(fd)
         return new_version.hex()
