@@ -337,6 +337,8 @@ class _Notifier:
                 events = self._inotify.read()
             except OSError:
                 log.exception("prioritylock: reading inotify failed; LocalStore keys are polled")
+                with self._marks:  # nobody reads them any more
+                    self._stop_marks()
                 return
             with self._lock:
                 due = self._dispatch(events)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from prioritylock._errors import ConfigError
+from prioritylock._errors import ConditionFailed, ConfigError
 from prioritylock.stores import LocalStore, _fsnotify
 
 pytestmark = [
@@ -78,6 +78,14 @@ def writer(directory: str, conn: Connection) -> None:
             assert found is not None
             started = time.monotonic()
             store.delete(key, found.version)
+        elif op == "race":  # replace, while this process's writers race for the key
+            while True:
+                found = store.read(key)
+                assert found is not None
+                started = time.monotonic()
+                with contextlib.suppress(ConditionFailed):
+                    store.replace_unsynced(key, b"raced", found.version)
+                    break
         elif op == "flood":  # rest[0] writes spread over the keys key/0 .. key/99
             for i in range(rest[0]):
                 name = f"{key}/{i % 100}"
@@ -514,3 +522,43 @@ def test_when_the_marks_go_own_writes_are_checked_and_others_still_heard(
         assert notifier()._mark_dir is None
     finally:
         stop()
+
+
+def test_another_process_s_writes_are_heard_among_a_stream_of_own_ones(
+    store: LocalStore, other: Callable[..., float]
+) -> None:
+    """Threads of this process write the key without pause (their events dropped, each
+    between its marks, theirs interleaved with the other keys' and each other's); every write
+    of another process among them is heard."""
+    key, probe_key = "stream/key", "stream/probe"
+    for name in (key, probe_key, "stream/other"):
+        store.create(name, b"0")
+    calls, probe = Calls(), Calls()
+    stops = [store.watch_key(key, calls), store.watch_key(probe_key, probe)]
+    done = threading.Event()
+    written = [0]
+
+    def write(name: str) -> None:
+        while not done.is_set():
+            found = store.read(name)
+            assert found is not None
+            with contextlib.suppress(ConditionFailed):
+                store.replace_unsynced(name, b"own", found.version)
+                written[0] += 1
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in (key, key, "stream/other")]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(10):
+            _settle(other, probe_key, probe)
+            calls.event.clear()
+            other("race", key)
+            assert calls.wait(), "another process's write among own ones was not heard"
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(WAIT)
+        for stop in stops:
+            stop()
+    assert written[0] > 0
