@@ -39,6 +39,7 @@ import atexit
 import collections
 import contextlib
 import errno
+import fcntl
 import itertools
 import logging
 import os
@@ -129,6 +130,7 @@ class _Notifier:
         self._mark_wd = -2  # never a watch descriptor while there are no marks
         self._mark_name = ""  # the mark file's name now
         self._mark_ids = itertools.count(1)
+        self._mark_lock: int | None = None  # the directory, flock-ed while the process lives
         # A write's bracket: (directory, file name) from its first mark made until it is read;
         # then (wd, file name) until its second mark is read.
         self._begun: dict[int, tuple[str, str]] = {}
@@ -161,23 +163,37 @@ class _Notifier:
 
     def start_marks(self) -> None:
         """Make the private directory and file whose renames are the marks, and watch it; with
-        neither, there are no marks (own writes' events pass, checked by the store)."""
+        neither, there are no marks (own writes' events pass, checked by the store).
+
+        The directory is ``flock``-ed for as long as the process (or a child it forked) lives:
+        it goes at exit, and one left by a killed process is removed by the next notifier made.
+        """
         # tmpfs: a rename there takes half the time. mkdtemp makes the directory private (0700,
         # a random name), wherever it is.
         shm = "/dev/shm"  # noqa: S108
-        parent = shm if os.access(shm, os.W_OK | os.X_OK) else None
+        parent = shm if os.access(shm, os.W_OK | os.X_OK) else tempfile.gettempdir()
+        _sweep_marks(parent)
         try:
-            directory = tempfile.mkdtemp(prefix="prioritylock-marks-", dir=parent)
+            # Made under another name, and locked before it takes the name a sweep looks for.
+            made = tempfile.mkdtemp(prefix=_NEW_MARKS, dir=parent)
         except OSError:
             return
-        atexit.register(_remove_marks, directory, os.getpid())
+        directory = os.path.join(parent, _MARKS + os.path.basename(made)[len(_NEW_MARKS) :])
+        lock: int | None = None
         try:
+            lock = _locked_dir(made, fcntl.LOCK_EX)
+            os.rename(made, directory)
             with open(os.path.join(directory, "0"), "xb"):
                 pass
             wd = self._inotify.add_watch(directory, _MARK_MASK)
         except OSError:
-            _remove_marks(directory, os.getpid())
+            for path in (made, directory):
+                shutil.rmtree(path, ignore_errors=True)
+            if lock is not None:
+                os.close(lock)
             return
+        self._mark_lock = lock
+        atexit.register(_remove_marks, directory, os.getpid())
         with self._marks:
             self._mark_dir, self._mark_wd, self._mark_name = directory, wd, "0"
 
@@ -430,6 +446,41 @@ def _get() -> _Notifier | None:
         return _notifier
 
 
+_MARKS = "prioritylock-marks-"
+_NEW_MARKS = ".prioritylock-new-"  # not yet locked: no sweep looks at it
+
+
+def _locked_dir(path: str, mode: int) -> int:
+    """An open descriptor of the directory ``path``, ``flock``-ed in ``mode``."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, mode)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _sweep_marks(parent: str) -> None:
+    """Remove the marks' directories in ``parent`` of processes that are gone: nobody holds
+    their lock (another user's can't be opened, and are left alone)."""
+    try:
+        with os.scandir(parent) as entries:
+            names = [entry.name for entry in entries if entry.name.startswith(_MARKS)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            fd = _locked_dir(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # alive (locked), gone already, or not ours
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+
+
 def _remove_marks(directory: str, pid: int) -> None:
     if os.getpid() == pid:  # not a forked child's: the directory is its parent's
         shutil.rmtree(directory, ignore_errors=True)
@@ -441,6 +492,8 @@ def _forget_in_child() -> None:
     old, _notifier, _tried, _guard = _notifier, None, False, threading.Lock()
     if old is not None:
         old._inotify.close()
+        if old._mark_lock is not None:  # the parent's directory: its lock is the parent's
+            os.close(old._mark_lock)
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

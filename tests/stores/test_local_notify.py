@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -562,3 +563,21 @@ def test_another_process_s_writes_are_heard_among_a_stream_of_own_ones(
         for stop in stops:
             stop()
     assert written[0] > 0
+
+
+def test_the_marks_of_a_process_gone_are_swept(tmp_path: Path) -> None:
+    """A killed process leaves its marks' directory; the next notifier made removes it, and
+    leaves a live process's (locked) and anything else alone."""
+    for name in ("prioritylock-marks-gone", "prioritylock-marks-alive", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "0").touch()
+    alive = _fsnotify._locked_dir(str(tmp_path / "prioritylock-marks-alive"), fcntl.LOCK_EX)
+    try:
+        _fsnotify._sweep_marks(str(tmp_path))
+    finally:
+        os.close(alive)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "prioritylock-marks-alive"]
+    marks = notifier()._mark_dir
+    assert marks is not None
+    with pytest.raises(BlockingIOError):  # this process's own are locked while it lives
+        _fsnotify._locked_dir(marks, fcntl.LOCK_EX | fcntl.LOCK_NB)
