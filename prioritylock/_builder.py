@@ -130,6 +130,18 @@ class LockBuilder:
         self._opts["forceful"] = forceful
         return self
 
+    def keep_waiting(self, keep: bool = True) -> LockBuilder:
+        """What a blocking ``lock()`` does when its non-forceful request runs out (the holder did
+        not hand over within the wait): the request is withdrawn, then it waits on as any other
+        contender until its own timeout (True, the default), or raises ``PreemptionTimeout``
+        at once, as ``try_lock()`` does (False)."""
+        if not isinstance(keep, bool):
+            raise ConfigError(
+                f"keep_waiting: must be True or False, got {keep!r}", option="keep_waiting"
+            )
+        self._opts["keep_waiting"] = keep
+        return self
+
     def emergency_override(
         self, message: str, *, if_fence: int | None = None, if_owner: str | None = None
     ) -> LockBuilder:
@@ -191,7 +203,8 @@ class LockBuilder:
     def poll_interval(self, seconds: float) -> LockBuilder:
         """How long a blocked waiter sleeps between reads once backed off, on average (default
         1 s, about Hudi's 1 read per second; each pause is drawn from 0.5-1.5x it; each read is a
-        request you pay for). Waiters in the same process are woken at once by a release."""
+        request you pay for). A write to the lease wakes a waiter at once where a notice reaches
+        it: the same process, or another process on the same local directory."""
         self._opts["poll_interval"] = _seconds("poll_interval", seconds, zero=False)
         return self
 
@@ -369,6 +382,7 @@ _PROPERTY_OPTIONS = {
     "message": "str",
     "priority": "int",
     "forceful": "bool",
+    "keep_waiting": "bool",
     "lease_timeout": "float",
     "cleanup_timeout": "float",
     "waiting_timeout": "float",

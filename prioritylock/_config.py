@@ -61,6 +61,7 @@ class LockConfig:
     cleanup_timeout: float = DEFAULT_CLEANUP_TIMEOUT
     waiting_timeout: float = DEFAULT_WAITING_TIMEOUT
     forceful: bool = False
+    keep_waiting: bool = True  # a blocking lock() waits on after its request ran out
     listener: LockListener | None = None
     renew_interval: float = DEFAULT_LEASE_TIMEOUT / 3
     watch_interval: float = DEFAULT_LEASE_TIMEOUT / 3

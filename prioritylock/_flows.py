@@ -424,7 +424,7 @@ def take(
         # Count the wait from when the request had surely landed: the holder counts its
         # cleanup window from before it could have seen it.
         attempt.mine = proto.MyRequest((yield from now()), wait)
-    elif attempt.blocking and state.waits_after_request:
+    elif attempt.blocking and state.keep_waiting:
         # lock(timeout): keep waiting like any other contender, without asking again, until
         # our own timeout.
         attempt.may_request = False

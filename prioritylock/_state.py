@@ -191,8 +191,8 @@ class LockState:
         self.holding: Holding | None = None
         #: A blocking acquire whose non-forceful request ran out waits on as an ordinary
         #: contender (``lock()``); False: it ends there with ``PreemptionTimeout``, as a
-        #: ``try_lock()`` does (the service's blocking priority requests).
-        self.waits_after_request = True
+        #: ``try_lock()`` does (``LockBuilder.keep_waiting``).
+        self.keep_waiting: bool = cfg.keep_waiting
 
     def claim(self, lock_id: str) -> proto.Claim:
         cfg = self.claim_terms

@@ -22,7 +22,7 @@ def base() -> LockBuilder:
 
 def test_defaults() -> None:
     cfg = base().config()
-    assert cfg.priority == 0 and not cfg.forceful
+    assert cfg.priority == 0 and not cfg.forceful and cfg.keep_waiting
     assert cfg.lease_timeout == 30 and cfg.renew_interval == 10
     assert cfg.cleanup_timeout == 10 and cfg.watch_interval == 5  # half the cleanup window
     assert cfg.max_clock_drift == 0.5
@@ -59,6 +59,7 @@ def test_config_is_frozen() -> None:
         ("priority", 1.5),
         ("priority", True),
         ("forceful", "yes"),
+        ("keep_waiting", 1),
         ("owner", ""),
         ("owner", "x" * 257),
         ("owner", "bad\x00owner"),
@@ -125,6 +126,7 @@ def test_from_properties(tmp_path: Path) -> None:
         "prioritylock.owner": "worker-7",
         "prioritylock.priority": "5",
         "prioritylock.forceful": "true",
+        "prioritylock.keep_waiting": "false",
         "prioritylock.lease_timeout": "12",
         "prioritylock.cleanup_timeout": "2.5",
         "prioritylock.waiting_timeout": "4",
@@ -133,7 +135,7 @@ def test_from_properties(tmp_path: Path) -> None:
     cfg = LockBuilder.from_properties(props).config()
     assert isinstance(cfg.store, LocalStore)
     assert cfg.key == "v1/resource/prod/orders-db"
-    assert (cfg.owner, cfg.priority, cfg.forceful) == ("worker-7", 5, True)
+    assert (cfg.owner, cfg.priority, cfg.forceful, cfg.keep_waiting) == ("worker-7", 5, True, False)
     assert (cfg.lease_timeout, cfg.cleanup_timeout, cfg.waiting_timeout) == (12, 2.5, 4)
     lock = LockBuilder.from_properties(props).build()
     assert lock.try_lock()

@@ -27,6 +27,7 @@ CASES: list[tuple[Callable[[], object], str]] = [
     (lambda: LockBuilder().priority(2147483647), "priority"),
     (lambda: LockBuilder().priority(-1), "priority"),
     (lambda: LockBuilder().forceful("yes"), "forceful"),  # type: ignore[arg-type]
+    (lambda: LockBuilder().keep_waiting("no"), "keep_waiting"),  # type: ignore[arg-type]
     (lambda: LockBuilder().lease_timeout(0), "lease_timeout"),
     (lambda: LockBuilder().cleanup_timeout(float("nan")), "cleanup_timeout"),
     (lambda: LockBuilder().waiting_timeout(-1), "waiting_timeout"),

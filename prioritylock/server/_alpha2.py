@@ -395,9 +395,6 @@ class Alpha2Locks:
         :raises StoreError: the store failed (CorruptLease: a document it can't trust).
         """
         lock = self._build(store_name, resource_id, options, stream, operator)
-        # A waiting priority request whose wait ran out answers 409 (PreemptionTimeout), as
-        # documented; it does not wait on as a contender the way the library's lock() does.
-        lock._st.waits_after_request = False
         started = time.monotonic()
         try:
             if options.immediate:
@@ -599,6 +596,7 @@ class Alpha2Locks:
         message = options.message or f"locked through prioritylock serve by app {self.names.app_id}"
         try:
             builder.owner(options.owner or self.names.app_id).lease_timeout(options.ttl)
+            builder.keep_waiting(False)  # a priority request whose wait ran out answers 409
             if options.priority == OVERRIDE_PRIORITY:
                 if not operator:
                     raise Forbidden(

@@ -111,6 +111,7 @@ class Terms:
     cleanup_timeout: float = 3.0
     waiting_timeout: float = 5.0
     forceful: bool = False
+    keep_waiting: bool = True
     renew_interval: float = 3.0
     watch_interval: float = 1.0
     max_clock_drift: float = 1.0

@@ -432,8 +432,7 @@ def test_examine_does_not_call_a_displaced_request_withdrawn() -> None:
 
 
 def test_a_blocking_acquire_that_does_not_wait_on_raises_when_its_request_runs_out() -> None:
-    st = state()
-    st.waits_after_request = False  # the service's blocking priority requests
+    st = state(keep_waiting=False)  # LockBuilder.keep_waiting(False), as the service builds
     script = [
         Step(ARM),
         now(0.0),

@@ -344,6 +344,21 @@ def test_blocking_lock_keeps_waiting_after_its_request_times_out(
     high.unlock()
 
 
+def test_a_blocking_lock_told_not_to_keep_waiting_raises_when_its_request_times_out(
+    store_factory: StoreFactory,
+) -> None:
+    holder = holder_with(store_factory, None, cleanup=10)  # does not cooperate
+    high = make(store_factory(), owner="high", priority=9, waiting_timeout=0.2, keep_waiting=False)
+    started = time.monotonic()
+    with pytest.raises(PreemptionTimeout, match="withdrawn"):
+        high.lock(timeout=20)
+    assert time.monotonic() - started < 10  # at its request's end, not its own timeout
+    info = holder.info()
+    assert info is not None and info.requestor_owner is None and holder.is_current_owner()
+    assert not high.is_current_owner()
+    holder.unlock()
+
+
 def test_the_cleanup_deadline_never_outlasts_the_requestors_wait(
     store_factory: StoreFactory,
 ) -> None:
