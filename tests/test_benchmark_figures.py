@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURES = ROOT / "docs" / "figures"
-NAMES = ["bench-cycle.svg", "bench-cloud.svg", "bench-scale.svg"]
+NAMES = ["bench-cycle.svg", "bench-cloud.svg", "bench-scale.svg", "bench-push.svg"]
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +76,19 @@ def test_figures_follow_the_results(figures: ModuleType, tmp_path: Path) -> None
     def busier_heartbeat(data: Any) -> None:
         data["rows"][0]["cpu_percent_of_one_core"] = 7.89
 
+    def slower_zookeeper(data: Any) -> None:
+        rows = data["sections"]["push"]["rows"]
+        next(r for r in rows if r["case"].startswith("ZooKeeper"))["median"] = 6.54
+
     _edit(results / "latest.json", slower_filelock)
     _edit(results / "latest.json", slower_gcs_renew)
     _edit(results / "scale-memory.json", busier_heartbeat)
+    _edit(results / "push.json", slower_zookeeper)
     after = figures.draw(results)
     assert "123 µs" in after["bench-cycle.svg"] and "123 µs" not in before["bench-cycle.svg"]
     assert "4.32 ms" in after["bench-cloud.svg"] and "4.32 ms" not in before["bench-cloud.svg"]
     assert "7.89%" in after["bench-scale.svg"] and "7.89%" not in before["bench-scale.svg"]
+    assert "6.54" in after["bench-push.svg"] and "6.54" not in before["bench-push.svg"]
 
 
 def test_each_figure_names_its_results_file(figures: ModuleType) -> None:
@@ -92,6 +98,7 @@ def test_each_figure_names_its_results_file(figures: ModuleType) -> None:
         assert "benchmarks/results/latest.json" in drawn[name]
         assert latest["git_commit"] in drawn[name]
     assert "scale-memory.json" in drawn["bench-scale.svg"]
+    assert "benchmarks/results/push.json" in drawn["bench-push.svg"]
 
 
 def test_a_partial_run_redraws_only_its_own_figures(figures: ModuleType, tmp_path: Path) -> None:
@@ -102,4 +109,4 @@ def test_a_partial_run_redraws_only_its_own_figures(figures: ModuleType, tmp_pat
         data["sections"] = {"overhead": data["sections"]["overhead"]}
 
     _edit(results / "latest.json", overhead_only)
-    assert sorted(figures.draw(results)) == ["bench-cycle.svg", "bench-scale.svg"]
+    assert sorted(figures.draw(results)) == ["bench-cycle.svg", "bench-push.svg", "bench-scale.svg"]

@@ -317,7 +317,7 @@ def _cpu(b: Bench, window: float) -> list[tuple[str, int, float]]:
             child = context.Process(target=_holding, args=(url, child_conn), daemon=True)
             child.start()
         conn.recv()  # holding
-        time.sleep(window)  # the heartbeat settles into its rounds: a watch read every 10 s
+        time.sleep(window)  # the heartbeat settles: a watch read every 10 s, a renewal every 20
         for rate in RATES:
             conn.send(True)
             started = time.monotonic()
@@ -389,7 +389,7 @@ def section_push(b: Bench) -> Section:
         )
         notes.append(f"{kind.label}: {hourly:,.0f} requests per held lock per hour")
     has_local = any(k.name == "local" for k in b.kinds)
-    for notices, rate, percent in _cpu(b, 2 if quick else 10) if has_local else ():
+    for notices, rate, percent in _cpu(b, 2 if quick else 20) if has_local else ():
         case = f"{HELD} held locks, inotify {notices}, {rate} other writes/s"
         rows.append({"case": case, "what": "CPU, % of a core", "value": percent})
         notes.append(f"{case}: {percent:.2f}% of a core")
