@@ -17,12 +17,14 @@ from typing import TypeVar
 
 from tools.emulators import free_port, http_get
 
-__all__ = ["STARTUP_S", "STOP_GRACE", "Service", "ServiceError"]
+__all__ = ["PORT_ATTEMPTS", "STARTUP_S", "STOP_GRACE", "Service", "ServiceError"]
 
 #: How long the service may take to answer its health check.
 STARTUP_S = 30.0
 #: How long it may take to exit after SIGTERM before it gets SIGKILL.
 STOP_GRACE = 20.0
+#: How many times it is started on new ports when one it was given was taken meanwhile.
+PORT_ATTEMPTS = 3
 
 _S = TypeVar("_S", bound="Service")
 
@@ -52,25 +54,34 @@ class Service:
         components: Path | None = None,
         args: Sequence[str] = (),
     ) -> None:
-        self.http_port, self.grpc_port = free_port(), free_port()
-        self.url = f"http://127.0.0.1:{self.http_port}"
         self.token = token
         command = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id, *args]
         command += [f"--store={name}={url}" for name, url in stores.items()]
         if components is not None:
             command += ["--components", str(components)]
-        command += ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
         full = {k: v for k, v in {**os.environ, **(env or {})}.items() if k != "DAPR_API_TOKEN"}
         if token is not None:
             full["DAPR_API_TOKEN"] = token
-        self._log = tempfile.TemporaryFile(prefix="prioritylock-serve-")  # noqa: SIM115 (close())
-        self._written = ""
-        self.proc = subprocess.Popen(command, env=full, stdout=self._log, stderr=subprocess.STDOUT)
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            # Free when picked, but another process (a parallel test) may bind one first.
+            self.http_port, self.grpc_port = free_port(), free_port()
+            self.url = f"http://127.0.0.1:{self.http_port}"
+            ports = ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+            self._log = tempfile.TemporaryFile(prefix="prioritylock-serve-")  # noqa: SIM115
+            self._written = ""
+            self.proc = subprocess.Popen(
+                [*command, *ports], env=full, stdout=self._log, stderr=subprocess.STDOUT
+            )
+            try:
+                self._wait_ready()
+                return
+            except ServiceError:
+                self.close()
+                if attempt == PORT_ATTEMPTS or "address already in use" not in self.output():
+                    raise
+            except BaseException:
+                self.close()
+                raise
 
     @property
     def pid(self) -> int:
@@ -82,6 +93,8 @@ class Service:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.output()}")
             time.sleep(0.05)  # polling a process we don't control: no event to wait on
+        if self.proc.poll() is not None:  # the answer came from another process on the port
+            raise ServiceError(f"serve exited ({self.proc.returncode}): {self.output()}")
 
     def output(self, tail: int | None = 2000) -> str:
         """What the service has written so far: the last ``tail`` characters, or all."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import uuid
@@ -13,8 +14,10 @@ import grpc
 import pytest
 from dapr.proto.runtime.v1 import dapr_pb2_grpc, lock_pb2, metadata_pb2
 
+import tools.service
 from tests._servers.s3 import S3Server
 from tests.server.helpers import Service
+from tools.emulators import free_port
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -309,3 +312,20 @@ def test_unknown_routes_answer_json(
     got, answer = mem.request(method, path, b"{}")
     assert (got, answer["errorCode"]) == (status, code), answer
     assert answer["message"]
+
+
+def test_a_port_taken_between_its_pick_and_the_start_is_picked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        picks = iter([free_port(), port])  # the first start's gRPC port is already bound
+        monkeypatch.setattr(tools.service, "free_port", lambda: next(picks, None) or free_port())
+        running = Service({"locks": f"memory://{uuid.uuid4().hex}"})
+        try:
+            assert running.grpc_port != port
+            assert running.proc.poll() is None
+        finally:
+            running.close()
