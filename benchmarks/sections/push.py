@@ -166,9 +166,11 @@ def _child(url: str, settings: Settings, directory: str, conn: Connection) -> No
             (urgent.unlock if command == "unlock" else flock.release)()
 
 
-def _two_processes(url: str, rounds: int, s: Settings = SLOW, flock: bool = False) -> Samples:
-    """Our holder against a requestor in a child process; with ``flock``, filelock's handoff
-    between the two too (appended to the release -> next samples' end, ``rounds`` of them)."""
+def _two_processes(
+    url: str, rounds: int, s: Settings = SLOW, flock: list[int] | None = None
+) -> Samples:
+    """Our holder against a requestor in a child process; given a ``flock`` list, filelock's
+    handoffs between the two too (``rounds`` of them, in ns, appended to it)."""
     context, directory = mp.get_context("spawn"), url.removeprefix("file://")
     conn, child_conn = context.Pipe()
     child = context.Process(target=_child, args=(url, s, directory, child_conn), daemon=True)
@@ -184,13 +186,14 @@ def _two_processes(url: str, rounds: int, s: Settings = SLOW, flock: bool = Fals
 
     ours = _threads(url, rounds, lambda: call("request"), (held, lambda: call("unlock")), s)
     lock = filelock.FileLock(f"{directory}/push.filelock", thread_local=False)
-    for _ in range(rounds if flock else 0):
+    handoffs = [] if flock is None else flock
+    for _ in range(0 if flock is None else rounds):
         call("flock")
         waiter, got = _waiting(lock.acquire)
         time.sleep(WAITING)
         released = call("funlock")
         waiter.join(30)
-        ours[1].append(got[0] - released)
+        handoffs.append(got[0] - released)
         lock.release()
     conn.send(None)
     child.join(10)
@@ -350,11 +353,7 @@ def section_push(b: Bench) -> Section:
     def add(label: str, samples: Samples | None, channel: str = "notice") -> None:
         if samples:  # the channel: "notice", "poll" (none), or "other" (a comparator)
             cases.append((label, channel, "request -> told", samples[0]))
-            cases.append((label, channel, "release -> next", samples[1][:rounds]))
-        if samples and len(samples[1]) > rounds:  # filelock's, appended
-            cases.append(
-                ("filelock, two processes", "other", "release -> next", samples[1][rounds:])
-            )
+            cases.append((label, channel, "release -> next", samples[1]))
 
     off: list[tuple[str, str, str]] = []  # (label, driver or "two", url): notices off
     for kind in (k for k in b.store_kinds if k.emulator is None):
@@ -362,7 +361,9 @@ def section_push(b: Bench) -> Section:
         add(f"{kind.label}, AsyncLock, one loop", asyncio.run(_on_loop(b.url(kind), rounds)))
         off += [(f"{kind.label}, {d}, notices off", d, b.url(kind)) for d in ("Lock", "AsyncLock")]
         if kind.name == "local":  # one directory, two processes
-            add(f"{kind.label}, two processes", _two_processes(b.url(kind), rounds, flock=True))
+            flock: list[int] = []
+            add(f"{kind.label}, two processes", _two_processes(b.url(kind), rounds, flock=flock))
+            cases.append(("filelock, two processes", "other", "release -> next", flock))
             off.append((f"{kind.label}, two processes, notices off", "two", b.url(kind)))
             add("ZooKeeper (kazoo), two processes", zookeeper(rounds, b.root), "other")
         add(f"{kind.label}, two apps of one serve", _sidecar(b.url(kind), rounds))
