@@ -4,7 +4,8 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
 
 ``running(names, work)`` starts the servers asked for, all at once, on free ports:
 
-- ``s3-moto``: moto in server mode (S3 behaviour; not atomic under races);
+- ``s3-moto``: moto in server mode, with its writes made atomic (S3 behaviour; see
+  :data:`_MOTO_ATOMIC`);
 - ``s3-seaweedfs``: SeaweedFS ``weed mini`` (S3 with atomic conditional writes), signatures checked
   against a throwaway key pair and buckets never created on first write;
 - ``gcs``: fake-gcs-server, in memory;
@@ -289,6 +290,30 @@ def _server_env(**extra: str) -> dict[str, str]:
     return env
 
 
+#: moto checks a write's condition, then stores, with nothing between (docs: EMULATORS): a thread
+#: switch in that window lets two racing conditional writes both win, which S3 never does. Seen in
+#: a CI run on a loaded 2-core machine, and reproducibly with keys buffered on disk
+#: (``MOTO_S3_DEFAULT_KEY_BUFFER_SIZE=1``: 11 of 50 8-way rounds had more than one winner). We start
+#: moto's own server with every request but a read serialised: a condition holds until its write
+#: is stored, as on S3.
+_MOTO_ATOMIC = """
+import sys, threading
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+from moto.server import main
+
+serve, writes = DomainDispatcherApplication.__call__, threading.Lock()
+
+def atomic(self, environ, start_response):
+    if environ.get("REQUEST_METHOD") in ("GET", "HEAD", "OPTIONS"):
+        return serve(self, environ, start_response)
+    with writes:
+        return serve(self, environ, start_response)
+
+DomainDispatcherApplication.__call__ = atomic
+main(sys.argv[1:])
+"""
+
+
 def _launch_moto(_work: Path, _attempt: int, _key: tuple[str, str]) -> _Launch:
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -298,7 +323,7 @@ def _launch_moto(_work: Path, _attempt: int, _key: tuple[str, str]) -> _Launch:
         return answer is not None and answer[0] == 200 and answer[2].startswith(b"{")
 
     return _Launch(
-        argv=[sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        argv=[sys.executable, "-c", _MOTO_ATOMIC, "-H", "127.0.0.1", "-p", str(port)],
         env=_server_env(PYTHONUNBUFFERED="1"),
         endpoint=endpoint,
         probe=probe,

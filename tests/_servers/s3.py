@@ -106,7 +106,8 @@ class S3Server:
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto in server mode: S3 behaviour (not atomic under races: see tools/emulators.py)."""
+    """moto in server mode: S3 behaviour (atomic only because its writes are serialised: see
+    tools/emulators.py)."""
     with emulator("s3-moto", tmp_path_factory.mktemp("moto-server")) as running:
         yield _s3_server("moto", running)
 

@@ -14,8 +14,9 @@ milliseconds, so every change of holder is a recorded acquisition); at least
 free at the last fence. The figures (acquisitions, per second, store requests per acquisition)
 are printed: run with ``pytest -s`` to see them.
 
-moto's conditional PUT is not atomic by design (docs: EMULATORS): its run shows the lock's
-behaviour; SeaweedFS's run is the proof of atomicity on an S3 API.
+moto's conditional PUT is not atomic by design (docs: EMULATORS): a CI run on a loaded machine saw
+two winners here. tools.emulators serialises its writes, so its run shows the lock's behaviour on
+S3 semantics; SeaweedFS's run is the proof of atomicity on an S3 API as it ships.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from prioritylock.stores import (
 )
 from prioritylock.stores._s3 import S3Store
 from tests._servers.s3 import S3Server, needs_moto, needs_seaweedfs
+from tools import emulators, sdk
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -592,6 +593,43 @@ def test_url_round_trip(server: S3Server, bucket: str) -> None:
         finally:
             opened.close()
             client.close()
+
+
+# -- moto as tools.emulators starts it ----------------------------------------------------------
+
+MOTO_RACERS = 8
+MOTO_ROUNDS = 30
+
+
+@needs_moto
+@pytest.mark.timeout(120)
+def test_moto_as_we_start_it_lets_one_racing_write_win(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto alone checks a condition and stores with nothing between: with its keys buffered on
+    disk, 11 of 50 8-way rounds had two or more winners. tools.emulators serialises its writes."""
+    monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", "1")  # widens moto's window
+    with emulators.running(["s3-moto"], tmp_path) as started:
+        moto = started["s3-moto"]
+        bucket = sdk.create_bucket("s3-", moto.endpoint, moto.key)
+        server = S3Server("moto", moto.endpoint, *moto.key, moto.startup_s, moto.log_path)
+        stores = [server.store(bucket) for _ in range(MOTO_RACERS)]
+        version = stores[0].create("doc", b"round -1")
+        try:
+            with concurrent.futures.ThreadPoolExecutor(MOTO_RACERS) as pool:
+                for round_ in range(MOTO_ROUNDS):
+
+                    def write(index: int, seen: str = version, now: int = round_) -> str | None:
+                        with contextlib.suppress(ConditionFailed):
+                            return stores[index].replace("doc", f"{now}/{index}".encode(), seen)
+                        return None
+
+                    won = [v for v in pool.map(write, range(MOTO_RACERS)) if v is not None]
+                    assert len(won) == 1, f"round {round_}: {len(won)} racing writes won"
+                    version = won[0]
+        finally:
+            for store in stores:
+                store.close()
 
 
 # -- faults at the SDK boundary (moto) ------------------------------------------------------------
