@@ -9,6 +9,7 @@ awaits (a store call, a backoff, a pause), for every N the operation reaches.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -24,7 +25,8 @@ from prioritylock import (
 )
 from prioritylock import _alock as alock_module
 from prioritylock import _effects as effects
-from prioritylock.stores import ObjectStore
+from prioritylock.stores import LocalStore, ObjectStore
+from prioritylock.testing import DelegatingStore
 from tests.conftest import StoreFactory, selected_kinds
 from tests.lock.helpers import builder
 
@@ -151,6 +153,52 @@ def test_a_cancelled_acquire_of_a_free_lock_leaves_nothing_claimed(
             await lock.unlock()
 
     assert _cancel_everywhere(scenario) >= 2
+
+
+class _GatedWrites(DelegatingStore):
+    """Holds every write in its thread until :attr:`gate` opens; :attr:`entered` is set when one
+    arrives and :attr:`landed` once it has been made."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.landed = threading.Event()
+
+    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
+        if op not in ("create", "replace"):
+            return call()
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        try:
+            return call()
+        finally:
+            self.landed.set()
+
+
+def test_a_task_cancelled_while_its_claim_is_in_flight_takes_it_back_once_it_lands(
+    tmp_path: Any,
+) -> None:
+    """Cancelled while its create runs on a worker thread, an acquire waits for that write to end
+    (the call is shielded) and only then settles: the claim that landed is taken back. Were the
+    cancel to reach the call, the settle would read before the write lands and leave it claimed."""
+
+    async def main() -> None:
+        store = _GatedWrites(LocalStore(tmp_path))
+        lock = alock(store, "victim")
+        task = asyncio.create_task(lock.lock())
+        assert await asyncio.to_thread(store.entered.wait, 10)
+        task.cancel()
+        finished, _ = await asyncio.wait({task}, timeout=0.2)
+        assert not finished, "the cancelled acquire ended while its write was still in flight"
+        store.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert store.landed.is_set()
+        assert not lock.is_current_owner()
+        await _nothing_left_for(store.inner, "victim")
+
+    run(main())
 
 
 def test_a_cancelled_request_is_withdrawn(store_factory: StoreFactory) -> None:
