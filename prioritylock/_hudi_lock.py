@@ -293,7 +293,10 @@ class HudiTableLock:
         return True
 
     def lock(self, timeout: float | None = None, *, cancel: threading.Event | None = None) -> None:
-        """Wait for the lock: a read every ``poll_interval`` on average (0.5-1.5x it).
+        """Wait for the lock: a read every ``poll_interval`` on average (0.5-1.5x it), and one at
+        once when a lock of this process (or, on a store that watches its keys such as
+        ``LocalStore``, of this machine) writes the document: a release is taken without waiting
+        for the next poll. A Java writer's release is seen at the next poll.
 
         :param timeout: seconds to wait at most (None: no limit).
         :raises LockTimeout: the wait ran out.
