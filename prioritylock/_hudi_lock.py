@@ -17,9 +17,17 @@ What carries over from prioritylock's own lease, and what doesn't:
 - no preemption: a Java holder can't be asked. Every requestor, whatever its priority and
   forceful or not, waits until the holder releases or its lease lapses.
 
-This module is a small threaded driver of its own; once the shared driver base lands, its
-decisions (``_hudi``) should be run by that base like the lease flows, and the heartbeat moved
-onto the scheduler.
+It runs on the machinery every ``Lock`` of the process shares: the process's scheduler
+(``_scheduler.default_scheduler()``) renews each held lock, on the scheduler's own thread for an
+in-process store and on its small worker pool otherwise, never a thread per lock; ``on_lost`` is
+told on the scheduler's notifier thread. A waiting :meth:`HudiTableLock.lock` arms a waiter on the
+process's notices board (``_wake.NOTICES``) before each read and pauses on it, and every write of
+this module that may have landed (acquire, release, force; not a renewal, which frees nothing) is
+a notice there: a release in this process, or on a store that watches its keys (``LocalStore``)
+in another, ends the wait at once. A Java writer sends no notice; its release is seen at the
+next poll. Notices only bring a read forward: every decision is Hudi's rule on what the read
+returns, as before. The decisions (``_hudi``) are still driven here, not by ``_driver.LockBase``:
+the lease flows' effects (fences, requests, preemption) have no counterpart in Hudi's document.
 """
 
 from __future__ import annotations
@@ -54,6 +62,9 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock._hudi_config import DEFAULT_RENEW, DEFAULT_VALIDITY, HudiSettings
+from prioritylock._lock import _CANCEL_SLICE
+from prioritylock._scheduler import ScheduledTask, Scheduler, default_scheduler
+from prioritylock._wake import NOTICES, ThreadWaiter
 from prioritylock.stores._base import ObjectStore, Versioned
 
 __all__ = [
@@ -103,6 +114,21 @@ class HudiLockInfo:
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
+
+
+def _written(store: ObjectStore, key: str, write: Callable[[], str], source: object) -> str:
+    """``write()`` (a write of ``key``), then, unless it surely did not land (a failed condition),
+    a notice to the process's locks on the document (``source``, the lock that wrote, is not
+    told): the rule the lease drivers follow (``_driver.LockBase._after_write``)."""
+    try:
+        version = write()
+    except ConditionFailed:
+        raise
+    except BaseException:
+        NOTICES.notice(store, key, source=source)
+        raise
+    NOTICES.notice(store, key, source=source)
+    return version
 
 
 def _read(store: ObjectStore, key: str) -> tuple[hudi.HudiLockData, Versioned] | None:
@@ -159,7 +185,8 @@ def force_unlock(
             key, f"the lock now shows owner {data.owner}, validUntil {data.valid_until_ms}"
         )
     written = hudi.forced(data)
-    version = store.replace(key, hudi.encode(written), seen.version)
+    body = hudi.encode(written)
+    version = _written(store, key, lambda: store.replace(key, body, seen.version), None)
     return HudiLockInfo.of(written, version, _ms(clock.time()), _ms(max_clock_drift))
 
 
@@ -168,8 +195,11 @@ class HudiTableLock:
 
     Build one with :meth:`LockBuilder.hudi_table` or from a writer configuration that names
     Hudi's storage lock provider (:meth:`LockBuilder.from_properties`). Not reentrant; safe to
-    call from several threads. A heartbeat thread renews the lease every ``renew_interval``
-    while it is held.
+    call from several threads. While it is held, the process's scheduler renews it every
+    ``renew_interval`` (measured on the scheduler's clock); ``on_lost`` is called on the
+    scheduler's notifier thread. ``scheduler`` replaces the process's one (tests pass a manual
+    ``Scheduler(clock, threaded=False)`` on the lock's fake clock); ``heartbeat=False`` renews
+    only when :meth:`renew` is called.
     """
 
     def __init__(
@@ -186,6 +216,7 @@ class HudiTableLock:
         clock: Clock = SYSTEM_CLOCK,
         on_lost: Callable[[str], object] | None = None,
         heartbeat: bool = True,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self._store = store
         self._key = key
@@ -197,6 +228,9 @@ class HudiTableLock:
         self._clock = clock
         self._on_lost = on_lost
         self._heartbeat_on = heartbeat
+        self._hb = scheduler or default_scheduler()
+        # An in-process store answers at once: renew on the scheduler's own thread (as Lock).
+        self._inline = not store.capabilities.shared_across_processes
         #: Hudi's owner field: a random UUID per lock object, as per Java lock provider.
         self.owner_id = str(uuid.uuid4())
         self.name = name or default_owner()
@@ -206,9 +240,10 @@ class HudiTableLock:
         self._version = ""
         self._deadline = 0.0  # monotonic: stop believing we hold it from here on
         self._lost = ""  # why it was lost, until unlock() reports it
-        self._stop = threading.Event()
         self._closed = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._beat: Callable[[], float | None] | None = None  # the holding's renewal task
+        self._entry: ScheduledTask | None = None  # ... as the scheduler has it
+        self._armed: set[ThreadWaiter] = set()  # waits in lock(): close() ends them
 
     # -- public ----------------------------------------------------------------------------
 
@@ -240,10 +275,10 @@ class HudiTableLock:
             body = hudi.encode(wanted)
             try:
                 if found is None:
-                    version = self._retry(lambda: self._store.create(self._key, body))
+                    version = self._write(lambda: self._store.create(self._key, body))
                 else:
                     prior = found[1].version
-                    version = self._retry(lambda: self._store.replace(self._key, body, prior))
+                    version = self._write(lambda: self._store.replace(self._key, body, prior))
             except (ConditionFailed, StoreUnavailable) as exc:
                 # A lost race, or a write that may have landed (a lost response; an SDK retry of
                 # a write that landed, answered 412): the document says which.
@@ -258,7 +293,10 @@ class HudiTableLock:
         return True
 
     def lock(self, timeout: float | None = None, *, cancel: threading.Event | None = None) -> None:
-        """Wait for the lock: a read every ``poll_interval`` on average (0.5-1.5x it).
+        """Wait for the lock: a read every ``poll_interval`` on average (0.5-1.5x it), and one at
+        once when a lock of this process (or, on a store that watches its keys such as
+        ``LocalStore``, of this machine) writes the document: a release is taken without waiting
+        for the next poll. A Java writer's release is seen at the next poll.
 
         :param timeout: seconds to wait at most (None: no limit).
         :raises LockTimeout: the wait ran out.
@@ -268,18 +306,24 @@ class HudiTableLock:
         while True:
             if self._closed.is_set() or (cancel is not None and cancel.is_set()):
                 raise LockCancelled(f"{self._key}: the wait for the lock was cancelled")
+            # Armed before the read: a release that lands after it ends the pause at once.
+            waiter = self._arm()
             try:
-                if self.try_lock():
-                    return
-            except StoreUnavailable as exc:
-                log.warning("hudi lock %s: store unavailable while waiting: %s", self._key, exc)
-            pause = self._poll * random.uniform(0.5, 1.5)
-            if timeout is not None:
-                left = start + timeout - self._clock.monotonic()
-                if left <= 0:
-                    raise LockTimeout(f"{self._key}: not acquired within {timeout} s")
-                pause = min(pause, left)
-            self._clock.wait(cancel if cancel is not None else self._closed, pause)
+                try:
+                    if self.try_lock():
+                        return
+                except StoreUnavailable as exc:
+                    log.warning("hudi lock %s: store unavailable while waiting: %s", self._key, exc)
+                pause = self._poll * random.uniform(0.5, 1.5)
+                if timeout is not None:
+                    left = start + timeout - self._clock.monotonic()
+                    if left <= 0:
+                        raise LockTimeout(f"{self._key}: not acquired within {timeout} s")
+                    pause = min(pause, left)
+                self._pause(waiter, pause, cancel)
+            finally:
+                with self._mu:
+                    self._armed.discard(waiter)
 
     def unlock(self) -> None:
         """Release: one conditional write of ``expired: true`` over this holder's version.
@@ -302,10 +346,14 @@ class HudiTableLock:
             done = hudi.released(held)
             body = hudi.encode(done)
             try:
-                self._retry(lambda: self._store.replace(self._key, body, version))
+                self._write(lambda: self._store.replace(self._key, body, version))
             except (ConditionFailed, StoreUnavailable) as exc:
                 unknown = isinstance(exc, ConditionFailed) or exc.outcome_unknown
-                if not unknown or self._landed(done) is None:
+                landed = self._landed(done) if unknown else None
+                if landed is not None and isinstance(exc, ConditionFailed):
+                    # It landed after all (a 412 answering an SDK's retry): the waiters' news.
+                    NOTICES.notice(self._store, self._key, source=self)
+                if landed is None:
                     self._clear()
                     if isinstance(exc, StoreUnavailable):
                         raise
@@ -332,7 +380,9 @@ class HudiTableLock:
             wanted = hudi.renewed(held, _ms(self._clock.time()), _ms(self._validity))
             body = hudi.encode(wanted)
             try:
-                new_version = self._retry(lambda: self._store.replace(self._key, body, version))
+                new_version = self._write(
+                    lambda: self._store.replace(self._key, body, version), quiet=True
+                )
             except (ConditionFailed, StoreUnavailable) as exc:
                 lost = isinstance(exc, ConditionFailed)
                 unknown = lost or (isinstance(exc, StoreUnavailable) and exc.outcome_unknown)
@@ -390,6 +440,10 @@ class HudiTableLock:
     def close(self) -> None:
         """Release if held (best effort), end waits, stop the heartbeat."""
         self._closed.set()
+        with self._mu:
+            waiting = list(self._armed)
+        for waiter in waiting:
+            waiter.notify()  # the wait wakes and sees it closed
         if self._held is not None:
             try:
                 self.unlock()
@@ -418,12 +472,8 @@ class HudiTableLock:
         with self._mu:
             self._held, self._version, self._lost = data, version, ""
             self._deadline = start + self._validity - self._drift
-        self._stop.clear()
-        if not self._heartbeat_on:
-            return
-        beat = threading.Thread(target=self._heartbeat, name="prioritylock-hudi", daemon=True)
-        self._beat = beat
-        beat.start()
+        if self._heartbeat_on:
+            self._start_heartbeat()
 
     def _clear(self) -> None:
         with self._mu:
@@ -434,36 +484,85 @@ class HudiTableLock:
             if self._held is None:
                 return
             self._held, self._version, self._lost = None, "", reason
-        self._stop.set()
+        self._stop_heartbeat()
         log.error("hudi lock %s lost by %s: %s", self._key, self.owner_id, reason)
-        if self._on_lost is not None:
-            try:
-                self._on_lost(reason)
-            except Exception:  # a listener must never kill the heartbeat
-                log.exception("hudi lock %s: on_lost callback raised", self._key)
+        on_lost = self._on_lost
+        if on_lost is not None:
+
+            def tell() -> None:
+                on_lost(reason)
+
+            # Off the scheduler's threads; one that raises is logged and stops nothing.
+            self._hb.dispatch(tell)
+
+    def _start_heartbeat(self) -> None:
+        """Have the scheduler renew this holding every ``renew_interval`` (on its clock)."""
+
+        def beat() -> float | None:
+            return self._renew_due(beat)
+
+        with self._mu:
+            self._beat = beat
+        when = self._hb.clock.monotonic() + self._renew_interval
+        try:
+            entry = self._hb.schedule(beat, when, f"hudi {self._key}", inline=self._inline)
+        except RuntimeError:  # the scheduler is closed: the process is ending
+            log.warning("hudi lock %s: no heartbeat; it lapses unless renewed", self._key)
+            return
+        with self._mu:
+            if self._beat is beat:
+                self._entry = entry
+                return
+        self._hb.cancel(entry)  # stopped meanwhile
 
     def _stop_heartbeat(self) -> None:
-        self._stop.set()
-        beat = self._beat
-        if beat is not None and beat is not threading.current_thread():
-            beat.join()
-        self._beat = None
+        """Renew this holding no more (a renewal running now finds it stopped, or finishes)."""
+        with self._mu:
+            entry, self._entry, self._beat = self._entry, None, None
+        if entry is not None:
+            self._hb.cancel(entry)
 
-    def _heartbeat(self) -> None:
-        next_due = self._clock.monotonic() + self._renew_interval
-        while not self._stop.is_set():
-            if self._clock.wait(self._stop, next_due - self._clock.monotonic()):
-                return
-            if not self.is_current_owner():
-                return
+    def _renew_due(self, beat: Callable[[], float | None]) -> float | None:
+        """The scheduler's task for one holding: renew, and say when next (None: stop)."""
+        clock = self._hb.clock
+        with self._io:
+            if self._beat is not beat or not self.is_current_owner():
+                return None  # released, lost or taken again since this renewal was due
             try:
                 self.renew()
-                next_due = self._clock.monotonic() + self._renew_interval
+                return clock.monotonic() + self._renew_interval
             except (LockLost, NotLockOwner):
-                return
+                return None
             except Exception as exc:  # retry sooner; is_current_owner() ends it at the deadline
                 log.warning("hudi lock %s: renewal failed, retrying: %s", self._key, exc)
-                next_due = self._clock.monotonic() + min(self._renew_interval, 1.0)
+                return clock.monotonic() + min(self._renew_interval, 1.0)
+
+    def _arm(self) -> ThreadWaiter:
+        """A waiter woken by the next notice for the lock's document (or by :meth:`close`)."""
+        waiter = ThreadWaiter(self)
+        with self._mu:
+            self._armed.add(waiter)
+        NOTICES.arm(self._store, self._key, waiter)
+        return waiter
+
+    def _pause(self, waiter: ThreadWaiter, seconds: float, cancel: threading.Event | None) -> None:
+        """Wait up to ``seconds``, ended early by a notice, ``cancel`` or :meth:`close`. A thread
+        waits on one event: with a ``cancel`` event the wait goes in slices, as ``Lock``'s."""
+        end = self._clock.monotonic() + seconds
+        while not self._closed.is_set() and not (cancel is not None and cancel.is_set()):
+            left = end - self._clock.monotonic()
+            if left <= 0 or waiter.event.is_set():
+                return
+            step = left if cancel is None else min(left, _CANCEL_SLICE)
+            self._clock.wait(waiter.event, step)
+            if cancel is None:
+                return
+
+    def _write(self, write: Callable[[], str], *, quiet: bool = False) -> str:
+        """``write``, retried as :meth:`_retry` says, and noticed unless ``quiet`` (a renewal)."""
+        if quiet:
+            return self._retry(write)
+        return _written(self._store, self._key, lambda: self._retry(write), self)
 
     def _landed(self, wanted: hudi.HudiLockData) -> str | None:
         """After a write whose outcome is unknown: its version if the document is ``wanted``."""
@@ -494,9 +593,9 @@ class HudiTableBuilder(LockBuilder):
     Of the builder's options it uses ``owner`` (shown in logs: Hudi's owner field is a random
     UUID), ``lease_timeout`` (Hudi's validity, default 300 s), ``renew_interval`` (default 30 s,
     or a tenth of the lease timeout when only that is set), ``max_clock_drift`` (default
-    Hudi's 0.5 s), ``poll_interval``, ``store_timeout`` and ``clock``. ``priority`` and
-    ``forceful`` are accepted and change nothing: a Java holder can't be asked to yield, so every
-    requestor waits for its lease to end.
+    Hudi's 0.5 s), ``poll_interval``, ``store_timeout``, ``clock`` and ``scheduler`` (what
+    renews it: by default the process's). ``priority`` and ``forceful`` are accepted and change
+    nothing: a Java holder can't be asked to yield, so every requestor waits for its lease to end.
     """
 
     def __init__(self, table: str | ObjectStore, *, settings: HudiSettings | None = None) -> None:
@@ -564,4 +663,5 @@ class HudiTableBuilder(LockBuilder):
             store_timeout=opts.get("store_timeout", DEFAULT_STORE_TIMEOUT),
             name=opts.get("owner", ""),
             clock=opts.get("clock", SYSTEM_CLOCK),
+            scheduler=opts.get("heartbeat"),
         )

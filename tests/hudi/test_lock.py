@@ -20,6 +20,7 @@ from prioritylock import (
 )
 from prioritylock import _hudi as hudi
 from prioritylock._hudi_lock import KEY, force_unlock, read_info
+from prioritylock._scheduler import Scheduler
 from prioritylock.stores import MemoryStore, ObjectStore
 from prioritylock.testing.faults import FaultyStore
 
@@ -140,7 +141,11 @@ def test_a_holder_never_looks_free_to_hudis_readers_while_it_believes_it_holds(
 
 def test_renewal_over_a_lock_taken_by_others_is_lost(store: FaultyStore, clock: FakeClock) -> None:
     lost: list[str] = []
-    a = HudiTableLock(store, clock=clock, heartbeat=False, lease_timeout=V, on_lost=lost.append)
+    # on_lost is told from the scheduler's notifier thread: a manual scheduler tells it inline.
+    manual = Scheduler(clock, threaded=False)
+    a = HudiTableLock(
+        store, clock=clock, heartbeat=False, lease_timeout=V, on_lost=lost.append, scheduler=manual
+    )
     assert a.try_lock()
     seen = doc(store)
     force_unlock(store, if_owner=seen.owner, if_valid_until_ms=seen.valid_until_ms, clock=clock)
@@ -223,7 +228,7 @@ def test_priority_changes_nothing_a_java_holder_cant_be_asked(store: FaultyStore
     assert not urgent.try_lock()  # waits like anyone until the Java lease lapses
 
 
-def test_the_heartbeat_renews_on_a_thread(store: FaultyStore) -> None:
+def test_the_heartbeat_renews_on_the_process_scheduler(store: FaultyStore) -> None:
     a = LockBuilder.hudi_table(store).lease_timeout(2.0).renew_interval(0.05).build()
     renewed = threading.Event()
     assert a.try_lock()
