@@ -57,6 +57,16 @@ def _pump(stream: IO[str], sink: queue.Queue[str | None], keep: list[str]) -> No
         sink.put(None)
 
 
+def _interruptible_children() -> None:
+    """Commands we start get Ctrl-C (SIGINT) at its default, as at a terminal. A shell script's
+    background job inherits SIGINT ignored, and passes that on through exec: were the suite run
+    so (``scripts/test &`` in a non-interactive shell), every command would ignore the tests'
+    Ctrl-C. A signal this process handles is reset to the default in a child at exec, so this
+    process handles it (as Python does when started from a terminal). Main thread only."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class Background:
     """A command running in the background; its stdout lines readable as they come."""
 
@@ -197,6 +207,7 @@ class Cli:
         )
         base.update(env or {})
         self.env = base
+        _interruptible_children()
         self._background: list[Background] = []
         self._terminals: list[Terminal] = []
 
