@@ -32,6 +32,7 @@ __all__ = [
     "moto_server",
     "s3_moto_store_factory",
     "s3_seaweedfs_store_factory",
+    "s3_server",
     "seaweedfs_server",
 ]
 
@@ -109,17 +110,18 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """moto in server mode: S3 behaviour (atomic only because its writes are serialised: see
     tools/emulators.py)."""
     with emulator("s3-moto", tmp_path_factory.mktemp("moto-server")) as running:
-        yield _s3_server("moto", running)
+        yield s3_server("moto", running)
 
 
 @pytest.fixture(scope="session")
 def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """SeaweedFS ``weed mini`` (S3 gateway with atomic conditional writes), auth enforced."""
     with emulator("s3-seaweedfs", tmp_path_factory.mktemp("seaweedfs-server")) as running:
-        yield _s3_server("seaweedfs", running)
+        yield s3_server("seaweedfs", running)
 
 
-def _s3_server(name: str, running: Emulator) -> S3Server:
+def s3_server(name: str, running: Emulator) -> S3Server:
+    """The :class:`S3Server` view of a running S3 emulator (``name``: moto or seaweedfs)."""
     key_id, secret = running.key
     return S3Server(name, running.endpoint, key_id, secret, running.startup_s, running.log_path)
 

@@ -37,8 +37,8 @@ from prioritylock.stores import (
     open_store,
 )
 from prioritylock.stores._s3 import S3Store
-from tests._servers.s3 import S3Server, needs_moto, needs_seaweedfs
-from tools import emulators, sdk
+from tests._servers import emulator
+from tests._servers.s3 import S3Server, needs_moto, needs_seaweedfs, s3_server
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -609,10 +609,9 @@ def test_moto_as_we_start_it_lets_one_racing_write_win(
     """moto alone checks a condition and stores with nothing between: with its keys buffered on
     disk, 11 of 50 8-way rounds had two or more winners. tools.emulators serialises its writes."""
     monkeypatch.setenv("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", "1")  # widens moto's window
-    with emulators.running(["s3-moto"], tmp_path) as started:
-        moto = started["s3-moto"]
-        bucket = sdk.create_bucket("s3-", moto.endpoint, moto.key)
-        server = S3Server("moto", moto.endpoint, *moto.key, moto.startup_s, moto.log_path)
+    with emulator("s3-moto", tmp_path) as running:
+        server = s3_server("moto", running)
+        bucket = server.create_bucket()
         stores = [server.store(bucket) for _ in range(MOTO_RACERS)]
         version = stores[0].create("doc", b"round -1")
         try:
