@@ -31,7 +31,6 @@ from prioritylock import signals
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
 from prioritylock._errors import (
-    ConditionFailed,
     ConfigError,
     LockCancelled,
     LockHeld,
@@ -606,11 +605,11 @@ class LockBase:
         """A store call returned (a write: the ``version`` it made) or raised: a write that
         may have landed (any outcome but ``ConditionFailed``) is a notice to the other locks of
         the process on the document; a request write that landed stamps it (``_wake.Stamp``)."""
-        if call.notify and not isinstance(error, ConditionFailed):
+        if call.notify:
             stamp = None
             if call.sent is not None and error is None and isinstance(version, str):
                 stamp = Stamp(version, call.sent, self._clock)
-            NOTICES.notice(self._store, self._key, source=self, stamp=stamp)
+            NOTICES.after_write(self._store, self._key, error, source=self, stamp=stamp)
 
     def _after_write_when_done(
         self, call: StoreCall, future: Future[Any] | asyncio.Future[Any]

@@ -117,17 +117,15 @@ def _ms(seconds: float) -> int:
 
 
 def _written(store: ObjectStore, key: str, write: Callable[[], str], source: object) -> str:
-    """``write()`` (a write of ``key``), then, unless it surely did not land (a failed condition),
-    a notice to the process's locks on the document (``source``, the lock that wrote, is not
-    told): the rule the lease drivers follow (``_driver.LockBase._after_write``)."""
+    """``write()`` (a write of ``key``), then the notice the lease drivers give a write
+    (``_wake.Notices.after_write``: unless it surely did not land) to the process's locks on the
+    document (``source``, the lock that wrote, is not told)."""
     try:
         version = write()
-    except ConditionFailed:
+    except BaseException as exc:
+        NOTICES.after_write(store, key, exc, source=source)
         raise
-    except BaseException:
-        NOTICES.notice(store, key, source=source)
-        raise
-    NOTICES.notice(store, key, source=source)
+    NOTICES.after_write(store, key, None, source=source)
     return version
 
 

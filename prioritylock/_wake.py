@@ -43,6 +43,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from prioritylock._errors import ConditionFailed
 from prioritylock.stores._base import KeyWatcher
 
 __all__ = [
@@ -195,6 +196,20 @@ class Notices:
         any, is not told): wake its waiters, poke its watchers (with ``stamp``, a request
         write's)."""
         self.notice_at(location(store, key), source=source, stamp=stamp)
+
+    def after_write(
+        self,
+        store: object,
+        key: str,
+        error: BaseException | None,
+        *,
+        source: object = None,
+        stamp: Stamp | None = None,
+    ) -> None:
+        """A write of ``key`` returned (``error`` None) or raised ``error``: unless it surely
+        did not land (``ConditionFailed``), it may have changed the document: a notice."""
+        if not isinstance(error, ConditionFailed):
+            self.notice(store, key, source=source, stamp=stamp)
 
     def notice_at(
         self, where: Location, *, source: object = None, stamp: Stamp | None = None
