@@ -15,9 +15,9 @@ from prioritylock._config import (
     DEFAULT_CLEANUP_TIMEOUT,
     DEFAULT_LEASE_TIMEOUT,
     DEFAULT_MAX_CLOCK_DRIFT,
-    MIN_WATCH_INTERVAL,
     LockConfig,
     default_owner,
+    default_watch_interval,
 )
 from prioritylock._errors import ConfigError
 from prioritylock._lease import MAX_MESSAGE_CHARS, MAX_OWNER_CHARS, MAX_PRIORITY, OVERRIDE_PRIORITY
@@ -191,7 +191,8 @@ class LockBuilder:
 
     def watch_interval(self, seconds: float) -> LockBuilder:
         """How often a holder reads its lease to hear of requests (default: the renew interval,
-        or half the cleanup timeout when that is shorter)."""
+        half the cleanup timeout, or two thirds of the cleanup timeout less the clock drift
+        allowance, whichever is shortest: :func:`default_watch_interval`)."""
         self._opts["watch_interval"] = _seconds("watch_interval", seconds, zero=False)
         return self
 
@@ -343,10 +344,9 @@ class LockBuilder:
                 f"renew_interval: {renew} s must be shorter than lease_timeout ({lease} s)",
                 option="renew_interval",
             )
-        if "watch_interval" not in opts:
-            watch = renew if cleanup <= 0 else min(renew, cleanup / 2)
-            opts["watch_interval"] = max(MIN_WATCH_INTERVAL, watch)
         drift = opts.get("max_clock_drift", DEFAULT_MAX_CLOCK_DRIFT)
+        if "watch_interval" not in opts:
+            opts["watch_interval"] = default_watch_interval(renew, cleanup, drift)
         if drift >= lease:
             raise ConfigError(
                 f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)",

@@ -28,6 +28,7 @@ __all__ = [
     "MIN_WATCH_INTERVAL",
     "LockConfig",
     "default_owner",
+    "default_watch_interval",
 ]
 
 DEFAULT_LEASE_TIMEOUT = 30.0
@@ -37,6 +38,29 @@ DEFAULT_MAX_CLOCK_DRIFT = 0.5
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_STORE_TIMEOUT = 10.0
 MIN_WATCH_INTERVAL = 0.01
+
+
+def default_watch_interval(renew: float, cleanup: float, drift: float) -> float:
+    """How often a holder reads its lease unless told otherwise: often enough that a request
+    written just after one of its reads is read while the cleanup window it is owed is open.
+
+    That window is counted from the start of the holder's last read that showed no request and
+    lasts the cleanup timeout less the drift allowance (``_state.cleanup_deadline``); a read
+    that finds the request later tells the holder nothing. A watch interval of at most two
+    thirds of it leaves a third for the reads themselves and a busy machine's scheduling (half
+    the window, the rule before, left nothing when the window was as short as the interval:
+    a 1 s cleanup with the default 0.5 s drift). Never longer than the renew interval or half
+    the cleanup timeout (so the defaults, 10 s and 10 s, give 5 s: a watch between renewals).
+    An empty window (``cleanup <= drift``: no request from another process can be announced)
+    keeps the rule without the drift; no cleanup window at all, the renew interval.
+    """
+    if cleanup <= 0:
+        watch = renew
+    elif cleanup <= drift:
+        watch = min(renew, cleanup / 2)
+    else:
+        watch = min(renew, cleanup / 2, (cleanup - drift) * 2 / 3)
+    return max(MIN_WATCH_INTERVAL, watch)
 
 
 def default_owner() -> str:

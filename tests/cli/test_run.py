@@ -27,7 +27,8 @@ from tests.cli.helpers import (
 
 pytestmark = pytest.mark.timeout(30)
 
-# A short lease so holders watch their lease every 0.5 s (min(lease / 3, cleanup / 2)).
+# A short lease so holders watch their lease every 1/3 s (min(lease / 3, cleanup / 2,
+# (cleanup - drift) * 2/3)): a request is read with a third of the 0.5 s window to spare.
 FAST = ["--lease", "3", "--cleanup", "1"]
 
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from prioritylock import PreemptionTimeout, signals
+from prioritylock import FakeClock, Heartbeat, PreemptionTimeout, signals
 from prioritylock._listener import CleanupNotice
 from prioritylock._wake import NOTICES
 from tests._soak import size
@@ -93,6 +93,53 @@ def test_a_holder_that_hears_after_its_window_closed_is_not_told(
     assert asked == [] and rec.names() == ["acquired"]
     assert holder.is_current_owner()
     holder.unlock()
+
+
+def test_a_short_window_is_read_in_time_at_the_default_watch_interval(
+    memory_store_factory: StoreFactory,
+) -> None:
+    """Poll-bound, with a 1 s cleanup timeout and the default 0.5 s drift allowance: the holder
+    is owed a 0.5 s window from its last quiet read. A request that lands just before the next
+    watch read (at the default interval, on a fake clock) is read with a third of that window
+    left, told, and handed the lock. When the default was half the cleanup timeout, that read
+    came as the window closed: the request was not announced, and ``prioritylock run`` (whose
+    requestor then waits like any other) waited for a stubborn job forever."""
+    NOTICES.enabled = False  # the conftest fixture turns them back on
+    clock = FakeClock()
+    scheduler = Heartbeat(clock, threaded=False)
+    store = memory_store_factory()
+    rec = Recorder()
+    holder = make(
+        store,
+        owner="holder",
+        priority=1,
+        lease_timeout=3,
+        cleanup_timeout=1,
+        clock=clock,
+        heartbeat=scheduler,
+        listener=rec,
+    )
+    watch = holder.config.watch_interval
+    assert watch == pytest.approx((1 - 0.5) * 2 / 3)
+    assert holder.try_lock()
+    clock.advance(watch * 0.9)
+    assert scheduler.run_due() == pytest.approx(clock.monotonic() + watch * 0.1)
+    high = make(store, owner="high", priority=9)  # waits min(30 s, 1 s), on the real clock
+    got: list[bool] = []
+    asking = threading.Thread(target=lambda: got.append(high.try_lock()), daemon=True)
+    asking.start()
+    observer = make(store, owner="observer")
+    end = time.monotonic() + 5
+    while (info := observer.info()) is None or info.requestor_owner != "high":
+        assert time.monotonic() < end, "the request was never written"
+        time.sleep(0.005)  # the request is written on the requestor's thread
+    clock.advance(watch * 0.1 + 1e-6)
+    scheduler.run_due()  # the watch read: it shows the request
+    asking.join(5)
+    assert got == [True], "the holder was not told in time, so it never handed over"
+    assert rec.names()[:2] == ["acquired", "cleanup"]
+    assert rec.notices[0].deadline - clock.monotonic() == pytest.approx(0.5 - watch, abs=1e-5)
+    high.unlock()
 
 
 class Timed(Withdrawals):
