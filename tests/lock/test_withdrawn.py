@@ -7,17 +7,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
 from prioritylock import FakeClock, Heartbeat, PreemptionTimeout, signals
 from prioritylock._listener import CleanupNotice
 from prioritylock._wake import NOTICES
+from prioritylock.stores import ObjectStore
+from prioritylock.testing import DelegatingStore
 from tests._soak import size
 from tests.conftest import StoreFactory
 from tests.lock.helpers import Recorder, make, receiving
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.usefixtures("driver")]
+
+T = TypeVar("T")
 
 
 class Withdrawals(Recorder):
@@ -95,6 +101,20 @@ def test_a_holder_that_hears_after_its_window_closed_is_not_told(
     holder.unlock()
 
 
+class _Replaced(DelegatingStore):
+    """Sets :attr:`replaced` once a ``replace`` through it has returned (a requestor's request)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.replaced = threading.Event()
+
+    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
+        result = call()
+        if op == "replace":
+            self.replaced.set()
+        return result
+
+
 def test_a_short_window_is_read_in_time_at_the_default_watch_interval(
     memory_store_factory: StoreFactory,
 ) -> None:
@@ -124,15 +144,14 @@ def test_a_short_window_is_read_in_time_at_the_default_watch_interval(
     assert holder.try_lock()
     clock.advance(watch * 0.9)
     assert scheduler.run_due() == pytest.approx(clock.monotonic() + watch * 0.1)
-    high = make(store, owner="high", priority=9)  # waits min(30 s, 1 s), on the real clock
+    requests = _Replaced(store)
+    high = make(requests, owner="high", priority=9)  # waits min(30 s, 1 s), on the real clock
     got: list[bool] = []
     asking = threading.Thread(target=lambda: got.append(high.try_lock()), daemon=True)
     asking.start()
-    observer = make(store, owner="observer")
-    end = time.monotonic() + 5
-    while (info := observer.info()) is None or info.requestor_owner != "high":
-        assert time.monotonic() < end, "the request was never written"
-        time.sleep(0.005)  # the request is written on the requestor's thread
+    assert requests.replaced.wait(5), "the request was never written"
+    info = make(store, owner="observer").info()
+    assert info is not None and info.requestor_owner == "high"
     clock.advance(watch * 0.1 + 1e-6)
     scheduler.run_due()  # the watch read: it shows the request
     asking.join(5)
