@@ -59,7 +59,7 @@ def make_app(
                 return error(401, "ERR_UNAUTHORIZED", "missing or invalid dapr-api-token")
         length = request.content_length
         if length is not None and length > max_body:
-            return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+            return error(413, "ERR_REQUEST_TOO_LARGE", _too_large(max_body))
         try:
             return await handler(request)
         except web.HTTPNotFound:
@@ -125,6 +125,11 @@ def make_app(
     return app
 
 
+def _too_large(max_body: int) -> str:
+    # No option raises it: a valid request, even with the longest message, is far smaller.
+    return f"request body over {max_body} bytes (the service's fixed limit)"
+
+
 def _bearer(request: web.Request) -> str:
     """The token of an ``Authorization: Bearer TOKEN`` header, or ""."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
@@ -144,7 +149,7 @@ async def json_body(
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+        return error(413, "ERR_REQUEST_TOO_LARGE", _too_large(max_body))
     if empty and not raw.strip():
         return {}
     try:
