@@ -385,9 +385,11 @@ class LockBuilder:
 def _told_only_by_reads(store: ObjectStore) -> bool:
     """Whether a holder may hear of a request from another host only by its own watch reads.
 
-    So on a store other hosts share: a request from this process or machine also comes as a
-    notice, one from another host only as what a read finds. (Change hints that reach beyond
-    loopback would tell other hosts too; until they exist, this is where their condition goes.)
+    True on a store other hosts share: a request made in this process (or, on a local
+    directory, on this machine) also arrives as a notice, one from another host only as what a
+    read finds. Change hints that reach beyond loopback would tell other hosts too: when they
+    exist, their condition goes here (and the warning of a watch interval that misses the
+    cleanup window is then not needed while they are on).
     """
     return store.capabilities.shared_across_hosts
 

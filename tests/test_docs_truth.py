@@ -45,10 +45,9 @@ def test_the_readme_points_a_clones_reader_at_docs() -> None:
 def test_the_stores_page_says_how_to_create_every_cloud_stores_bucket() -> None:
     text = _page("docs/stores.md")
     section = text.split("**The bucket must exist first.**", 1)[1].split("\n\n**", 1)[0]
-    cloud = sorted(scheme for scheme, entry in SCHEMES.items() if entry.extra is not None)
-    assert cloud, "no cloud store: is the registry still read right?"
     rows = dict(re.findall(r"^\| `(\w+)://` \| `([^`]+)`", section, re.MULTILINE))
-    assert sorted(rows) == cloud, rows
+    # The object stores (a bucket or container each); a store of another kind needs no row.
+    assert {"s3", "gs", "az"} <= set(rows) <= set(SCHEMES), rows
     assert all(" create " in command or " mb " in command for command in rows.values()), rows
 
 

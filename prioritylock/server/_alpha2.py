@@ -775,4 +775,4 @@ _RELEASED = "released"
 
 def _lost_reason(lock: AsyncLock) -> str:
     holding = lock._st.holding  # the reason is kept on the holding
-    return (holding.lost if holding is not None else None) or "released"
+    return (holding.lost if holding is not None else None) or _RELEASED
