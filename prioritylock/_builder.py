@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 import unicodedata
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ class LockBuilder:
 
     def __init__(self) -> None:
         self._opts: dict[str, Any] = {}
+        self._watch_chosen = False  # watch_interval set by the caller, not derived
 
     # -- where -------------------------------------------------------------------------------
 
@@ -192,8 +194,14 @@ class LockBuilder:
     def watch_interval(self, seconds: float) -> LockBuilder:
         """How often a holder reads its lease to hear of requests (default: the renew interval,
         half the cleanup timeout, or two thirds of the cleanup timeout less the clock drift
-        allowance, whichever is shortest: :func:`default_watch_interval`)."""
+        allowance, whichever is shortest: :func:`default_watch_interval`).
+
+        On a store other hosts share (S3, GCS, Azure), :meth:`build` warns (``UserWarning``)
+        when it is not shorter than the cleanup timeout less ``max_clock_drift``: a holder there
+        could then hear of a request only once its cleanup window had closed, and so is never
+        told of it."""
         self._opts["watch_interval"] = _seconds("watch_interval", seconds, zero=False)
+        self._watch_chosen = True
         return self
 
     def max_clock_drift(self, seconds: float) -> LockBuilder:
@@ -301,6 +309,7 @@ class LockBuilder:
         self.path("hudi", f"{table}-{digest}")
         # Hudi has no preemption to hear of: watch no more often than we renew (Hudi's own cost).
         self.watch_interval(settings.renew_interval)
+        self._watch_chosen = False  # and no cleanup window to fit: nothing to warn of
         self.message(f"hudi table {base}")
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -329,10 +338,10 @@ class LockBuilder:
         :raises ConfigError: a store or a scope is missing, or options contradict each other.
         """
         opts = dict(self._opts)
-        for required in ("store", "scope"):
+        for required, setters in (("store", ".store(...)"), ("scope", _SCOPE_SETTERS)):
             if required not in opts:
                 raise ConfigError(
-                    f"{required}: not set; call .{required}(...) before build()", option=required
+                    f"{required}: not set; call {setters} before build()", option=required
                 )
         if "owner" not in opts:  # default_owner() asks the OS: only when needed
             opts["owner"] = default_owner()
@@ -352,6 +361,8 @@ class LockBuilder:
                 f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)",
                 option="max_clock_drift",
             )
+        if self._watch_chosen and _told_only_by_reads(opts["store"]):
+            _warn_if_watch_misses_window(opts["watch_interval"], cleanup, drift)
         return LockConfig(**opts)
 
     def build_async(self, *, scheduler: AsyncScheduler | None = None) -> AsyncLock:
@@ -370,6 +381,36 @@ class LockBuilder:
         """
         return Lock(self.config())
 
+
+def _told_only_by_reads(store: ObjectStore) -> bool:
+    """Whether a holder may hear of a request from another host only by its own watch reads.
+
+    True on a store other hosts share: a request made in this process (or, on a local
+    directory, on this machine) also arrives as a notice, one from another host only as what a
+    read finds. Change hints that reach beyond loopback would tell other hosts too: when they
+    exist, their condition goes here (and the warning of a watch interval that misses the
+    cleanup window is then not needed while they are on).
+    """
+    return store.capabilities.shared_across_hosts
+
+
+def _warn_if_watch_misses_window(watch: float, cleanup: float, drift: float) -> None:
+    """Warn (at the caller of build()) of a watch interval too long for the cleanup window."""
+    if cleanup <= 0 or watch < cleanup - drift:
+        return  # no cleanup window to be told in, or at least one watch read falls in it
+    warnings.warn(
+        f"watch_interval ({watch:g} s) is not shorter than cleanup_timeout ({cleanup:g} s) less"
+        f" max_clock_drift ({drift:g} s): a holder on another host hears of a request only when"
+        " its cleanup window may have closed, and is then never told (see 'Told in the window,"
+        " or not at all' in docs/priorities.md); keep watch_interval well below"
+        " cleanup_timeout - max_clock_drift",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+#: What names the lock: a path is the usual way, a scope the Helix way.
+_SCOPE_SETTERS = ".path('jobs/nightly') or .scope(a LockScope)"
 
 _PREFIX = "prioritylock."
 _HUDI_LOCATION = "hoodie.write.lock.conditional_write.locks_location"

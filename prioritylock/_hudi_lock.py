@@ -616,7 +616,7 @@ class HudiTableBuilder(LockBuilder):
             if unused in opts:
                 raise ConfigError(
                     f"{unused}: not used by a Hudi table lock (it lives at the table's"
-                    f" {KEY}; force it free with prioritylock force-unlock --hudi)",
+                    f" {KEY}; force it free with prioritylock hudi force-unlock BASE_PATH)",
                     option=unused,
                 )
         if opts.get("priority", 0) > 2147483646:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,12 @@ def test_missing_store_or_scope(missing: str) -> None:
         builder.path("x")
     with pytest.raises(ConfigError, match=missing):
         builder.build()
+
+
+def test_a_missing_scope_names_both_ways_to_name_the_lock() -> None:
+    with pytest.raises(ConfigError) as caught:
+        LockBuilder().store(MemoryStore()).build()
+    assert ".path(" in str(caught.value) and ".scope(" in str(caught.value), caught.value
 
 
 def test_contradictions() -> None:
@@ -187,3 +194,36 @@ def test_hudi_keys(tmp_path: Path) -> None:
 def test_listener_is_accepted() -> None:
     listener = LockListener()
     assert base().listener(listener).config().listener is listener
+
+
+def _s3() -> LockBuilder:
+    # An S3 store object: building a lock sends no request, so no server is needed.
+    url = "s3://bucket/locks?endpoint=http://127.0.0.1:9&region=us-east-1"
+    return LockBuilder().store(url).path("jobs/x")
+
+
+def test_a_watch_interval_that_misses_the_cleanup_window_warns_on_a_shared_store() -> None:
+    with pytest.warns(UserWarning, match="watch_interval") as caught:
+        _s3().cleanup_timeout(2).watch_interval(5).build().close()
+    said = str(caught[0].message)
+    assert "watch_interval (5 s)" in said and "cleanup_timeout (2 s)" in said, said
+    assert "max_clock_drift" in said
+    assert caught[0].filename == __file__, "the warning points at the caller"
+
+
+@pytest.mark.parametrize(
+    "builder",
+    [
+        lambda _: _s3().cleanup_timeout(2).watch_interval(1),  # one read falls in the window
+        lambda _: _s3().cleanup_timeout(2),  # the default always fits
+        lambda _: _s3().cleanup_timeout(0).watch_interval(5),  # no window: passes at once
+        lambda _: base().cleanup_timeout(2).watch_interval(5),  # one process: told by a notice
+        lambda tmp: (
+            LockBuilder().store(LocalStore(tmp)).path("x").cleanup_timeout(2).watch_interval(5)
+        ),
+    ],
+)
+def test_no_warning_where_the_holder_is_told_in_time(builder: Any, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        builder(tmp_path).config()

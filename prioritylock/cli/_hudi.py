@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from prioritylock._config import DEFAULT_MAX_CLOCK_DRIFT
-from prioritylock._errors import ConditionFailed, CorruptLease
+from prioritylock._errors import ConditionFailed, ConfigError, CorruptLease
 from prioritylock._hudi_config import store_url
 from prioritylock._hudi_lock import KEY, HudiLockInfo, force_unlock, read_info
 from prioritylock.cli._admin import confirm
@@ -98,10 +98,27 @@ def cmd_hudi(args: argparse.Namespace, out: Output) -> int:
     return {"info": _info, "watch": _watch, "force-unlock": _force}[args.hudi_command](args, out)
 
 
+#: The schemes of a base path as Hudi writes them, mapped by ``store_url`` (and prioritylock's
+#: own store URLs, which it leaves as they are).
+_SCHEMES = ("s3a", "s3n", "s3", "gs", "gcs", "abfss", "abfs", "wasbs", "wasb", "az", "file")
+
+#: What to say a BASE_PATH may be.
+_TAKES = (
+    "an absolute local path (/data/tables/orders), s3a://BUCKET/PATH, gs://BUCKET/PATH or"
+    " abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH (also s3://, s3n://, gcs://, abfs://,"
+    " wasb[s]://, file://)"
+)
+
+
 def _store(args: argparse.Namespace) -> Any:
     from prioritylock.cli._target import opened
 
-    return opened(store_url(args.base_path.strip().rstrip("/"), "BASE_PATH"), create=False)
+    base = args.base_path.strip().rstrip("/")
+    scheme, sep, _ = base.partition("://")
+    if (sep and scheme.lower() not in _SCHEMES) or (not sep and not base.startswith("/")):
+        what = f"{clean(scheme)}:// is not a store the hudi commands read" if sep else "not a path"
+        raise ConfigError(f"BASE_PATH: {what}; give {_TAKES}", option="BASE_PATH")
+    return opened(store_url(base, "BASE_PATH"), create=False)
 
 
 def _record(args: argparse.Namespace, info: HudiLockInfo | None) -> dict[str, Any]:

@@ -13,7 +13,14 @@ from prioritylock._errors import CorruptLease
 from prioritylock._info import LockInfo
 from prioritylock.cli._exits import Exit
 from prioritylock.cli._output import Output, clean, holder_text, secs, state, when
-from prioritylock.cli._target import builder, opened, path_of, scope, the_store
+from prioritylock.cli._target import (
+    builder,
+    missing_directory,
+    opened,
+    path_of,
+    scope,
+    the_store,
+)
 from scopes import LockScope
 
 __all__ = ["cmd_info", "cmd_list", "cmd_watch", "record"]
@@ -246,11 +253,26 @@ def _state_detail(seen: Observation) -> str:
     return f"free, fence {info.fence}"
 
 
+def _await_directory(args: argparse.Namespace, out: Output) -> None:
+    """Watching a lock on a directory not made yet (watch started before the first holder):
+    say so once, then look again every ``--interval`` until it is there."""
+    missing = missing_directory(args.url)
+    if missing is None:
+        return
+    out.note(
+        f"store directory {missing!r} does not exist yet: waiting for the lock's first holder"
+        f" to create it (checking every {args.interval:g} s)"
+    )
+    while missing_directory(args.url) is not None:
+        time.sleep(args.interval)
+
+
 def cmd_watch(args: argparse.Namespace, out: Output) -> int:
     lock_scope = scope(args.path)
     count = 0
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
+        _await_directory(args, out)
         with opened(args.url, create=False, store_timeout=args.store_timeout) as store:
             lock = builder(store, lock_scope, args).build()
             prev: Observation | None = None

@@ -164,6 +164,13 @@ def build_parser() -> Parser:
     )
     runner.add_argument("--owner", help="name shown to others (default user@host:pid)")
     runner.add_argument("--message", help="why this lock is held, shown to others")
+    runner.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="say nothing while waiting (by default: a status line on a terminal, else a line "
+        "on stderr when the wait starts and one when the lock is taken)",
+    )
 
     override = commands.add_parser(
         "override",

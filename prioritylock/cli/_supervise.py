@@ -34,6 +34,7 @@ from prioritylock.cli._exits import Exit, Failure, Interrupted, exit_code
 from prioritylock.cli._output import PROG, Output, clean, secs
 from prioritylock.cli._parse import flag_names
 from prioritylock.cli._target import builder, opened, operator, public_url, scope
+from prioritylock.cli._waiting import WaitReport
 
 __all__ = ["cmd_override", "cmd_run"]
 
@@ -452,12 +453,21 @@ def cmd_run(args: argparse.Namespace, out: Output, cmd: list[str] | None) -> int
         lock = lock_builder.listener(supervisor).build()
 
         def take() -> None:
+            report = WaitReport(lock.key, lock.info, out, terminal=out.stderr.isatty())
             try:
-                lock.lock(timeout=args.timeout)
-            except (LockTimeout, PreemptionTimeout) as exc:
-                what = "" if isinstance(exc, LockTimeout) else "not acquired: "
+                with contextlib.nullcontext() if args.quiet else report:
+                    lock.lock(timeout=args.timeout)
+                    report.acquired(lock.fencing_token)  # says nothing unless waiting was said
+            except LockTimeout as exc:
+                holder = _holder_now(lock)
+                # Its own words name the holder too: say it once, with priority and message.
+                said: object = exc
+                if holder and "(held by " in str(exc):
+                    said = f"{lock.key!r}: not acquired within {args.timeout:g} s"
+                raise Failure(Exit.NOT_ACQUIRED, f"{said}{holder}", key=lock.key) from None
+            except PreemptionTimeout as exc:
                 raise Failure(
-                    Exit.NOT_ACQUIRED, f"{what}{exc}{_holder_now(lock)}", key=lock.key
+                    Exit.NOT_ACQUIRED, f"not acquired: {exc}{_holder_now(lock)}", key=lock.key
                 ) from None
 
         return _take_and_supervise(lock, supervisor, take, args, out, cmd=cmd, hold=None)

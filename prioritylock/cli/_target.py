@@ -17,7 +17,16 @@ from prioritylock.stores._cloud import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIM
 from prioritylock.stores._registry import SCHEMES
 from scopes import LockScope
 
-__all__ = ["builder", "opened", "operator", "path_of", "public_url", "scope", "the_store"]
+__all__ = [
+    "builder",
+    "missing_directory",
+    "opened",
+    "operator",
+    "path_of",
+    "public_url",
+    "scope",
+    "the_store",
+]
 
 
 def scope(path: str) -> LockScope:
@@ -45,18 +54,12 @@ def opened(url: str, *, create: bool, store_timeout: float | None = None) -> Ite
     sets them), so that no request outlives the call that waits for it."""
     if store_timeout is not None:
         url = capped(url, store_timeout)
-    if not create and url.lower().startswith("file:"):
-        with contextlib.suppress(ValueError):
-            parts = urllib.parse.urlsplit(url)
-            path = urllib.parse.unquote(parts.path)
-            # file://relative/dir names a host: open_store explains the file:/// form.
-            if (
-                parts.netloc in ("", "localhost")
-                and path.startswith("/")
-                and path != "/"
-                and not os.path.isdir(path)
-            ):
-                raise StoreAccessError(f"store directory {path!r} does not exist")
+    missing = None if create else missing_directory(url)
+    if missing is not None:
+        raise StoreAccessError(
+            f"store directory {missing!r} does not exist: no lock was ever taken there (a lock,"
+            " and its store directory, is created by its first holder)"
+        )
     try:
         store = open_store(url)
     except ConfigError as exc:
@@ -68,6 +71,21 @@ def opened(url: str, *, create: bool, store_timeout: float | None = None) -> Ite
         yield store
     finally:
         store.close()
+
+
+def missing_directory(url: str) -> str | None:
+    """The directory of a ``file:///`` store URL if it does not exist (else None)."""
+    if not url.lower().startswith("file:"):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return None
+    path = urllib.parse.unquote(parts.path)
+    # file://relative/dir names a host: open_store explains the file:/// form.
+    if parts.netloc in ("", "localhost") and path.startswith("/") and path != "/":
+        return None if os.path.isdir(path) else path
+    return None
 
 
 def capped(url: str, store_timeout: float) -> str:

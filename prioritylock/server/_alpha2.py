@@ -342,7 +342,8 @@ class Alpha2Locks:
             self.metrics.prepare(name, API_GRPC)
         self._held: dict[str, Held] = {}
         self._by_lock: dict[int, Held] = {}
-        # lock id -> (store, resource, why): a lost lock is let go at once, its reason kept.
+        # lock id -> (store, resource, why): a lost lock is let go at once, its reason kept; a
+        # released one is remembered too, so that a second unlock hears which it was.
         self._lost: collections.OrderedDict[str, tuple[str, str, str]] = collections.OrderedDict()
         signals.lock_lost.connect(self._on_lost, weak=False)
         signals.cleanup_requested.connect(self._on_cleanup, weak=False)
@@ -367,6 +368,10 @@ class Alpha2Locks:
         if self._held.get(held.lock_id) is held:
             self.metrics.lost(held.store_name, held.api, reason)
         self._forget(held)
+        self._remember(held, reason)
+
+    def _remember(self, held: Held, reason: str) -> None:
+        """Keep why a lock id ended (a reason of loss, or ``released``), for the 404 to say."""
         self._lost[held.lock_id] = (held.store_name, held.resource_id, reason)
         while len(self._lost) > MAX_LOST:
             self._lost.popitem(last=False)
@@ -431,6 +436,7 @@ class Alpha2Locks:
     def _released(self, held: Held) -> None:
         if self._held.get(held.lock_id) is held:
             self.metrics.released(held.store_name, held.api)
+        self._remember(held, _RELEASED)
 
     def _refused(self, store_name: str, api: str, started: float) -> None:
         self.metrics.refused(store_name, api, latency=time.monotonic() - started)
@@ -563,6 +569,8 @@ class Alpha2Locks:
             held = None
         lost = self._lost.get(lock_id)
         if lost is not None and lost[:2] == (store_name, resource_id):
+            if lost[2] == _RELEASED:
+                raise LockNotFound(f"the lock {resource_id} of that lockID was already released")
             raise LockNotFound(f"the lock was lost ({lost[2]})")
         if held is None or (held.store_name, held.resource_id) != (store_name, resource_id):
             raise LockNotFound(f"no lock {resource_id} with that lockID in store {store_name}")
@@ -761,6 +769,10 @@ def _outcome_taken(ending: asyncio.Future[None]) -> None:
         ending.exception()
 
 
+#: Why a lock id ended when its holder unlocked it (or handed it over): not a loss.
+_RELEASED = "released"
+
+
 def _lost_reason(lock: AsyncLock) -> str:
     holding = lock._st.holding  # the reason is kept on the holding
-    return (holding.lost if holding is not None else None) or "released"
+    return (holding.lost if holding is not None else None) or _RELEASED

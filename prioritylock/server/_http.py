@@ -14,6 +14,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,6 +29,8 @@ __all__ = ["TOKEN_HEADER", "error", "failed", "json_body", "make_app"]
 log = logging.getLogger("prioritylock.server")
 
 TOKEN_HEADER = "dapr-api-token"  # noqa: S105 (a header name, not a secret)
+
+_DIGITS = re.compile(r"-?[0-9]+")
 
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -56,7 +59,7 @@ def make_app(
                 return error(401, "ERR_UNAUTHORIZED", "missing or invalid dapr-api-token")
         length = request.content_length
         if length is not None and length > max_body:
-            return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+            return error(413, "ERR_REQUEST_TOO_LARGE", _too_large(max_body))
         try:
             return await handler(request)
         except web.HTTPNotFound:
@@ -122,6 +125,11 @@ def make_app(
     return app
 
 
+def _too_large(max_body: int) -> str:
+    # No option raises it: a valid request, even with the longest message, is far smaller.
+    return f"request body over {max_body} bytes (the service's fixed limit)"
+
+
 def _bearer(request: web.Request) -> str:
     """The token of an ``Authorization: Bearer TOKEN`` header, or ""."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
@@ -141,7 +149,7 @@ async def json_body(
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return error(413, "ERR_REQUEST_TOO_LARGE", f"request body over {max_body} bytes")
+        return error(413, "ERR_REQUEST_TOO_LARGE", _too_large(max_body))
     if empty and not raw.strip():
         return {}
     try:
@@ -163,12 +171,12 @@ def _text(body: dict[str, Any], name: str) -> str:
 
 
 def _int(value: object, store: str) -> int:
-    """expiryInSeconds as protobuf's JSON reads an int32: a whole number, or its decimal string."""
+    """expiryInSeconds as Dapr's sidecar reads it (protobuf's JSON mapping of an int32): a
+    whole number, or its decimal digits in a string (``"30"``; not ``" 30"`` nor ``"3_0"``)."""
     if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            raise BadRequest("failed deserializing HTTP body: expiryInSeconds") from None
+        if not _DIGITS.fullmatch(value):
+            raise BadRequest("failed deserializing HTTP body: expiryInSeconds")
+        value = int(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_EXPIRY:

@@ -47,7 +47,8 @@ class Scheme:
             if self.extra is None:
                 raise
             raise ConfigError(
-                f"{scheme}:// stores need {_missing(exc)}: pip install 'prioritylock[{self.extra}]'"
+                f"{scheme}:// stores need {_missing(exc, self.extra)}:"
+                f" pip install 'prioritylock[{self.extra}]'"
             ) from None
         from_url: _FromUrl = module.store_from_url
         return from_url
@@ -62,16 +63,28 @@ SCHEMES: dict[str, Scheme] = {
 }
 
 
+#: The SDK each extra brings, as a user would look it up (by its distribution's name).
+_SDKS = {
+    "s3": "the AWS SDK, boto3",
+    "gcs": "the Google Cloud Storage SDK, google-cloud-storage",
+    "azure": "the Azure Blob Storage SDK, azure-storage-blob",
+}
+
+
 def missing_extra(stores: str, extra: str, exc: ImportError) -> ImportError:
     """What a store module raises when its SDK is missing (``raise ... from None``)."""
     return ImportError(
-        f"{stores} need {_missing(exc)}: pip install 'prioritylock[{extra}]'", name=_package(exc)
+        f"{stores} need {_missing(exc, extra)}: pip install 'prioritylock[{extra}]'",
+        name=_package(exc),
     )
 
 
-def _missing(exc: ImportError) -> str:
+def _missing(exc: ImportError, extra: str) -> str:
+    """The SDK the extra brings, and the package found missing (a dependency of it, perhaps)."""
     package = _package(exc)
-    return f"the package {package!r}" if package else "an optional dependency"
+    missing = f"the package {package!r}" if package else "an optional dependency"
+    sdk = _SDKS.get(extra)
+    return f"{sdk} ({missing} is not installed)" if sdk else missing
 
 
 def _package(exc: ImportError) -> str | None:

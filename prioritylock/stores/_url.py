@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import urllib.parse
 
 from prioritylock._errors import ConfigError
@@ -44,8 +46,11 @@ def open_store(url: str) -> ObjectStore:
     if not scheme:
         raise ConfigError(f"store URL {redact_url(url)!r} has no scheme; use {_known()}")
     if scheme not in SCHEMES:
+        near = _nearest(scheme)
+        meant = None if near is None else redact_url(f"{near}:{url.partition(':')[2]}")
+        hint = "use" if meant is None else f"did you mean {meant!r}? Stores:"
         raise ConfigError(
-            f"unknown store URL scheme {parts.scheme!r} in {redact_url(url)!r}; use {_known()}"
+            f"unknown store URL scheme {parts.scheme!r} in {redact_url(url)!r}; {hint} {_known()}"
         )
     return SCHEMES[scheme].opener(scheme)(parts, options)
 
@@ -54,8 +59,54 @@ def _known() -> str:
     return ", ".join(f"{scheme}://" for scheme in SCHEMES)
 
 
+#: A known scheme's near-misses that difflib would not find.
+_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
+
+#: ``file:/tmp/x``, ``memory:x``, ``s3//bucket``: a scheme-like head, then ``:`` or ``//``.
+_HEAD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)(:/*|//)(.*)", re.DOTALL)
+
+
+def _nearest(scheme: str) -> str | None:
+    """The known scheme a typed one (lower case) is a near-miss of, if any."""
+    if scheme in SCHEMES:
+        return scheme
+    if scheme in _ALIASES:
+        return _ALIASES[scheme]
+    close = difflib.get_close_matches(scheme, SCHEMES, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _meant(url: str) -> str | None:
+    """The store URL a URL with a mistyped ``://`` means (``file:/tmp/x``: ``file:///tmp/x``)."""
+    found = _HEAD.fullmatch(url)
+    if found is None:
+        return None
+    head, sep, rest = found.groups()
+    scheme = _nearest(head.lower())
+    if scheme is None:
+        return None
+    if scheme != "file":
+        return f"{scheme}://{rest.lstrip('/')}"
+    if sep == ":":  # file:locks: a path relative to the working directory
+        return file_url(rest) if rest else None
+    return "file:///" + rest.lstrip("/")
+
+
+def _plain(url: str) -> bool:
+    """Safe to repeat: nothing that may be a password, token or query."""
+    return not any(mark in url for mark in "@?#") and all(ord(ch) >= 32 for ch in url)
+
+
 def _no_scheme(url: str) -> str:
-    """What to say of a URL without a scheme: a bare path gets the file URL it may mean."""
+    """What to say of a URL without a scheme: a bare path gets the file URL it may mean, a
+    mistyped ``://`` (``file:/tmp/x``, ``s3//bucket``) the URL it may mean."""
+    meant = _meant(url)
+    if meant is not None:
+        shown = repr(url) if _plain(url) else "<a URL without '://'>"
+        return (
+            f"store URL {shown} has no '://' after its scheme: did you mean"
+            f" {redact_url(meant)!r}? Stores: {_known()}"
+        )
     if any(mark in url for mark in "@?#:") or any(ord(ch) < 32 for ch in url):
         # Not a plain path, and it may hold a secret: don't repeat it.
         return f"store URL {redact_url(url)!r} has no scheme; use {_known()}"

@@ -81,11 +81,12 @@ class Background:
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.lines: queue.Queue[str | None] = queue.Queue()
+        self.err_lines: queue.Queue[str | None] = queue.Queue()
         self._out: list[str] = []
         self._err: list[str] = []
         self._threads = [
             threading.Thread(target=_pump, args=(self.proc.stdout, self.lines, self._out)),
-            threading.Thread(target=_pump, args=(self.proc.stderr, queue.Queue(), self._err)),
+            threading.Thread(target=_pump, args=(self.proc.stderr, self.err_lines, self._err)),
         ]
         for thread in self._threads:
             thread.daemon = True
@@ -95,14 +96,16 @@ class Background:
     def pid(self) -> int:
         return self.proc.pid
 
-    def expect(self, prefix: str, timeout: float = 15.0) -> str:
-        """The next stdout line that starts with ``prefix`` (earlier lines are skipped)."""
+    def expect(self, prefix: str, timeout: float = 15.0, *, stderr: bool = False) -> str:
+        """The next stdout (or ``stderr``) line that starts with ``prefix`` (earlier lines are
+        skipped)."""
         deadline = time.monotonic() + timeout
+        lines = self.err_lines if stderr else self.lines
         while True:
             left = deadline - time.monotonic()
             assert left > 0, f"no line starting with {prefix!r}; stderr: {''.join(self._err)!r}"
             try:
-                line = self.lines.get(timeout=left)
+                line = lines.get(timeout=left)
             except queue.Empty:
                 continue
             assert line is not None, (

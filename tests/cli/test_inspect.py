@@ -162,6 +162,25 @@ def test_watch_json_lines_and_ctrl_c(cli: Cli, url: str, store_dir: Path) -> Non
     assert result.code == 0, result.stderr
 
 
+def test_watch_started_before_the_first_holder_waits_for_it(
+    cli: Cli, url: str, store_dir: Path, locks: list[Lock]
+) -> None:
+    watch = cli.spawn("watch", f"{url}/later", "jobs/w", "--interval", "0.02")
+    note = watch.expect("prioritylock: ", stderr=True)
+    assert "does not exist yet" in note and "checking every 0.02 s" in note, note
+    lock = holder(local(store_dir / "later"), "jobs/w", owner="first", lease_timeout=60)
+    locks.append(lock)
+    lock.lock(timeout=5)
+    # The directory appears with the store, the lease a moment later: the first read may come
+    # between the two ("never taken", then "acquired") or after both ("held by first").
+    line = watch.expect("")
+    if "never taken" in line:
+        line = watch.expect("")
+    assert "first (priority 0), fence 1" in line, line
+    watch.signal(2)
+    assert watch.finish().code == 0
+
+
 BAD_INPUT = [
     (["info", "bogus://x", "jobs/a"], 3, "unknown store URL scheme"),
     (["info", "{url}", "/jobs/a"], 3, "lock path"),
@@ -170,7 +189,7 @@ BAD_INPUT = [
     (["run", "{url}", "jobs/a", "--priority", "2147483647", "--", "true"], 3, "override"),
     (["run", "{url}", "jobs/a"], 2, "needs a command"),
     (["frobnicate"], 2, "invalid choice"),
-    (["info", "{url}/missing", "jobs/a"], 4, "does not exist"),
+    (["info", "{url}/missing", "jobs/a"], 4, "is created by its first holder"),
     (["force-unlock", "{url}", "jobs/a"], 2, "--message"),
     (["force-unlock", "{url}", "jobs/a", "--message", "  "], 3, "--message"),
     (["override", "{url}", "jobs/a", "--message", "m"], 2, "--hold"),

@@ -124,3 +124,11 @@ def test_on_s3_from_the_standard_aws_environment(request: pytest.FixtureRequest)
     finally:
         runner.close()
         server.remove_bucket(bucket)
+
+
+@pytest.mark.parametrize("base", ["hdfs://namenode/warehouse/orders", "relative/table"])
+def test_a_base_path_it_cant_read_lists_what_it_can(cli: Cli, base: str) -> None:
+    said = cli.run("hudi", "info", base).one_error_line(3)
+    for form in ("absolute local path", "s3a://", "gs://", "abfss://"):
+        assert form in said, said
+    assert "memory://" not in said, "not the store URLs of the lease commands"

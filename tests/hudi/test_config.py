@@ -213,3 +213,15 @@ def test_the_azure_connection_string_key_reaches_the_table(request: pytest.Fixtu
         assert server.blob_names(container) == ["t/" + KEY]
     finally:
         server.remove_container(container)
+
+
+def test_an_unused_option_points_at_a_command_the_cli_has(tmp_path: Path) -> None:
+    from prioritylock.cli._parse import build_parser
+
+    with pytest.raises(ConfigError) as caught:
+        LockBuilder.hudi_table(str(tmp_path)).store("memory://x").build()
+    found = re.search(r"with prioritylock (.+?) BASE_PATH\)", str(caught.value))
+    assert found is not None, caught.value
+    words = [*found.group(1).split(), str(tmp_path)]
+    args = build_parser().parse_args(words)  # exits (SystemExit) on an unknown command or flag
+    assert (args.command, args.hudi_command, args.base_path) == ("hudi", "force-unlock", words[-1])

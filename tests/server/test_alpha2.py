@@ -156,11 +156,13 @@ def test_lock_refuse_info_unlock(api: Client) -> None:
     assert seen["owner"] == "w1" and seen["held"] and seen["lease_timeout"] == 10.0
     assert seen["resourceId"] == "job" and seen["path"] == "app1/job"
     assert "lockID" not in seen and first["lockID"] not in str(seen)
-    assert unlock(api, "job", "not-" + first["lockID"])[0] == 404
+    status, body = unlock(api, "job", "not-" + first["lockID"])
+    assert status == 404 and "job with that lockID" in body["message"], body
     assert unlock(api, "other", first["lockID"])[0] == 404  # a lock id is for its resource
     assert unlock(api, "job", first["lockID"]) == (204, None)
     status, body = unlock(api, "job", first["lockID"])
     assert (status, body["errorCode"]) == (404, "ERR_LOCK_NOT_FOUND")
+    assert "already released" in body["message"], "the 404 says which: released, not wrong"
     status, second = lock(api, "job", owner="w2", immediate=True)
     assert status == 200 and second["fence"] > first["fence"]
     assert second["lockID"] != first["lockID"]

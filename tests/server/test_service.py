@@ -64,6 +64,16 @@ def _stub(service: Service) -> tuple[grpc.Channel, dapr_pb2_grpc.DaprStub]:
             400,
             "ERR_MALFORMED_REQUEST",
         ),
+        (
+            b'{"resourceId": "r", "lockOwner": "o", "expiryInSeconds": "3_0"}',
+            400,
+            "ERR_MALFORMED_REQUEST",
+        ),
+        (
+            b'{"resourceId": "r", "lockOwner": "o", "expiryInSeconds": " 30"}',
+            400,
+            "ERR_MALFORMED_REQUEST",
+        ),
         (b'{"resourceId": "r", "lockOwner": "o"}', 400, "ERR_MALFORMED_REQUEST"),
         (
             b'{"resourceId": "", "lockOwner": "o", "expiryInSeconds": 5}',
@@ -97,6 +107,13 @@ def test_bad_lock_requests(mem: Service, body: bytes, status: int, code: str) ->
     assert (got, answer["errorCode"]) == (status, code), answer
     assert mem.lock("locks", "after-bad-input", f"o-{uuid.uuid4().hex}", 1) in (True, False)
     assert mem.proc.poll() is None
+
+
+def test_expiry_as_a_string_of_digits_is_taken_as_dapr_takes_it(mem: Service) -> None:
+    # Dapr's sidecar reads the body with protobuf's JSON mapping: an int32 may be a string.
+    body = b'{"resourceId": "as-string", "lockOwner": "o", "expiryInSeconds": "30"}'
+    assert mem.request("POST", LOCK, body) == (200, {"success": True})
+    assert mem.lock("locks", "as-string", "another", 30) is False, "held, for 30 s"
 
 
 def test_unknown_store_and_bad_unlock(mem: Service) -> None:

@@ -91,3 +91,52 @@ def test_errors_never_show_secrets_from_the_url(url: str) -> None:
     while error is not None:  # nor does anything chained to it
         assert SECRET not in str(error), f"secret shown in {type(error).__name__}: {error}"
         error = error.__cause__ or error.__context__
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("file:/tmp/locks", "file:///tmp/locks"),
+        ("memory:/x", "memory://x"),
+        ("memory:x", "memory://x"),
+        ("s3//bucket/locks", "s3://bucket/locks"),
+        ("S3:bucket/locks", "s3://bucket/locks"),
+        ("gs//bucket", "gs://bucket"),
+    ],
+)
+def test_a_mistyped_separator_shows_what_was_typed_and_the_url_meant(
+    typed: str, meant: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store(typed)
+    said = str(caught.value)
+    assert repr(typed) in said and f"did you mean {meant!r}?" in said, said
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("fiel:///tmp/x", "file:///tmp/x"),
+        ("memroy://x", "memory://x"),
+        ("s3a://bucket/locks", "s3://bucket/locks"),
+        ("gcs://bucket/locks", "gs://bucket/locks"),
+    ],
+)
+def test_a_near_miss_of_a_known_scheme_suggests_that_scheme(typed: str, meant: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store(typed)
+    assert f"did you mean {meant!r}?" in str(caught.value), caught.value
+
+
+def test_a_far_miss_suggests_nothing() -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store("zz://bucket")
+    assert "did you mean" not in str(caught.value)
+
+
+@pytest.mark.parametrize("typed", [f"s3:user:{SECRET}@bucket", f"s3//bucket?token={SECRET}"])
+def test_a_suggested_url_never_repeats_a_secret(typed: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store(typed)
+    assert "did you mean 's3://" in str(caught.value)
+    assert SECRET not in str(caught.value)

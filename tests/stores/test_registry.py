@@ -102,6 +102,25 @@ def test_open_store_without_the_s3_extra_says_so_once(without_botocore: None) ->
     _assert_said_once(caught.value, "s3")
 
 
+@pytest.fixture
+def without_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if google-cloud-storage's dependency requests were not installed."""
+    for name in ("requests", "requests.adapters"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "prioritylock.stores._gcs", raising=False)
+
+
+def test_open_store_without_the_gcs_extra_names_the_sdk_and_the_extra(
+    without_requests: None,
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store("gs://bucket/locks")
+    said = str(caught.value)
+    assert "Google Cloud Storage SDK, google-cloud-storage" in said, said
+    assert "'requests'" in said, "and what was found missing"
+    _assert_said_once(caught.value, "gcs")
+
+
 def test_importing_s3store_without_the_extra_says_so_once(without_botocore: None) -> None:
     with pytest.raises(ImportError) as caught:
         prioritylock.stores.S3Store  # noqa: B018
