@@ -6,9 +6,13 @@ scenarios where the scenario is the same."""
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -232,3 +236,29 @@ def test_async_lock_timeout_lost_and_callbacks(service: Service) -> None:
     assert outcome["events"] == [Lost("forced")]
     assert outcome["told"] == [Lost("forced")]
     assert outcome["raised"] == "forced"
+
+
+def test_the_example_runs(service: Service) -> None:
+    """examples/grpc_client.py, as a user runs it beside a service (with warnings as errors)."""
+    script = Path(__file__).resolve().parents[2] / "examples" / "grpc_client.py"
+    target = f"127.0.0.1:{service.grpc_port}"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(script), "locks"],
+        env={**os.environ, "PRIORITYLOCK_GRPC": target, "DAPR_API_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stderr == ""
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"service: gRPC {target}, lock store 'locks'"
+    fence = int(lines[1].rsplit(" ", 1)[1])
+    assert lines[1:] == [
+        f"batch holds the lock, fence {fence}",
+        "other: lock(timeout=0) -> LockTimeout while batch holds it",
+        "batch: asked to hand over by 'urgent' (priority 5)",
+        "batch: rolled back its work, handing over",
+        f"urgent holds the lock, fence {fence + 1}",
+    ]

@@ -22,6 +22,8 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
+from prioritylock import StoreAccessError
+from prioritylock.client import Client
 from prioritylock.v1 import lock_pb2, lock_pb2_grpc
 from tests._servers.s3 import S3Server
 from tests.server.helpers import LockStream, Service
@@ -156,6 +158,12 @@ def test_no_store_check_serves_and_reports_the_store_until_it_answers(
             info = error_details_pb2.ErrorInfo()
             status_proto.details[0].Unpack(info)
             assert info.metadata["error"] == "StoreAccessError"
+            # The Python client raises the library's error for it.
+            with (
+                Client(f"127.0.0.1:{service.grpc_port}") as client,
+                pytest.raises(StoreAccessError, match="the bucket does not exist"),
+            ):
+                client.acquire("locks", "r", timeout=0)
             for answer in answers:
                 assert "StoreAccessError in lock store locks" in answer, answer
                 assert "the bucket does not exist" in answer, answer
