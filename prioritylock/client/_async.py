@@ -19,10 +19,9 @@ from prioritylock.client._base import (
     ClientBase,
     Event,
     Held,
+    Holding,
     Lost,
     RequestWithdrawn,
-    _tell,
-    decode,
     error_from,
     log,
 )
@@ -204,52 +203,41 @@ class AsyncClient(ClientBase):
         return list((await self._call(self._stub.List, request)).locks)
 
 
-class AsyncHeldLock:
+class AsyncHeldLock(Holding):
     """``async with client.lock(...) as held``: the stream that holds the lock; entering waits
-    for the lock and gives its :class:`AsyncHeld`."""
+    for the lock and gives its :class:`AsyncHeld`. A task reads the stream, tells the callbacks
+    and feeds ``held.events()``."""
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        store: str,
-        resource: str,
-        request: lock_pb2.LockRequest,
-        callbacks: Callbacks,
-    ) -> None:
+    def __init__(self, client: AsyncClient, *args: Any) -> None:
+        super().__init__(*args)
         self._client = client
-        self._store = store
-        self._resource = resource
-        self._request = request
-        self._callbacks = callbacks
         self._call: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._closing = False
-        self.held: AsyncHeld | None = None
+
+    def _make_held(self, acquired: lock_pb2.LockAcquired) -> AsyncHeld:
+        return AsyncHeld(self.store, self.resource, acquired.lock_id, acquired.fence)
 
     async def __aenter__(self) -> AsyncHeld:
         client = self._client
-        self._call = call = client._stub.Lock(self._request, metadata=client._metadata())
-        early: list[Event] = []
+        self._call = call = client._stub.Lock(self.request, metadata=client._metadata())
         try:
-            held = None
-            while held is None:
-                held, event = client._acquired(self._store, self._resource, await _read(call))
-                if event is not None:
-                    early.append(event)
+            while (held := self.before(await _read(call))) is None:
+                pass
         except BaseException:
             call.cancel()
             raise
-        self.held = AsyncHeld(held.store, held.resource, held.lock_id, held.fence)
-        self._reader = asyncio.create_task(self._read(early))
-        return self.held
+        self._reader = asyncio.create_task(self._read())
+        assert isinstance(held, AsyncHeld)
+        return held
 
-    async def _read(self, early: list[Event]) -> None:
+    async def _read(self) -> None:
         """Tell each event as it arrives, until the stream ends."""
         held = self.held
-        assert held is not None
+        assert isinstance(held, AsyncHeld)
         try:
-            for event in early:
-                await self._tell(held, event)
+            for first in self.early():
+                await self._tell(held, first)
             while True:
                 try:
                     message = await _read(self._call, raw=True)
@@ -258,22 +246,19 @@ class AsyncHeldLock:
                         return
                     raise
                 except grpc.RpcError as exc:
-                    if exc.code() != grpc.StatusCode.CANCELLED:
-                        # The connection to the service is gone: so is the lock.
-                        await self._tell(held, Lost("disconnected"))
+                    if (ended := self.ended(exc)) is not None:
+                        await self._tell(held, ended)
                     return
                 if message is None:
                     return
-                decoded = decode(message)
-                if decoded is not None and not isinstance(decoded, lock_pb2.LockAcquired):
-                    await self._tell(held, decoded)
+                if (event := self.event(message)) is not None:
+                    await self._tell(held, event)
         finally:
             held._queue.put_nowait(None)
 
     async def _tell(self, held: AsyncHeld, event: Event) -> None:
-        held._apply(event)
+        pending = self.tell(event)
         held._queue.put_nowait(event)
-        pending = _tell(self._callbacks, event)
         if inspect.isawaitable(pending):
             try:
                 await pending
@@ -286,11 +271,11 @@ class AsyncHeldLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self.held is not None and self._reader is not None
+        assert self._reader is not None
         self._closing = True
         self._call.cancel()  # the end of the call releases the lock, or hands it over
         await self._reader
-        self._client._leaving(self.held, exc)
+        self.leaving(exc)
 
 
 async def _read(call: Any, *, raw: bool = False) -> lock_pb2.LockServerStream | None:

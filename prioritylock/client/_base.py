@@ -36,6 +36,7 @@ __all__ = [
     "CleanupRequested",
     "Event",
     "Held",
+    "Holding",
     "Lost",
     "RequestWithdrawn",
     "Requestor",
@@ -310,29 +311,74 @@ class ClientBase:
             ttl=_duration(ttl, "ttl"),
         )
 
-    @staticmethod
-    def _acquired(
-        store: str, resource: str, message: lock_pb2.LockServerStream | None
-    ) -> tuple[Held | None, Event | None]:
-        """What a message before the acquisition means: the held lock once it says so (an
-        event that came first is returned to be told after it)."""
+
+class Holding:
+    """A ``Lock`` stream's life without its I/O: what each message means, the held lock's
+    state, and who is told. The clients' context managers read the messages and feed them in."""
+
+    def __init__(
+        self, store: str, resource: str, request: lock_pb2.LockRequest, callbacks: Callbacks
+    ) -> None:
+        self.store = store
+        self.resource = resource
+        self.request = request
+        self.callbacks = callbacks
+        self.held: Held | None = None
+        self._early: list[Event] = []
+
+    def _make_held(self, acquired: lock_pb2.LockAcquired) -> Held:
+        return Held(self.store, self.resource, acquired.lock_id, acquired.fence)
+
+    def before(self, message: lock_pb2.LockServerStream | None) -> Held | None:
+        """A message before the acquisition (None: the call ended): the held lock once it says
+        so, else None (keep reading). An event that came first is kept, to be told after it.
+
+        :raises ServiceError: the call ended without the lock.
+        """
         if message is None:
             raise ServiceError(
-                f"the service ended the lock call on {resource} in store {store} before the "
-                "lock was acquired",
+                f"the service ended the lock call on {self.resource} in store {self.store} "
+                "before the lock was acquired",
                 code="UNAVAILABLE",
             )
         decoded = decode(message)
         if isinstance(decoded, lock_pb2.LockAcquired):
-            return Held(store, resource, decoded.lock_id, decoded.fence), None
-        return None, decoded
+            self.held = self._make_held(decoded)
+        elif decoded is not None:
+            self._early.append(decoded)
+        return self.held
+
+    def early(self) -> list[Event]:
+        """The events that came before the acquisition (once)."""
+        early, self._early = self._early, []
+        return early
 
     @staticmethod
-    def _leaving(held: Held, exc: BaseException | None) -> None:
+    def event(message: lock_pb2.LockServerStream) -> Event | None:
+        """A message while held: its event, or None (a ping)."""
+        decoded = decode(message)
+        return None if isinstance(decoded, lock_pb2.LockAcquired) else decoded
+
+    @staticmethod
+    def ended(error: grpc.RpcError) -> Event | None:
+        """The call failed while held: our own cancel (None), or the connection to the service
+        is gone, and so is the lock (the service ends it)."""
+        if error.code() == grpc.StatusCode.CANCELLED:
+            return None
+        return Lost("disconnected")
+
+    def tell(self, event: Event) -> object:
+        """Record ``event`` on the held lock and call its callback (what it returned)."""
+        assert self.held is not None
+        self.held._apply(event)
+        return _tell(self.callbacks, event)
+
+    def leaving(self, exc: BaseException | None) -> None:
         """Leaving the ``with`` block: a lock lost while the block ran raises
         :class:`LockLost` unless the block raised something itself."""
+        assert self.held is not None
         if exc is None:
-            held.check()
+            self.held.check()
 
 
 def _tell(callbacks: Callbacks, event: Event) -> object:

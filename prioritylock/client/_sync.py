@@ -17,10 +17,9 @@ from prioritylock.client._base import (
     ClientBase,
     Event,
     Held,
+    Holding,
     Lost,
     RequestWithdrawn,
-    _tell,
-    decode,
     error_from,
 )
 from prioritylock.v1 import lock_pb2, lock_pb2_grpc
@@ -218,63 +217,45 @@ class Client(ClientBase):
         return list(self._call(self._stub.List, request).locks)
 
 
-class HeldLock:
+class HeldLock(Holding):
     """``with client.lock(...) as held``: the stream that holds the lock (see
-    :meth:`Client.lock`); entering waits for the lock and gives its :class:`Held`."""
+    :meth:`Client.lock`); entering waits for the lock and gives its :class:`Held`. A thread reads
+    the stream and tells the callbacks."""
 
-    def __init__(
-        self,
-        client: Client,
-        store: str,
-        resource: str,
-        request: lock_pb2.LockRequest,
-        callbacks: Callbacks,
-    ) -> None:
+    def __init__(self, client: Client, *args: Any) -> None:
+        super().__init__(*args)
         self._client = client
-        self._store = store
-        self._resource = resource
-        self._request = request
-        self._callbacks = callbacks
         self._call: Any = None
         self._reader: threading.Thread | None = None
-        self.held: Held | None = None
 
     def __enter__(self) -> Held:
         client = self._client
-        self._call = call = client._stub.Lock(self._request, metadata=client._metadata())
-        early: list[Event] = []
+        self._call = call = client._stub.Lock(self.request, metadata=client._metadata())
         try:
-            while self.held is None:
-                self.held, event = client._acquired(self._store, self._resource, _next(call))
-                if event is not None:
-                    early.append(event)
+            while (held := self.before(_next(call))) is None:
+                pass
         except BaseException:
             call.cancel()
             raise
         self._reader = threading.Thread(
-            target=self._read, args=(early,), name=f"prioritylock-client-{self._resource}"
+            target=self._read, name=f"prioritylock-client-{self.resource}", daemon=True
         )
-        self._reader.daemon = True
         self._reader.start()
-        return self.held
+        return held
 
-    def _read(self, early: list[Event]) -> None:
+    def _read(self) -> None:
         """Tell each event as it arrives, until the stream ends."""
-        assert self.held is not None
-        for event in itertools.chain(early, self._events()):
-            self.held._apply(event)
-            _tell(self._callbacks, event)
+        for event in itertools.chain(self.early(), self._events()):
+            self.tell(event)
 
     def _events(self) -> Iterator[Event]:
         try:
             for message in self._call:
-                event = decode(message)
-                if event is not None and not isinstance(event, lock_pb2.LockAcquired):
+                if (event := self.event(message)) is not None:
                     yield event
         except grpc.RpcError as exc:
-            if exc.code() != grpc.StatusCode.CANCELLED:
-                # The connection to the service is gone: so is the lock (the service ends it).
-                yield Lost("disconnected")
+            if (event := self.ended(exc)) is not None:
+                yield event
 
     def __exit__(
         self,
@@ -282,10 +263,10 @@ class HeldLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self.held is not None and self._reader is not None
+        assert self._reader is not None
         self._call.cancel()  # the end of the call releases the lock, or hands it over
         self._reader.join()
-        self._client._leaving(self.held, exc)
+        self.leaving(exc)
 
 
 def _next(call: Iterator[lock_pb2.LockServerStream]) -> lock_pb2.LockServerStream | None:
