@@ -55,7 +55,8 @@ class AsyncClient(ClientBase):
     """:class:`~prioritylock.client.Client`, awaited: the same arguments, methods and errors;
     ``async with client.lock(...) as held`` holds a lock, and ``held.events()`` is an async
     iterator of its events. Callbacks may be plain functions or coroutine functions (awaited
-    on the stream's task, one event at a time). Make it in the event loop that uses it."""
+    on the stream's task, one event at a time). Its channel is opened in the event loop of its
+    first call: use it in that loop only."""
 
     def __init__(
         self,
@@ -66,15 +67,28 @@ class AsyncClient(ClientBase):
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         super().__init__(target, token=token, operator_token=operator_token)
-        if credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=self._options)
-        else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=self._options)
-        self._stub = lock_pb2_grpc.LockServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._credentials = credentials
+        self._channel: Any = None
+        self._lock_stub: Any = None
+
+    @property
+    def _stub(self) -> Any:
+        """The stub, on a channel opened in the running event loop at the first call."""
+        if self._channel is None:
+            if self._credentials is None:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    self.target, self._credentials, options=self._options
+                )
+            self._lock_stub = lock_pb2_grpc.LockServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        return self._lock_stub
 
     async def close(self) -> None:
         """Close the channel: every lock still held through it is released by the service."""
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
 
     async def __aenter__(self) -> AsyncClient:
         return self

@@ -33,6 +33,7 @@ from prioritylock.client import (
     Lost,
     RequestWithdrawn,
 )
+from tools.emulators import free_port
 from tools.service import Service
 
 pytestmark = pytest.mark.timeout(60)
@@ -262,3 +263,20 @@ def test_the_example_runs(service: Service) -> None:
         "batch: rolled back its work, handing over",
         f"urgent holds the lock, fence {fence + 1}",
     ]
+
+
+def test_a_service_that_does_not_answer_is_a_service_error() -> None:
+    target = f"127.0.0.1:{free_port()}"  # nothing listens there
+    with Client(target) as client, pytest.raises(ServiceError) as caught:
+        client.info("locks", "r")
+    assert caught.value.code == "UNAVAILABLE"
+    made = AsyncClient(target)  # outside any event loop: its channel opens at the first call
+
+    async def main() -> None:
+        async with made:
+            with pytest.raises(ServiceError) as refused:
+                async with made.lock("locks", "r"):
+                    pass
+            assert refused.value.code == "UNAVAILABLE"
+
+    asyncio.run(main())
