@@ -107,8 +107,9 @@ class Client(ClientBase):
 
         The callbacks are called on the stream's thread as events arrive: a cleanup request
         (leave the block before its deadline to hand over), its withdrawal, and the loss of the
-        lock (the block's end then raises :class:`~prioritylock.LockLost`). A callback that
-        raises is logged.
+        lock (the block's end then raises :class:`~prioritylock.LockLost`). Keep them short
+        (set an event, say): the block's end waits for the one running. A callback that raises
+        is logged.
 
         :raises LockTimeout: not acquired within ``timeout``.
         :raises PreemptionTimeout: a non-forceful request whose wait for the holder ran out.
