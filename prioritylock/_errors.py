@@ -13,9 +13,11 @@ says the same thing, the error derives from it too, so ``except TimeoutError`` k
     │   └── LockLost                               ...because we held it and lost it
     ├── CorruptLease                               the lease document can't be trusted
     ├── ConditionFailed                            a conditional write or delete lost its race
-    └── StoreError                                 the store itself failed
-        ├── StoreUnavailable                       throttled, 5xx, timeout: retryable
-        └── StoreAccessError   (also PermissionError) credentials, permissions, missing bucket
+    ├── StoreError                                 the store itself failed
+    │   ├── StoreUnavailable                       throttled, 5xx, timeout: retryable
+    │   └── StoreAccessError   (also PermissionError) credentials, permissions, missing bucket
+    └── ServiceError                               prioritylock.client: the service refused
+                                                   or could not be reached
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "NotLockOwner",
     "PreemptionTimeout",
     "PriorityLockError",
+    "ServiceError",
     "StoreAccessError",
     "StoreError",
     "StoreUnavailable",
@@ -124,3 +127,17 @@ class StoreUnavailable(StoreError):
 
 class StoreAccessError(StoreError, PermissionError):
     """Credentials are missing or refused, or the bucket/container does not exist."""
+
+
+class ServiceError(PriorityLockError):
+    """:mod:`prioritylock.client`: the lock service refused a call for a reason none of the other
+    errors names (a missing or wrong token, a request too large), or could not be reached.
+
+    ``code`` is the gRPC status code's name (``"UNAUTHENTICATED"``, ``"UNAVAILABLE"``, ...) and
+    ``reason`` the service's error code (``"ERR_UNAUTHORIZED"``, ...; empty when it sent none).
+    """
+
+    def __init__(self, message: str, *, code: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason

@@ -20,8 +20,8 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 #: Examples that are clients of a running ``prioritylock serve``: the tests of the service
-#: start one and run them (tests/server/test_walkthrough.py).
-SERVICE_CLIENTS = frozenset({"dapr_client.py"})
+#: start one and run them (tests/server/test_walkthrough.py, tests/client/test_client.py).
+SERVICE_CLIENTS = frozenset({"dapr_client.py", "grpc_client.py"})
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if p.name not in SERVICE_CLIENTS)
 
 #: One line (or part of one) each example must print: the point it makes.

@@ -39,7 +39,8 @@ class Service:
 
     Its environment is this process's with ``env`` added (an emulator's credentials reach it),
     and ``DAPR_API_TOKEN`` set to ``token`` (unset without one). Its output, stdout and stderr,
-    goes to an unnamed temporary file (a pipe nobody reads could fill and block it).
+    goes to an unnamed temporary file (a pipe nobody reads could fill and block it). It is ready
+    once ``GET health`` answers 204 (``/v1.0/healthz`` for a service whose stores may not answer).
 
     :raises ServiceError: it exited, or did not answer within :data:`STARTUP_S`.
     """
@@ -53,8 +54,10 @@ class Service:
         token: str | None = None,
         components: Path | None = None,
         args: Sequence[str] = (),
+        health: str = "/v1.0/healthz/outbound",
     ) -> None:
         self.token = token
+        self._health = health
         command = [sys.executable, "-m", "prioritylock", "serve", "--app-id", app_id, *args]
         command += [f"--store={name}={url}" for name, url in stores.items()]
         if components is not None:
@@ -89,7 +92,7 @@ class Service:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_S
-        while (http_get(f"{self.url}/v1.0/healthz/outbound") or (0,))[0] != 204:
+        while (http_get(self.url + self._health) or (0,))[0] != 204:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise ServiceError(f"serve not ready in {STARTUP_S:g} s: {self.output()}")
             time.sleep(0.05)  # polling a process we don't control: no event to wait on

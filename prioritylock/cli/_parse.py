@@ -280,6 +280,13 @@ def build_parser() -> Parser:
         metavar="S",
         help="seconds between pings on an idle lock stream (5)",
     )
+    server.add_argument(
+        "--no-store-check",
+        dest="store_check",
+        action="store_false",
+        help="start even if a store does not answer its first read (refused otherwise, exit "
+        "4); GET /v1.0/healthz/outbound then answers 500 until every store answers",
+    )
     return parser
 
 

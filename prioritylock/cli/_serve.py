@@ -20,6 +20,7 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         from prioritylock.server._app import PortUnavailable, run
         from prioritylock.server._components import read_components
         from prioritylock.server._config import ServeConfig, parse_store
+        from prioritylock.server._health import StoreCheckFailed
     except ImportError as exc:
         raise Failure(
             Exit.CONFIG,
@@ -54,9 +55,12 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         allow_no_token=args.allow_no_token,
+        store_check=args.store_check,
     )
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     try:
         return run(config)
     except PortUnavailable as exc:
         raise Failure(Exit.PORT_UNAVAILABLE, f"serve: {exc}") from None
+    except StoreCheckFailed as exc:
+        raise Failure(Exit.STORE, f"serve: {exc}", type=type(exc.error).__name__) from None

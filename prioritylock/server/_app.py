@@ -1,4 +1,5 @@
-"""One process, one event loop: open the stores, serve HTTP and gRPC, stop on SIGTERM/SIGINT.
+"""One process, one event loop: open and check the stores, serve HTTP and gRPC, stop on
+SIGTERM/SIGINT.
 
 On shutdown every NDJSON stream is told (``lost``, reason ``service-stopping``) and its lock
 released; then the listeners close and requests in flight finish (those still waiting for a lock
@@ -18,6 +19,7 @@ import signal
 import socket
 import ssl
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -29,6 +31,7 @@ from prioritylock.server._alpha1 import Alpha1Locks
 from prioritylock.server._alpha2 import Alpha2Locks
 from prioritylock.server._config import ServeConfig, is_loopback, public_url
 from prioritylock.server._grpc import GrpcServer, make_server
+from prioritylock.server._health import StoreHealth, check_stores
 from prioritylock.server._http import make_app
 from prioritylock.server._http2 import add_alpha2_routes
 from prioritylock.server._metrics import CountingStore, Metrics
@@ -57,10 +60,15 @@ def run(config: ServeConfig, out: TextIO = sys.stdout) -> int:
     """Serve until SIGTERM or SIGINT; return the exit code (0).
 
     :raises ConfigError: a store URL is invalid, or the TLS files can't be loaded.
+    :raises StoreCheckFailed: a store did not answer its read (unless ``config.store_check`` is
+        off).
     :raises PortUnavailable: a port could not be bound.
     """
     _tls_context(config)  # the files are checked before any store is opened
     stores = {name: open_store(url) for name, url in config.stores.items()}
+    if config.store_check:
+        shown = {name: public_url(url) for name, url in config.stores.items()}
+        check_stores(stores, shown)
     _tune_gc()
     asyncio.run(serve(config, stores, out))
     return 0
@@ -72,7 +80,9 @@ async def serve(
     out: TextIO,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve ``stores`` until ``stop`` is set (or SIGTERM / SIGINT arrives)."""
+    """Serve ``stores`` until ``stop`` is set (or SIGTERM / SIGINT arrives). Without
+    ``config.store_check`` the stores are read until they answer, and the outbound health says
+    whether they have."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -80,9 +90,16 @@ async def serve(
     ready = False
     metrics = Metrics()  # GET /metrics: every request to the stores is counted there
     stores = {name: CountingStore(store, name, metrics) for name, store in stores.items()}
+    health = StoreHealth(stores, checked=config.store_check)
     locks = Alpha1Locks(stores, config.app_id, key_prefixes=config.key_prefixes, metrics=metrics)
     streams = Alpha2Locks(locks.names, metrics=metrics)
-    app = make_app(locks, ready=lambda: ready, api_token=config.api_token, max_body=config.max_body)
+    app = make_app(
+        locks,
+        ready=lambda: ready,
+        outbound=lambda: ready and health.healthy,
+        api_token=config.api_token,
+        max_body=config.max_body,
+    )
     add_alpha2_routes(
         app,
         streams,
@@ -97,6 +114,7 @@ async def serve(
     )
     await runner.setup()
     grpc_server = None
+    checking: asyncio.Task[None] | None = None
     try:
         site = web.TCPSite(runner, config.host, config.http_port, ssl_context=_tls_context(config))
         try:
@@ -107,8 +125,14 @@ async def serve(
         grpc_port = None
         if config.grpc_port is not None:
             grpc_server, grpc_port = _grpc_server(config, locks, streams)
-            await grpc_server.start()
+            await grpc_server.start(serving=health.healthy)
         ready = True
+        if not health.healthy:
+            log.warning(
+                "prioritylock serve: started without checking the stores (--no-store-check): "
+                "GET /v1.0/healthz/outbound answers 500 until every store answers"
+            )
+            checking = asyncio.create_task(health.run(_serving(grpc_server)))
         named = ", ".join(f"{name}={public_url(url)}" for name, url in config.stores.items())
         grpc_text = "off" if grpc_port is None else f"{config.host}:{grpc_port}"
         tls = " over TLS" if config.tls else ""
@@ -131,6 +155,8 @@ async def serve(
         )
     finally:
         ready = False
+        if checking is not None:
+            checking.cancel()
         await streams.shutdown()
         streams.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -138,6 +164,17 @@ async def serve(
         if grpc_server is not None:
             await grpc_server.stop(grace=5)
         await runner.cleanup()
+
+
+def _serving(grpc_server: GrpcServer | None) -> Callable[[], Awaitable[None]]:
+    """What to do once every store has answered: say so, in the log and over gRPC health."""
+
+    async def healthy() -> None:
+        log.info("prioritylock serve: every lock store answers")
+        if grpc_server is not None:
+            await grpc_server.set_serving(True)
+
+    return healthy
 
 
 def _tune_gc() -> None:

@@ -70,6 +70,9 @@ class ServeConfig:
     tls_key: str | None = None
     #: Serve beyond loopback without an API token (``--allow-no-token``): the operator's choice.
     allow_no_token: bool = False
+    #: Read every store once before serving, and refuse to start if one fails
+    #: (``--no-store-check`` turns it off: the outbound health then says when they answer).
+    store_check: bool = True
 
     def __attrs_post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):

@@ -31,6 +31,7 @@ from prioritylock.server._alpha2 import Alpha2Locks
 from prioritylock.server._grpc_base import Context, abort, check_token, parser, reject_malformed
 from prioritylock.server._grpc_lock import SERVICE as LOCK_SERVICE
 from prioritylock.server._grpc_lock import lock_service_handler
+from prioritylock.server._health import store_failure
 
 __all__ = ["MAX_STREAMS", "SERVICE", "GrpcServer", "make_server"]
 
@@ -46,15 +47,22 @@ KEEPALIVE_TIMEOUT = 10.0
 
 @attrs.define
 class GrpcServer:
-    """The grpc.aio server and its health service (SERVING while it runs)."""
+    """The grpc.aio server and its health service (SERVING while it runs and its stores
+    answer)."""
 
     server: grpc.aio.Server
     health: Any
 
-    async def start(self) -> None:
+    async def start(self, *, serving: bool = True) -> None:
+        """Start serving; the health service says NOT_SERVING until ``set_serving(True)``
+        unless ``serving``."""
         await self.server.start()
+        await self.set_serving(serving)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse
         for name in ("", SERVICE, LOCK_SERVICE):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await self.health.set(name, status.SERVING if serving else status.NOT_SERVING)
 
     async def stop(self, grace: float | None) -> None:
         await self.health.enter_graceful_shutdown()
@@ -85,10 +93,10 @@ def make_server(
             await abort(context, invalid, "ERR_MALFORMED_REQUEST", str(exc))
         if isinstance(exc, StoreNotFound):
             await abort(context, invalid, "ERR_LOCK_STORE_NOT_FOUND", str(exc))
-        log.error("prioritylock serve: %s in lock store %s: %s", what, store, exc)
-        await context.abort(
-            grpc.StatusCode.INTERNAL, f"{what}: {type(exc).__name__} in lock store {store}"
-        )
+        assert isinstance(exc, PriorityLockError)
+        message = store_failure(what, store, exc)
+        log.error("prioritylock serve: %s", message)
+        await context.abort(grpc.StatusCode.INTERNAL, message)
 
     async def try_lock(request: Any, context: Context) -> lock_pb2.TryLockResponse:
         await reject_malformed(context, request, "TryLockAlpha1")

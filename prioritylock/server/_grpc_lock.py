@@ -4,7 +4,8 @@ gRPC, on :class:`~prioritylock.server._alpha2.Alpha2Locks` as the HTTP routes ar
 A ``Lock`` call is a :class:`~prioritylock.server._alpha2.Holding`: its events become
 ``LockServerStream`` messages, and the end of the call (the client cancels, the connection
 drops, the deadline passes) releases the lock or hands it over. Errors are statuses with an
-``ErrorInfo`` whose reason is the HTTP API's error code; store failures name only their kind.
+``ErrorInfo`` whose reason is the HTTP API's error code; a store failure's also carries the
+error's class (metadata ``error``), and its message says the fix.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from prioritylock.server._grpc_base import (
     parser,
     reject_malformed,
 )
+from prioritylock.server._health import store_failure
 from prioritylock.server._metrics import API_GRPC
 from prioritylock.server._names import BadRequest, StoreNotFound
 from prioritylock.server._proto import lock_pb2
@@ -241,14 +243,14 @@ async def _fail(context: Context, exc: Exception) -> NoReturn:
 async def _store_failed(
     context: Context, exc: PriorityLockError, what: str, code: str, store: str
 ) -> NoReturn:
-    # The store's own words go to the log only (they may name a URL).
-    log.error("prioritylock serve: %s in lock store %s: %s", what, store, exc)
+    message = store_failure(what, store, exc)
+    log.error("prioritylock serve: %s", message)
     status = (
         grpc.StatusCode.UNAVAILABLE
         if isinstance(exc, StoreUnavailable)
         else grpc.StatusCode.INTERNAL
     )
-    await abort(context, status, code, f"{what}: {type(exc).__name__} in lock store {store}")
+    await abort(context, status, code, message, {"error": type(exc).__name__})
 
 
 def _seconds(duration: duration_pb2.Duration) -> float:

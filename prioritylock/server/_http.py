@@ -2,8 +2,9 @@
 
 Errors are answered as Dapr answers them: a status and ``{"errorCode", "message"}``; an unknown
 route too (404 ERR_NOT_FOUND, 405 ERR_METHOD_NOT_ALLOWED). A store
-failure is a 500 with ERR_TRY_LOCK / ERR_UNLOCK whose message names the kind of failure only:
-the store's own words go to the log, and no store URL or credential reaches either.
+failure is a 500 with ERR_TRY_LOCK / ERR_UNLOCK whose message names the error's class and the
+store's own message, which says the fix (:func:`~._health.store_failure`); no credential reaches a
+client or the log.
 
 ``GET /metrics`` answers Prometheus text; with an API token it also accepts the token as
 ``Authorization: Bearer``, the way Prometheus sends it.
@@ -22,6 +23,7 @@ from aiohttp import web
 
 from prioritylock._errors import PriorityLockError
 from prioritylock.server._alpha1 import MAX_EXPIRY, Alpha1Locks, BadRequest, StoreNotFound
+from prioritylock.server._health import store_failure
 from prioritylock.server._metrics import CONTENT_TYPE, Metrics
 
 __all__ = ["TOKEN_HEADER", "error", "failed", "json_body", "make_app"]
@@ -46,8 +48,13 @@ def make_app(
     api_token: str | None,
     max_body: int,
     metrics: Metrics | None = None,
+    outbound: Callable[[], bool] | None = None,
 ) -> web.Application:
-    """The aiohttp application serving ``locks``, and ``metrics`` (by default the locks')."""
+    """The aiohttp application serving ``locks``, and ``metrics`` (by default the locks').
+
+    ``GET /v1.0/healthz`` answers 204 once ``ready()``; ``GET /v1.0/healthz/outbound`` once
+    ``outbound()`` too (by default ``ready()``): the stores answer.
+    """
 
     @web.middleware
     async def guard(request: web.Request, handler: _Handler) -> web.StreamResponse:
@@ -78,6 +85,15 @@ def make_app(
         if not ready():
             return error(500, "ERR_HEALTH_NOT_READY", "stores are not open yet")
         return web.Response(status=204)
+
+    async def outbound_healthz(request: web.Request) -> web.Response:
+        if outbound is not None and ready() and not outbound():
+            return error(
+                500,
+                "ERR_OUTBOUND_HEALTH_NOT_READY",
+                "a lock store has not answered yet (the service's log says why)",
+            )
+        return await healthz(request)
 
     async def try_lock(request: web.Request) -> web.Response:
         store = request.match_info["store"]
@@ -118,7 +134,7 @@ def make_app(
 
     app = web.Application(middlewares=[guard], client_max_size=max_body)
     app.router.add_get("/v1.0/healthz", healthz)
-    app.router.add_get("/v1.0/healthz/outbound", healthz)
+    app.router.add_get("/v1.0/healthz/outbound", outbound_healthz)
     app.router.add_post("/v1.0-alpha1/lock/{store}", try_lock)
     app.router.add_post("/v1.0-alpha1/unlock/{store}", unlock)
     app.router.add_get("/metrics", scrape)
@@ -137,8 +153,9 @@ def _bearer(request: web.Request) -> str:
 
 
 def failed(code: str, what: str, store: str, exc: PriorityLockError) -> web.Response:
-    log.error("prioritylock serve: %s in lock store %s: %s", what, store, exc)
-    return error(500, code, f"{what}: {type(exc).__name__} in lock store {store}")
+    message = store_failure(what, store, exc)
+    log.error("prioritylock serve: %s", message)
+    return error(500, code, message)
 
 
 async def json_body(

@@ -38,6 +38,7 @@ from prioritylock.server._alpha2 import (
     ResourceLocked,
     end_quietly,
 )
+from prioritylock.server._health import store_failure
 from prioritylock.server._http import error, failed, json_body
 from prioritylock.server._names import BadRequest, StoreNotFound
 
@@ -271,9 +272,9 @@ async def _stream(
             await send({"type": "error", "error": _code(exc), "message": str(exc)})
             return response
         except PriorityLockError as exc:
-            # The store's own words go to the log only (they may name a URL).
-            log.error("prioritylock serve: lock of %s in %s: %s", resource, store, exc)
-            await send({"type": "error", "error": "ERR_LOCK", "message": type(exc).__name__})
+            message = store_failure("failed to acquire lock", store, exc)
+            log.error("prioritylock serve: %s", message)
+            await send({"type": "error", "error": "ERR_LOCK", "message": message})
             return response
         with contextlib.suppress(ConnectionError):
             await response.write_eof()

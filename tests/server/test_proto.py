@@ -1,5 +1,5 @@
 """The gRPC contract: proto/prioritylock/v1/lock.proto compiles on its own, and the committed
-messages and stubs (prioritylock/server/_proto) are what scripts/gen-proto makes of it."""
+messages and stubs (prioritylock/v1, public) are what scripts/gen-proto makes of it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("grpc_tools")
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ROOT / "prioritylock" / "server" / "_proto"
+GENERATED = ROOT / "prioritylock" / "v1"
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,12 +24,12 @@ def test_committed_stubs_match_the_proto(tmp_path: Path) -> None:
     for name in ("lock_pb2.py", "lock_pb2.pyi", "lock_pb2_grpc.py"):
         fresh = (tmp_path / name).read_text()
         assert (GENERATED / name).read_text() == fresh, (
-            f"prioritylock/server/_proto/{name} is stale: run scripts/gen-proto and commit"
+            f"prioritylock/v1/{name} is stale: run scripts/gen-proto and commit"
         )
 
 
 def test_the_contract_names() -> None:
-    from prioritylock.server._proto import lock_pb2
+    from prioritylock.v1 import lock_pb2
 
     service = lock_pb2.DESCRIPTOR.services_by_name["LockService"]
     assert lock_pb2.DESCRIPTOR.package == "prioritylock.v1"

@@ -198,7 +198,8 @@ def test_store_failure_is_500_without_secrets(moto_server: S3Server) -> None:
         "AWS_ACCESS_KEY_ID": moto_server.access_key_id,
         "AWS_SECRET_ACCESS_KEY": moto_server.secret_access_key,
     }
-    service = Service({"locks": url}, env=env)
+    # Without --no-store-check it would not start (tests/server/test_store_check.py).
+    service = Service({"locks": url}, env=env, args=["--no-store-check"], health="/v1.0/healthz")
     try:
         status, body = service.request(
             "POST", LOCK, {"resourceId": "r", "lockOwner": "o", "expiryInSeconds": 5}

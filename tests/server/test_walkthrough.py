@@ -60,7 +60,8 @@ DAPR_CLIENT_LINES = [
 
 
 def test_service_clients_are_run_here() -> None:
-    assert sorted(SERVICE_CLIENTS) == ["dapr_client.py"]  # each one run by a test below
+    # Each one run by a test: dapr_client.py below, grpc_client.py in tests/client/.
+    assert sorted(SERVICE_CLIENTS) == ["dapr_client.py", "grpc_client.py"]
     assert all((EXAMPLES / name).is_file() for name in SERVICE_CLIENTS)
 
 

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from prioritylock.server._proto import lock_pb2 as prioritylock_dot_v1_dot_lock__pb2
+from prioritylock.v1 import lock_pb2 as prioritylock_dot_v1_dot_lock__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
