@@ -1,0 +1,720 @@
+"""RedisStore: lease documents as Redis string keys, changed by server-side scripts.
+
+Layout, for a key ``K`` under prefix ``P`` in database ``D``:
+
+- ``P + K`` holds the document itself, its bytes as they are (an operator can
+  ``redis-cli GET`` the lease JSON);
+- ``P + K + "//version"`` holds the version token: an integer that every write increments. A
+  name with an empty segment is never a valid store key, so :meth:`RedisStore.list` can tell the
+  two apart, and the counter survives a delete, so versions never repeat within one database
+  (a content hash would repeat for equal bytes; Redis keeps no version of its own).
+- every write publishes ``TOKEN VERSION`` on the channel ``prioritylock:D:P+K`` (pub/sub
+  channels are shared by every database of a server, hence ``D``): what
+  :meth:`RedisStore.watch_key` hears. ``TOKEN`` names the writing process and namespace, so a
+  process does not wake itself for its own writes (it tells its own locks in-process).
+
+Each seam operation is one Lua script (``EVALSHA``, then ``EVAL`` if the server lost its script
+cache in a restart): the condition is checked and the write made atomically on the server, with
+no ``WATCH`` round trips. Requests go through redis-py's connection pool with no retries of its
+own: a failure before the request was sent (refused, or the connection could not be made) is
+:class:`~prioritylock.StoreUnavailable`; one after it was sent is outcome-unknown for a write,
+and the lock reads back to decide, as on every store. Errors are translated in one place,
+:meth:`RedisStore._translate`, and always chained; server messages and credentials never go into
+ours or into the log.
+
+Redis acknowledges a write before it is on disk unless ``appendonly yes`` with ``appendfsync
+always``: the store checks ``CONFIG GET`` once per server and logs a warning when a restart could
+forget an acknowledged lease (docs/stores.md says what that risks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import urllib.parse
+from collections.abc import Callable
+from typing import Any, Final
+
+from prioritylock.stores._registry import missing_extra
+
+try:
+    import redis
+    import redis.exceptions as redis_errors
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("Redis stores", "redis", _exc) from None
+
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    normalize_prefix,
+    prefixed_key,
+    validate_key,
+    validate_prefix,
+)
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    check_timeouts,
+)
+from prioritylock.stores._log import describe_error, describe_result, log, why_not_sent
+
+__all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "RedisStore", "store_from_url"]
+
+DEFAULT_PORT = 6379
+MAX_OBJECT_BYTES = 8 * 1024 * 1024
+"""The largest document the store writes (as on the cloud stores)."""
+
+VERSION_SUFFIX: Final = "//version"
+_SCAN_COUNT = 1000
+
+# Every script gets KEYS = (document, version key) and returns a list whose first item says what
+# happened. TYPE first: a key of another type (a hash, a list) is not ours to overwrite.
+_PRELUDE = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then return {'foreign', kind} end
+"""
+_SCRIPTS: Final = {
+    # ARGV: the version known ('' for none)
+    "read": _PRELUDE
+    + """
+if kind == 'none' then return {'absent'} end
+local version = redis.call('GET', KEYS[2]) or '0'
+if version == ARGV[1] then return {'same', version} end
+return {'found', version, redis.call('GET', KEYS[1])}
+""",
+    # ARGV: data, channel, message
+    "create": _PRELUDE
+    + """
+if kind ~= 'none' then return {'exists'} end
+local version = tostring(redis.call('INCR', KEYS[2]))
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. version)
+return {'ok', version}
+""",
+    # ARGV: data, version, channel, message
+    "replace": _PRELUDE
+    + """
+if kind == 'none' then return {'absent'} end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return {'moved'} end
+local version = tostring(redis.call('INCR', KEYS[2]))
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. version)
+return {'ok', version}
+""",
+    # ARGV: version, channel, message. The counter stays: a later create goes on from it.
+    "delete": _PRELUDE
+    + """
+if kind == 'none' then return {'absent'} end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {'moved'} end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' deleted')
+return {'ok'}
+""",
+}
+_SHAS: Final = {op: hashlib.sha1(text.encode()).hexdigest() for op, text in _SCRIPTS.items()}  # noqa: S324 - Redis names scripts by SHA-1
+
+#: A script's answer: what happened first, then its values.
+_Answer = list[Any]
+
+#: Servers already checked for durability (host, port), so each is warned of once per process.
+_checked: set[tuple[str, int]] = set()
+_checked_lock = threading.Lock()
+
+#: One token per namespace per process: a notice carrying ours is a write this process made.
+_tokens: dict[str, str] = {}
+
+
+class RedisStore:
+    """Documents under ``prefix`` in one Redis database; shared by every process and host that
+    opens it.
+
+    ``host``, ``port`` and ``db`` name the server and database; ``username`` and ``password``
+    are sent with ``AUTH`` (none: no ``AUTH``); ``tls`` speaks TLS (``rediss://``), checking the
+    server's certificate against the system's trust store or ``ca_certs``. Every request counts
+    in :attr:`stats`; ``CONFIG GET`` (the durability check, once per server) does not.
+
+    :raises ConfigError: an invalid host, port, database, prefix or timeout.
+    """
+
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True,
+        shared_across_hosts=True,
+        conditional_delete=True,
+        unique_versions=True,
+    )
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        db: int = 0,
+        prefix: str = "",
+        username: str | None = None,
+        password: str | None = None,
+        tls: bool = False,
+        ca_certs: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> None:
+        if not isinstance(host, str) or not host or any(c in host for c in "/@?# "):
+            raise ConfigError(f"Redis host must be a host name or address, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ConfigError(f"Redis port must be 1-65535, got {port!r}")
+        if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+            raise ConfigError(f"Redis database must be a number from 0, got {db!r}")
+        connect, read = check_timeouts("Redis", connect_timeout, read_timeout)
+        self._host, self._port, self._db = host, port, db
+        self._prefix = normalize_prefix(prefix, "Redis")
+        self._stats = StoreStats()
+        self._closed = False
+        self._options: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "db": db,
+            "username": username or None,
+            "password": password or None,
+            "socket_connect_timeout": connect,
+            "socket_timeout": read,
+            # No retries under us: a retried script whose first run landed would fail its
+            # condition and read as "somebody else won"; the lock retries and reads back.
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 0,
+        }
+        if tls:
+            self._options.update(ssl=True, ssl_ca_certs=ca_certs)
+        elif ca_certs is not None:
+            raise ConfigError("Redis ca_certs is for TLS (rediss://) only")
+        self._client: Any = redis.Redis(**self._options)
+        self._token = _tokens.setdefault(self.namespace, secrets.token_hex(8))
+        self._watcher: _Watcher | None = None
+        self._watcher_lock = threading.Lock()
+
+    # -- what every store shows --------------------------------------------------------------
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self._CAPABILITIES
+
+    @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share documents."""
+        return f"redis:{self._host}:{self._port}/{self._db}/{self._prefix}"
+
+    @property
+    def prefix(self) -> str:
+        """The normalized prefix: empty, or ending with ``/``."""
+        return self._prefix
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client the store sends its requests through."""
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._where()!r}, prefix={self._prefix!r})"
+
+    # -- the seam ------------------------------------------------------------------------------
+
+    def read(self, key: str) -> Versioned | None:
+        found = self._read(key, None)
+        assert found is not NOT_MODIFIED
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        return self._read(key, version)
+
+    def create(self, key: str, data: bytes) -> str:
+        payload = self._payload("create", key, data)
+        answer = self._script("create", key, payload, self._channel(key), self._token)
+        if answer[0] == b"exists":
+            raise self._logged("create", key, ConditionFailed(key, "already exists"))
+        return self._version(answer, "create", key)
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        payload = self._payload("replace", key, data)
+        answer = self._script("replace", key, payload, version, self._channel(key), self._token)
+        self._condition(answer, "replace", key)
+        return self._version(answer, "replace", key)
+
+    def delete(self, key: str, version: str) -> None:
+        answer = self._script("delete", key, version, self._channel(key), self._token)
+        self._condition(answer, "delete", key)
+        self._log_outcome("delete", key, None)
+
+    def list(self, prefix: str) -> list[str]:
+        validate_prefix(prefix)
+        pattern = _glob_escape(self._prefix + prefix) + "*"
+        skip = len(self._prefix)
+        names: set[str] = set()
+        cursor = b"0"
+        while True:
+            answer = self._send(
+                "list", prefix, "SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_COUNT
+            )
+            cursor, batch = answer[0], answer[1]
+            for raw in batch:
+                name = raw.decode("utf-8", "replace")[skip:]
+                if _is_key(name):
+                    names.add(name)
+            if cursor in (b"0", 0, "0"):
+                break
+        self._log_outcome("list", prefix, sorted(names))
+        return sorted(names)
+
+    def close(self) -> None:
+        """Close the store's connections (and its watch, if any); safe to call twice."""
+        self._closed = True
+        with self._watcher_lock:
+            watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+        self._client.close()
+
+    # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``key`` may have changed, written by another process or host
+        through a store on this database; return a function that stops the calls.
+
+        A hint, not a fact: it comes from a thread of the store's (one pub/sub connection per
+        store object), may come late or twice, and is lost while the server is unreachable
+        (after which every watcher is called once, since writes may have been missed). Writes
+        by other tools (``redis-cli SET``) are not announced: the lock's polls see them.
+
+        :raises ConfigError: invalid key.
+        """
+        channel = self._channel(key)
+        with self._watcher_lock:
+            if self._closed:
+                return _nothing
+            if self._watcher is None:
+                self._watcher = _Watcher(self._options, self._token, repr(self))
+            watcher = self._watcher
+        return watcher.add(channel, callback)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _read(self, key: str, version: str | None) -> ReadResult:
+        answer = self._script("read", key, version or "", log_result=False)
+        found: ReadResult
+        if answer[0] == b"absent":
+            found = None
+        elif answer[0] == b"same" and version is not None:
+            found = NOT_MODIFIED
+            self._stats.count_not_modified()
+        elif answer[0] == b"found" and len(answer) == 3:
+            found = Versioned(bytes(answer[2]), answer[1].decode())
+        else:
+            raise self._logged("read", key, self._unexpected("read", key))
+        op = "read" if version is None else "read_if_changed"
+        self._log_outcome(op, key, found)
+        return found
+
+    def _script(self, op: str, key: str, *argv: Any, log_result: bool = True) -> _Answer:
+        """Run ``op``'s script on ``key``: one request (two if the server had lost the script);
+        a key of another type is refused, as it is not ours."""
+        name = prefixed_key(self._prefix, key, "Redis key")
+        keys = (name, name + VERSION_SUFFIX)
+        try:
+            answer = self._send(op, key, "EVALSHA", _SHAS[op], 2, *keys, *argv)
+        except _NoScript:
+            # The script never ran (a restarted server forgets its scripts): send it whole.
+            answer = self._send(op, key, "EVAL", _SCRIPTS[op], 2, *keys, *argv)
+        if not isinstance(answer, list) or not answer:
+            raise self._logged(op, key, self._unexpected(op, key))
+        if answer[0] == b"foreign":
+            kind = answer[1].decode(errors="replace") if len(answer) > 1 else "?"
+            raise self._logged(
+                op,
+                key,
+                StoreError(
+                    f"{self._describe(op, key)}: the key holds a Redis {kind}, not a document of"
+                    " ours; it was left untouched (delete it, or use another prefix or database)"
+                ),
+            )
+        return answer
+
+    def _send(self, op: str, key: str, *command: Any) -> Any:
+        """One request on a pooled connection: counted, translated, with no retries."""
+        self._stats.count(op + "s")
+        pool: Any = self._client.connection_pool
+        try:
+            connection: Any = pool.get_connection()
+        except redis_errors.RedisError as exc:
+            raise self._failed(op, key, exc, sent=False) from exc
+        except OSError as exc:
+            raise self._failed(op, key, exc, sent=False) from exc
+        try:
+            connection.send_command(*command)
+            answer = connection.read_response()
+        except redis_errors.NoScriptError:
+            raise _NoScript from None
+        except redis_errors.ResponseError as exc:
+            raise self._failed(op, key, exc, sent=True) from exc
+        except BaseException as exc:
+            connection.disconnect()  # an answer may still be on its way: never reuse it
+            if isinstance(exc, (redis_errors.RedisError, OSError)):
+                raise self._failed(op, key, exc, sent=True) from exc
+            raise
+        finally:
+            pool.release(connection)
+        if (self._host, self._port) not in _checked:
+            self._check_durability()
+        return answer
+
+    def _check_durability(self) -> None:
+        """Once per server and process: warn if an acknowledged write can be lost in a restart."""
+        where = (self._host, self._port)
+        with _checked_lock:
+            if where in _checked:
+                return
+            _checked.add(where)
+        try:
+            appendonly = self._client.config_get("appendonly").get(b"appendonly")
+            appendfsync = self._client.config_get("appendfsync").get(b"appendfsync")
+        except (redis_errors.RedisError, OSError) as exc:
+            log.debug(
+                "%r: CONFIG GET not answered (%s): durability not checked", self, type(exc).__name__
+            )
+            with _checked_lock:
+                if not isinstance(exc, redis_errors.ResponseError):
+                    _checked.discard(where)  # not reached: try again on the next request
+            return
+        if appendonly != b"yes" or appendfsync != b"always":
+            log.warning(
+                "Redis at %s can lose writes it acknowledged (appendonly %s, appendfsync %s): a"
+                " restart may forget a lease and let a second client take the lock with a lower"
+                " fence; set appendonly yes and appendfsync always (see docs/stores.md)",
+                self._where(),
+                (appendonly or b"?").decode(),
+                (appendfsync or b"?").decode(),
+            )
+
+    def _condition(self, answer: _Answer, op: str, key: str) -> None:
+        if answer[0] == b"absent":
+            raise self._logged(op, key, ConditionFailed(key, "absent"))
+        if answer[0] == b"moved":
+            raise self._logged(op, key, ConditionFailed(key, "at another version"))
+
+    def _version(self, answer: _Answer, op: str, key: str) -> str:
+        if answer[0] != b"ok" or len(answer) != 2:
+            raise self._logged(op, key, self._unexpected(op, key))
+        version = str(answer[1].decode())
+        self._log_outcome(op, key, version)
+        return version
+
+    def _payload(self, op: str, key: str, data: bytes) -> bytes:
+        payload = bytes(data)
+        if len(payload) > MAX_OBJECT_BYTES:
+            raise ConfigError(
+                f"Redis {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f" {MAX_OBJECT_BYTES}"
+            )
+        return payload
+
+    def _channel(self, key: str) -> str:
+        return f"prioritylock:{self._db}:{prefixed_key(self._prefix, key, 'Redis key')}"
+
+    def _unexpected(self, op: str, key: str) -> StoreError:
+        return StoreError(f"{self._describe(op, key)}: the server's answer was not understood")
+
+    def _failed(self, op: str, key: str, exc: BaseException, *, sent: bool) -> PriorityLockError:
+        return self._logged(op, key, self._translate(exc, op, key, sent=sent))
+
+    def _translate(self, exc: BaseException, op: str, key: str, *, sent: bool) -> PriorityLockError:
+        """The one place where redis-py's errors become ours (server messages are not copied).
+
+        ``sent``: the request may have reached the server (else the connection failed first).
+        """
+        what = self._describe(op, key)
+        write = op in WRITES
+        name = type(exc).__name__
+        if isinstance(exc, (redis_errors.AuthenticationError, redis_errors.NoPermissionError)):
+            return StoreAccessError(f"{what} refused ({name}): {_ACCESS_HINT}")
+        if isinstance(exc, redis_errors.ResponseError):
+            code = str(exc).split(" ", 1)[0]
+            if code in ("NOAUTH", "WRONGPASS", "NOPERM"):
+                return StoreAccessError(f"{what} refused ({code}): {_ACCESS_HINT}")
+            if isinstance(
+                exc, (redis_errors.BusyLoadingError, redis_errors.TryAgainError)
+            ) or code in (
+                "LOADING",
+                "BUSY",
+                "MASTERDOWN",
+                "TRYAGAIN",
+            ):
+                return StoreUnavailable(f"{what}: the server is not ready ({code}); retry")
+            if isinstance(exc, redis_errors.ReadOnlyError):
+                return StoreUnavailable(
+                    f"{what}: the server is a read-only replica ({code}); retry"
+                )
+            if isinstance(exc, redis_errors.OutOfMemoryError):
+                return StoreError(f"{what}: the server is out of memory ({code})")
+            if "WRONGTYPE" in str(exc) or "not an integer" in str(exc):
+                return StoreError(
+                    f"{what}: the key or its version key ({VERSION_SUFFIX}) holds something that"
+                    " is not ours; it was left untouched"
+                )
+            return StoreError(f"{what} failed ({name}, {code})")
+        if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
+            if not sent:
+                return StoreUnavailable(f"{what}: {why_not_sent(exc)} ({name})")
+            return StoreUnavailable(
+                f"{what}: the response was lost ({name})", outcome_unknown=write
+            )
+        return StoreError(f"{what} failed ({name})")
+
+    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
+        self._log_outcome(op, key, error)
+        return error
+
+    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            if isinstance(outcome, PriorityLockError):
+                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
+            else:
+                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
+
+    def _describe(self, op: str, key: str) -> str:
+        where = f"Redis {op} of {key!r} at {self._where()}"
+        return where + (f" (prefix {self._prefix!r})" if self._prefix else "")
+
+    def _where(self) -> str:
+        return f"{self._host}:{self._port}/{self._db}"
+
+
+_ACCESS_HINT = (
+    "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
+    " allows EVALSHA, EVAL, SCAN and PUBLISH on the prefix's keys and channels"
+)
+
+
+class _NoScript(Exception):
+    """The server did not have the script (NOSCRIPT): it did not run."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def _is_key(name: str) -> bool:
+    """Whether a name under the prefix is a document's (not a version key, nor foreign)."""
+    try:
+        validate_key(name)
+    except ConfigError:
+        return False
+    return True
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class _Watcher:
+    """One pub/sub connection of a store, on a daemon thread: calls each channel's callbacks
+    when a write from elsewhere is announced there."""
+
+    _POLL = 0.05  # seconds between looks at the stop flag while idle
+    _MAX_BACKOFF = 2.0
+
+    def __init__(self, options: dict[str, Any], token: str, label: str) -> None:
+        self._client: Any = redis.Redis(**{**options, "socket_timeout": None})
+        self._pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)
+        self._token = token.encode()
+        self._label = label
+        self._lock = threading.Lock()
+        self._callbacks: dict[bytes, list[Callable[[], None]]] = {}
+        self._subscribed: set[bytes] = set()
+        self._stopped = threading.Event()
+        self._changed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="prioritylock-redis-watch", daemon=True
+        )
+        self._thread.start()
+
+    def add(self, channel: str, callback: Callable[[], None]) -> Callable[[], None]:
+        name = channel.encode()
+        with self._lock:
+            self._callbacks.setdefault(name, []).append(callback)
+        self._changed.set()
+        self._sync_subscriptions()
+        done = threading.Lock()
+
+        def remove() -> None:
+            if not done.acquire(blocking=False):
+                return
+            with self._lock:
+                listed = self._callbacks.get(name, [])
+                if callback in listed:
+                    listed.remove(callback)
+                if not listed:
+                    self._callbacks.pop(name, None)
+            self._changed.set()
+
+        return remove
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5.0)
+        try:
+            self._pubsub.close()
+        finally:
+            self._client.close()
+
+    def _sync_subscriptions(self) -> None:
+        """Subscribe to the channels wanted and not yet subscribed (from any thread: a
+        SUBSCRIBE sent now is in force before any later write reaches the server)."""
+        with self._lock:
+            wanted = set(self._callbacks)
+            new, gone = wanted - self._subscribed, self._subscribed - wanted
+            try:
+                if new:
+                    self._pubsub.subscribe(*sorted(new))
+                if gone:
+                    self._pubsub.unsubscribe(*sorted(gone))
+            except (redis_errors.RedisError, OSError):
+                return  # the reader thread reconnects
+            self._subscribed = wanted
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while not self._stopped.is_set():
+            if self._changed.is_set():
+                self._changed.clear()
+                self._sync_subscriptions()
+            try:
+                with self._lock:
+                    subscribed = bool(self._subscribed)
+                if not subscribed:
+                    self._stopped.wait(self._POLL)
+                    continue
+                message = self._pubsub.get_message(timeout=self._POLL)
+            except (redis_errors.RedisError, OSError, ValueError) as exc:
+                log.debug("%s: watch connection lost (%s)", self._label, type(exc).__name__)
+                backoff = 0.05 if self._reconnect(backoff) else min(backoff * 2, self._MAX_BACKOFF)
+                continue
+            if message is not None and message.get("type") == "message":
+                self._deliver(message.get("channel"), message.get("data"))
+
+    def _reconnect(self, backoff: float) -> bool:
+        """Open a new connection and subscribe again; then call every callback once, since
+        writes may have gone unannounced meanwhile. True if it worked."""
+        if self._stopped.wait(backoff):
+            return False
+        with self._lock:
+            self._subscribed = set()
+            try:
+                self._pubsub.reset()
+                self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+                if self._callbacks:
+                    self._pubsub.subscribe(*sorted(self._callbacks))
+            except (redis_errors.RedisError, OSError):
+                return False
+            self._subscribed = set(self._callbacks)
+            everyone = [cb for listed in self._callbacks.values() for cb in listed]
+        for callback in everyone:
+            self._call(callback)
+        return True
+
+    def _deliver(self, channel: object, data: object) -> None:
+        if isinstance(data, bytes) and data.split(b" ", 1)[0] == self._token:
+            return  # this process wrote it, and told its own locks already
+        with self._lock:
+            listed = list(self._callbacks.get(channel, ())) if isinstance(channel, bytes) else []
+        for callback in listed:
+            self._call(callback)
+
+    def _call(self, callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:  # a hint's receiver must not end the watch
+            log.exception("%s: a change callback raised", self._label)
+
+
+_URL_OPTIONS = ("ca_certs", "connect_timeout", "prefix", "read_timeout")
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> RedisStore:
+    """The store for ``redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX]`` (``rediss://``
+    for TLS).
+
+    The path is the database number, as in every Redis URL; the key prefix is the ``prefix``
+    option. Other options: ``connect_timeout`` and ``read_timeout`` (seconds), ``ca_certs`` (a
+    CA bundle for ``rediss://``). The user name and password may be percent-encoded; a password
+    alone is ``redis://:PASSWORD@HOST``. ``REDIS_PASSWORD`` in the environment is the password
+    when the URL has none.
+
+    :raises ConfigError: no host, a port or database that is not a number, an unknown or empty
+        option (named), or an invalid value.
+    """
+    scheme = parts.scheme.lower()
+    for name in sorted(options):
+        if name not in _URL_OPTIONS:
+            raise ConfigError(
+                f"unknown {scheme}:// store URL option {name!r}; known options:"
+                f" {', '.join(_URL_OPTIONS)}"
+            )
+        if not options[name] and name != "prefix":
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
+    if parts.fragment:
+        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ConfigError(f"{scheme}:// store URL has a port that is not a number") from None
+    if not host:
+        raise ConfigError(f"{scheme}:// store URL needs a host: {scheme}://HOST:PORT/DB")
+    path = parts.path.strip("/")
+    if path and not (path.isascii() and path.isdigit()):
+        raise ConfigError(
+            f"{scheme}:// store URL path is the database number, got {path!r}; the key prefix"
+            " is the option ?prefix=PREFIX"
+        )
+    timeouts: dict[str, float] = {}
+    for option in ("connect_timeout", "read_timeout"):
+        if option in options:
+            try:
+                timeouts[option] = float(options[option])
+            except ValueError:
+                raise ConfigError(
+                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
+                    f" got {options[option]!r}"
+                ) from None
+    username = urllib.parse.unquote(parts.username) if parts.username else None
+    password = urllib.parse.unquote(parts.password) if parts.password else None
+    if password is None:
+        password = os.environ.get("REDIS_PASSWORD") or None
+    return RedisStore(
+        host,
+        port or DEFAULT_PORT,
+        db=int(path) if path else 0,
+        prefix=options.get("prefix", ""),
+        username=username,
+        password=password,
+        tls=scheme == "rediss",
+        ca_certs=options.get("ca_certs"),
+        **timeouts,
+    )
