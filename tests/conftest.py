@@ -2,7 +2,8 @@
 
 ``store_factory`` makes a fresh, empty namespace (a bucket, container, directory or Redis key
 prefix) for one test and returns a callable that opens a *new client* on it each time it is
-called, so tests can give each thread or client its own SDK connection. ``store`` is one client from that factory.
+called, so tests can give each thread or client its own SDK connection. ``store`` is one client
+from that factory.
 
 Cloud stores come from plugin modules in ``tests/_servers`` which start their server once per
 session on 127.0.0.1 and stop it at the end. ``PRIORITYLOCK_STORES`` (comma-separated kinds)

@@ -2,7 +2,8 @@
 
 Every store offers the same five conditional operations (:class:`ObjectStore`) and counts its
 requests in ``store.stats``. ``open_store(url)`` picks one from a URL. The cloud stores
-(``S3Store``, ``GCSStore``, ``AzureBlobStore``) and ``RedisStore`` load their SDK only when first used.
+(``S3Store``, ``GCSStore``, ``AzureBlobStore``) and ``RedisStore`` load their SDK only when first
+used.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -541,8 +541,9 @@ class _Watcher:
     _MAX_BACKOFF = 2.0
 
     def __init__(self, options: dict[str, Any], token: str, label: str) -> None:
-        self._client: Any = redis.Redis(**{**options, "socket_timeout": None})
-        self._pubsub: Any = self._client.pubsub(ignore_subscribe_messages=True)
+        client: Any = redis.Redis(**{**options, "socket_timeout": None})
+        self._client = client
+        self._pubsub: Any = client.pubsub(ignore_subscribe_messages=True)
         self._token = token.encode()
         self._label = label
         self._lock = threading.Lock()
