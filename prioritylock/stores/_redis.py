@@ -4,18 +4,21 @@ Layout, for a key ``K`` under prefix ``P`` in database ``D``:
 
 - ``P + K`` holds the document itself, its bytes as they are (an operator can
   ``redis-cli GET`` the lease JSON);
-- ``P + K + "//version"`` holds the version token: an integer that every write increments. A
-  name with an empty segment is never a valid store key, so :meth:`RedisStore.list` can tell the
-  two apart, and the counter survives a delete, so versions never repeat within one database
-  (a content hash would repeat for equal bytes; Redis keeps no version of its own).
+- ``P + K + "//version"`` holds the version token: a number drawn for each write from one counter
+  per database, ``prioritylock//versions``, so versions never repeat within a database, across
+  keys, deletes and prefixes (a content hash would repeat for equal bytes; Redis keeps no
+  version of its own). A name with an empty segment is never a valid store key, so
+  :meth:`RedisStore.list` tells these two apart from documents.
 - every write publishes ``TOKEN VERSION`` on the channel ``prioritylock:D:P+K`` (pub/sub
   channels are shared by every database of a server, hence ``D``): what
   :meth:`RedisStore.watch_key` hears. ``TOKEN`` names the writing process and namespace, so a
   process does not wake itself for its own writes (it tells its own locks in-process).
 
-Each seam operation is one Lua script (``EVALSHA``, then ``EVAL`` if the server lost its script
-cache in a restart): the condition is checked and the write made atomically on the server, with
-no ``WATCH`` round trips. Requests go through redis-py's connection pool with no retries of its
+Each seam operation is one Lua script sent whole with ``EVAL`` (a few hundred bytes; the server
+compiles each script once and keeps it): the condition is checked and the write made atomically
+on the server, with no ``WATCH`` round trips. ``EVALSHA`` would save the bytes but costs a second
+request whenever the server does not have the script (after every restart or failover), and the
+request budget counts requests. Requests go through redis-py's connection pool with no retries of its
 own: a failure before the request was sent (refused, or the connection could not be made) is
 :class:`~prioritylock.StoreUnavailable`; one after it was sent is outcome-unknown for a write,
 and the lock reads back to decide, as on every store. Errors are translated in one place,
@@ -29,7 +32,6 @@ forget an acknowledged lease (docs/stores.md says what that risks).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import secrets
@@ -82,9 +84,10 @@ MAX_OBJECT_BYTES = 8 * 1024 * 1024
 """The largest document the store writes (as on the cloud stores)."""
 
 VERSION_SUFFIX: Final = "//version"
+COUNTER_KEY: Final = "prioritylock//versions"
 _SCAN_COUNT = 1000
 
-# Every script gets KEYS = (document, version key) and returns a list whose first item says what
+# Every script gets KEYS = (document, version key, counter) and returns a list whose first item says what
 # happened. TYPE first: a key of another type (a hash, a list) is not ours to overwrite.
 _PRELUDE = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
@@ -103,7 +106,8 @@ return {'found', version, redis.call('GET', KEYS[1])}
     "create": _PRELUDE
     + """
 if kind ~= 'none' then return {'exists'} end
-local version = tostring(redis.call('INCR', KEYS[2]))
+local version = tostring(redis.call('INCR', KEYS[3]))
+redis.call('SET', KEYS[2], version)
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. version)
 return {'ok', version}
@@ -113,12 +117,13 @@ return {'ok', version}
     + """
 if kind == 'none' then return {'absent'} end
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return {'moved'} end
-local version = tostring(redis.call('INCR', KEYS[2]))
+local version = tostring(redis.call('INCR', KEYS[3]))
+redis.call('SET', KEYS[2], version)
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. version)
 return {'ok', version}
 """,
-    # ARGV: version, channel, message. The counter stays: a later create goes on from it.
+    # ARGV: version, channel, message. The version key stays (a later create replaces it).
     "delete": _PRELUDE
     + """
 if kind == 'none' then return {'absent'} end
@@ -128,7 +133,6 @@ redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' deleted')
 return {'ok'}
 """,
 }
-_SHAS: Final = {op: hashlib.sha1(text.encode()).hexdigest() for op, text in _SCRIPTS.items()}  # noqa: S324 - Redis names scripts by SHA-1
 
 #: A script's answer: what happened first, then its values.
 _Answer = list[Any]
@@ -336,12 +340,8 @@ class RedisStore:
         """Run ``op``'s script on ``key``: one request (two if the server had lost the script);
         a key of another type is refused, as it is not ours."""
         name = prefixed_key(self._prefix, key, "Redis key")
-        keys = (name, name + VERSION_SUFFIX)
-        try:
-            answer = self._send(op, key, "EVALSHA", _SHAS[op], 2, *keys, *argv)
-        except _NoScript:
-            # The script never ran (a restarted server forgets its scripts): send it whole.
-            answer = self._send(op, key, "EVAL", _SCRIPTS[op], 2, *keys, *argv)
+        keys = (name, name + VERSION_SUFFIX, COUNTER_KEY)
+        answer = self._send(op, key, "EVAL", _SCRIPTS[op], len(keys), *keys, *argv)
         if not isinstance(answer, list) or not answer:
             raise self._logged(op, key, self._unexpected(op, key))
         if answer[0] == b"foreign":
@@ -369,8 +369,6 @@ class RedisStore:
         try:
             connection.send_command(*command)
             answer = connection.read_response()
-        except redis_errors.NoScriptError:
-            raise _NoScript from None
         except redis_errors.ResponseError as exc:
             raise self._failed(op, key, exc, sent=True) from exc
         except BaseException as exc:
@@ -392,8 +390,11 @@ class RedisStore:
                 return
             _checked.add(where)
         try:
-            appendonly = self._client.config_get("appendonly").get(b"appendonly")
-            appendfsync = self._client.config_get("appendfsync").get(b"appendfsync")
+            config = {
+                _text(name): _text(value)
+                for pattern in ("appendonly", "appendfsync")
+                for name, value in self._client.config_get(pattern).items()
+            }
         except (redis_errors.RedisError, OSError) as exc:
             log.debug(
                 "%r: CONFIG GET not answered (%s): durability not checked", self, type(exc).__name__
@@ -402,14 +403,15 @@ class RedisStore:
                 if not isinstance(exc, redis_errors.ResponseError):
                     _checked.discard(where)  # not reached: try again on the next request
             return
-        if appendonly != b"yes" or appendfsync != b"always":
+        appendonly, appendfsync = config.get("appendonly", "?"), config.get("appendfsync", "?")
+        if appendonly != "yes" or appendfsync != "always":
             log.warning(
                 "Redis at %s can lose writes it acknowledged (appendonly %s, appendfsync %s): a"
                 " restart may forget a lease and let a second client take the lock with a lower"
                 " fence; set appendonly yes and appendfsync always (see docs/stores.md)",
                 self._where(),
-                (appendonly or b"?").decode(),
-                (appendfsync or b"?").decode(),
+                appendonly,
+                appendfsync,
             )
 
     def _condition(self, answer: _Answer, op: str, key: str) -> None:
@@ -511,12 +513,12 @@ _ACCESS_HINT = (
 )
 
 
-class _NoScript(Exception):
-    """The server did not have the script (NOSCRIPT): it did not run."""
-
-
 def _nothing() -> None:
     pass
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _is_key(name: str) -> bool:
