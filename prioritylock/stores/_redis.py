@@ -18,8 +18,9 @@ Each seam operation is one Lua script sent whole with ``EVAL`` (a few hundred by
 compiles each script once and keeps it): the condition is checked and the write made atomically
 on the server, with no ``WATCH`` round trips. ``EVALSHA`` would save the bytes but costs a second
 request whenever the server does not have the script (after every restart or failover), and the
-request budget counts requests. Requests go through redis-py's connection pool with no retries of its
-own: a failure before the request was sent (refused, or the connection could not be made) is
+request budget counts requests.
+
+Requests go through redis-py's connection pool with no retries of its own: a failure before the request was sent (refused, or the connection could not be made) is
 :class:`~prioritylock.StoreUnavailable`; one after it was sent is outcome-unknown for a write,
 and the lock reads back to decide, as on every store. Errors are translated in one place,
 :meth:`RedisStore._translate`, and always chained; server messages and credentials never go into
@@ -87,8 +88,8 @@ VERSION_SUFFIX: Final = "//version"
 COUNTER_KEY: Final = "prioritylock//versions"
 _SCAN_COUNT = 1000
 
-# Every script gets KEYS = (document, version key, counter) and returns a list whose first item says what
-# happened. TYPE first: a key of another type (a hash, a list) is not ours to overwrite.
+# Every script gets KEYS = (document, version key, counter) and returns a list whose first item
+# says what happened. TYPE first: a key of another type (a hash, a list) is not ours to overwrite.
 _PRELUDE = """
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'string' then return {'foreign', kind} end

@@ -390,7 +390,7 @@ def _redis_injector(like: ObjectStore) -> Injector:
                 fault.before()
             if fault is None or fault.deliver:
                 # Connecting sends (and reads) commands of its own: the fault is set after.
-                super().send_command(*args, **kwargs)
+                super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             if op is not None:
                 self.fault = fault
 
@@ -400,7 +400,7 @@ def _redis_injector(like: ObjectStore) -> Injector:
                 return super().read_response(*args, **kwargs)
             if fault.deliver:
                 super().read_response(*args, **kwargs)  # the server acted; its answer is lost
-                self.disconnect()
+                self.disconnect()  # type: ignore[no-untyped-call]
                 raise redis.exceptions.ConnectionError("Connection reset by peer")
             if fault.lose == "timeout":
                 raise redis.exceptions.TimeoutError("Timeout reading from socket")
