@@ -20,7 +20,8 @@ on the server, with no ``WATCH`` round trips. ``EVALSHA`` would save the bytes b
 request whenever the server does not have the script (after every restart or failover), and the
 request budget counts requests.
 
-Requests go through redis-py's connection pool with no retries of its own: a failure before the request was sent (refused, or the connection could not be made) is
+Requests go through redis-py's connection pool with no retries of its own: a failure before the
+request was sent (refused, or the connection could not be made) is
 :class:`~prioritylock.StoreUnavailable`; one after it was sent is outcome-unknown for a write,
 and the lock reads back to decide, as on every store. Errors are translated in one place,
 :meth:`RedisStore._translate`, and always chained; server messages and credentials never go into
