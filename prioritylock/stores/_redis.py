@@ -605,8 +605,14 @@ class _Watcher:
             self._subscribed = wanted
 
     def _run(self) -> None:
-        backoff = 0.05
+        backoff, broken = 0.05, False
         while not self._stopped.is_set():
+            if broken:
+                if self._reconnect(backoff):
+                    backoff, broken = 0.05, False
+                else:
+                    backoff = min(backoff * 2, self._MAX_BACKOFF)
+                continue
             if self._changed.is_set():
                 self._changed.clear()
                 self._sync_subscriptions()
@@ -619,7 +625,7 @@ class _Watcher:
                 message = self._pubsub.get_message(timeout=self._POLL)
             except (redis_errors.RedisError, OSError, ValueError) as exc:
                 log.debug("%s: watch connection lost (%s)", self._label, type(exc).__name__)
-                backoff = 0.05 if self._reconnect(backoff) else min(backoff * 2, self._MAX_BACKOFF)
+                broken = True
                 continue
             if message is not None and message.get("type") == "message":
                 self._deliver(message.get("channel"), message.get("data"))
