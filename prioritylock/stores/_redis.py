@@ -35,7 +35,6 @@ forget an acknowledged lease (docs/stores.md says what that risks).
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import threading
 import urllib.parse
@@ -675,8 +674,7 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
     The path is the database number, as in every Redis URL; the key prefix is the ``prefix``
     option. Other options: ``connect_timeout`` and ``read_timeout`` (seconds), ``ca_certs`` (a
     CA bundle for ``rediss://``). The user name and password may be percent-encoded; a password
-    alone is ``redis://:PASSWORD@HOST``. ``REDIS_PASSWORD`` in the environment is the password
-    when the URL has none.
+    alone is ``redis://:PASSWORD@HOST``; none means no ``AUTH``.
 
     :raises ConfigError: no host, a port or database that is not a number, an unknown or empty
         option (named), or an invalid value.
@@ -716,8 +714,6 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
                 ) from None
     username = urllib.parse.unquote(parts.username) if parts.username else None
     password = urllib.parse.unquote(parts.password) if parts.password else None
-    if password is None:
-        password = os.environ.get("REDIS_PASSWORD") or None
     return RedisStore(
         host,
         port or DEFAULT_PORT,
