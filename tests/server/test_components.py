@@ -7,6 +7,7 @@ import json
 import uuid
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -196,7 +197,9 @@ def test_dapr_sdk_locks_through_a_lock_redis_component(
             try:
                 assert client.try_lock("lockstore", resource, "owner1", 30).success
                 assert not client.try_lock("lockstore", resource, "owner2", 30).success
-                database = redis.Redis(port=redis_server.port, password=redis_server.password, db=3)
+                database: Any = redis.Redis(
+                    port=redis_server.port, password=redis_server.password, db=3
+                )
                 names = [n.decode() for n in database.scan_iter(match=f"*{resource}*")]
                 documents = [n for n in names if not n.endswith("//version")]
                 assert len(documents) == 1, names
