@@ -457,8 +457,10 @@ class RedisStore:
         if isinstance(exc, (redis_errors.AuthenticationError, redis_errors.NoPermissionError)):
             return StoreAccessError(f"{what} refused ({name}): {_ACCESS_HINT}")
         if isinstance(exc, redis_errors.ResponseError):
-            code = str(exc).split(" ", 1)[0]
-            if code in ("NOAUTH", "WRONGPASS", "NOPERM"):
+            text = str(exc)
+            code = text.split(" ", 1)[0]
+            code = code if code.isupper() else "error reply"
+            if code in ("NOAUTH", "WRONGPASS", "NOPERM") or "can't run this command" in text:
                 return StoreAccessError(f"{what} refused ({code}): {_ACCESS_HINT}")
             if isinstance(
                 exc, (redis_errors.BusyLoadingError, redis_errors.TryAgainError)
@@ -475,7 +477,7 @@ class RedisStore:
                 )
             if isinstance(exc, redis_errors.OutOfMemoryError):
                 return StoreError(f"{what}: the server is out of memory ({code})")
-            if "WRONGTYPE" in str(exc) or "not an integer" in str(exc):
+            if "WRONGTYPE" in text or "not an integer" in text:
                 return StoreError(
                     f"{what}: the key or its version key ({VERSION_SUFFIX}) holds something that"
                     " is not ours; it was left untouched"
@@ -510,7 +512,8 @@ class RedisStore:
 
 _ACCESS_HINT = (
     "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
-    " allows EVALSHA, EVAL, SCAN and PUBLISH on the prefix's keys and channels"
+    " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
+    " prefix's keys, prioritylock//versions and the prioritylock:* channels (docs/stores.md)"
 )
 
 
