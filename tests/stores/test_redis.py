@@ -273,8 +273,8 @@ def test_notices_come_back_after_a_restart(redis_server: RedisServer, store: Red
     try:
         version = writer.create("doc", b"1")
         _wait(told, "a write was not announced")
-        redis_server.restart()
         told.clear()
+        redis_server.restart()
         _wait(told, "no call after the watch reconnected")
         told.clear()
         writer.replace("doc", b"2", version)
