@@ -34,11 +34,10 @@ forget an acknowledged lease (docs/stores.md says what that risks).
 
 from __future__ import annotations
 
-import logging
 import secrets
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from prioritylock.stores._registry import missing_extra
@@ -63,20 +62,16 @@ from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
     StoreCapabilities,
-    StoreStats,
     Versioned,
-    normalize_prefix,
-    prefixed_key,
     validate_key,
-    validate_prefix,
 )
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     WRITES,
-    check_timeouts,
+    CloudStore,
 )
-from prioritylock.stores._log import describe_error, describe_result, log, why_not_sent
+from prioritylock.stores._log import log
 
 __all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "RedisStore", "store_from_url"]
 
@@ -146,7 +141,7 @@ _checked_lock = threading.Lock()
 _tokens: dict[str, str] = {}
 
 
-class RedisStore:
+class RedisStore(CloudStore):
     """Documents under ``prefix`` in one Redis database; shared by every process and host that
     opens it.
 
@@ -158,11 +153,20 @@ class RedisStore:
     :raises ConfigError: an invalid host, port, database, prefix or timeout.
     """
 
+    _LABEL = "Redis"
+    _SCHEME = "redis"
+    _HOLDER = "server"
     _CAPABILITIES = StoreCapabilities(
         shared_across_processes=True,
         shared_across_hosts=True,
         conditional_delete=True,
         unique_versions=True,
+    )
+    _SDK_ERRORS = (redis_errors.RedisError, OSError)
+    _ACCESS_HINT = (
+        "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
+        " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
+        " prefix's keys, prioritylock//versions and the prioritylock:* channels (docs/stores.md)"
     )
 
     def __init__(
@@ -185,11 +189,11 @@ class RedisStore:
             raise ConfigError(f"Redis port must be 1-65535, got {port!r}")
         if isinstance(db, bool) or not isinstance(db, int) or db < 0:
             raise ConfigError(f"Redis database must be a number from 0, got {db!r}")
-        connect, read = check_timeouts("Redis", connect_timeout, read_timeout)
+        if ca_certs is not None and not tls:
+            raise ConfigError("Redis ca_certs is for TLS (rediss://) only")
+        super().__init__(f"{host}:{port}/{db}", prefix, connect_timeout, read_timeout)
         self._host, self._port, self._db = host, port, db
-        self._prefix = normalize_prefix(prefix, "Redis")
-        self._stats = StoreStats()
-        self._closed = False
+        connect, read = self._timeouts
         self._options: dict[str, Any] = {
             "host": host,
             "port": port,
@@ -205,88 +209,16 @@ class RedisStore:
         }
         if tls:
             self._options.update(ssl=True, ssl_ca_certs=ca_certs)
-        elif ca_certs is not None:
-            raise ConfigError("Redis ca_certs is for TLS (rediss://) only")
-        self._client: Any = redis.Redis(**self._options)
+        self._take_client(None, {}, lambda: redis.Redis(**self._options))
         self._token = _tokens.setdefault(self.namespace, secrets.token_hex(8))
+        self._closed = False
         self._watcher: _Watcher | None = None
         self._watcher_lock = threading.Lock()
-
-    # -- what every store shows --------------------------------------------------------------
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return self._CAPABILITIES
 
     @property
     def namespace(self) -> str:
         """Names what this store addresses: two stores with one namespace share documents."""
-        return f"redis:{self._host}:{self._port}/{self._db}/{self._prefix}"
-
-    @property
-    def prefix(self) -> str:
-        """The normalized prefix: empty, or ending with ``/``."""
-        return self._prefix
-
-    @property
-    def client(self) -> Any:
-        """The redis-py client the store sends its requests through."""
-        return self._client
-
-    def __repr__(self) -> str:
-        return f"RedisStore({self._where()!r}, prefix={self._prefix!r})"
-
-    # -- the seam ------------------------------------------------------------------------------
-
-    def read(self, key: str) -> Versioned | None:
-        found = self._read(key, None)
-        assert found is not NOT_MODIFIED
-        return found
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        return self._read(key, version)
-
-    def create(self, key: str, data: bytes) -> str:
-        payload = self._payload("create", key, data)
-        answer = self._script("create", key, payload, self._channel(key), self._token)
-        if answer[0] == b"exists":
-            raise self._logged("create", key, ConditionFailed(key, "already exists"))
-        return self._version(answer, "create", key)
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        payload = self._payload("replace", key, data)
-        answer = self._script("replace", key, payload, version, self._channel(key), self._token)
-        self._condition(answer, "replace", key)
-        return self._version(answer, "replace", key)
-
-    def delete(self, key: str, version: str) -> None:
-        answer = self._script("delete", key, version, self._channel(key), self._token)
-        self._condition(answer, "delete", key)
-        self._log_outcome("delete", key, None)
-
-    def list(self, prefix: str) -> list[str]:
-        validate_prefix(prefix)
-        pattern = _glob_escape(self._prefix + prefix) + "*"
-        skip = len(self._prefix)
-        names: set[str] = set()
-        cursor = b"0"
-        while True:
-            answer = self._send(
-                "list", prefix, "SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_COUNT
-            )
-            cursor, batch = answer[0], answer[1]
-            for raw in batch:
-                name = raw.decode("utf-8", "replace")[skip:]
-                if _is_key(name):
-                    names.add(name)
-            if cursor in (b"0", 0, "0"):
-                break
-        self._log_outcome("list", prefix, sorted(names))
-        return sorted(names)
+        return f"redis:{self._holder}/{self._prefix}"
 
     def close(self) -> None:
         """Close the store's connections (and its watch, if any); safe to call twice."""
@@ -295,7 +227,7 @@ class RedisStore:
             watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
-        self._client.close()
+        super().close()
 
     # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
 
@@ -310,7 +242,7 @@ class RedisStore:
 
         :raises ConfigError: invalid key.
         """
-        channel = self._channel(key)
+        channel = self._channel(self._object_name(key))
         with self._watcher_lock:
             if self._closed:
                 return _nothing
@@ -319,63 +251,115 @@ class RedisStore:
             watcher = self._watcher
         return watcher.add(channel, callback)
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- one request per operation (CloudStore) -------------------------------------------------
 
-    def _read(self, key: str, version: str | None) -> ReadResult:
-        answer = self._script("read", key, version or "", log_result=False)
-        found: ReadResult
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        answer = self._script("read", key, name, known or "")
         if answer[0] == b"absent":
-            found = None
-        elif answer[0] == b"same" and version is not None:
-            found = NOT_MODIFIED
-            self._stats.count_not_modified()
-        elif answer[0] == b"found" and len(answer) == 3:
-            found = Versioned(bytes(answer[2]), answer[1].decode())
-        else:
-            raise self._logged("read", key, self._unexpected("read", key))
-        op = "read" if version is None else "read_if_changed"
-        self._log_outcome(op, key, found)
-        return found
+            return None
+        if answer[0] == b"same" and known is not None:
+            return NOT_MODIFIED
+        if answer[0] == b"found" and len(answer) == 3:
+            return Versioned(bytes(answer[2]), answer[1].decode())
+        raise self._unexpected("read", key)
 
-    def _script(self, op: str, key: str, *argv: Any, log_result: bool = True) -> _Answer:
-        """Run ``op``'s script on ``key``: one request (two if the server had lost the script);
-        a key of another type is refused, as it is not ours."""
-        name = prefixed_key(self._prefix, key, "Redis key")
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        if condition is None:
+            answer = self._script(op, key, name, data, self._channel(name), self._token)
+        else:
+            answer = self._script(op, key, name, data, condition, self._channel(name), self._token)
+        return self._written(answer, op, key)
+
+    def _remove(self, name: str, condition: Any) -> None:
+        key = name[len(self._prefix) :]
+        self._written(
+            self._script("delete", key, name, condition, self._channel(name), self._token),
+            "delete",
+            key,
+        )
+
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        pattern = _glob_escape(full_prefix) + "*"
+        skip = len(self._prefix)
+        cursor: Any = b"0"
+        seen: set[str] = set()
+        while True:
+            cursor, batch = self._send("SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_COUNT)
+            for raw in batch:
+                name = raw.decode("utf-8", "replace")
+                if name not in seen and _is_key(name[skip:]):  # not a version key
+                    seen.add(name)
+                    yield name
+            if cursor in (b"0", 0, "0"):
+                return
+            self._stats.count("lists")  # the next page is one more request
+
+    def _payload(self, op: str, key: str, data: bytes) -> bytes:
+        payload = bytes(data)
+        if len(payload) > MAX_OBJECT_BYTES:
+            raise ConfigError(
+                f"Redis {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f" {MAX_OBJECT_BYTES}"
+            )
+        return payload
+
+    def _read_condition(self, version: str) -> str | None:
+        return version if isinstance(version, str) and version.isdigit() else None
+
+    def _write_condition(self, key: str, version: str) -> str:
+        if not (isinstance(version, str) and version.isascii() and version.isdigit()):
+            raise ConditionFailed(key, f"version {version!r} is not a Redis store version")
+        return version
+
+    def _namespace_root(self) -> str:
+        return ""
+
+    # -- the scripts -------------------------------------------------------------------------------
+
+    def _script(self, op: str, key: str, name: str, *argv: Any) -> _Answer:
+        """Run ``op``'s script on object ``name``: one request; a key of another type is
+        refused, as it is not ours."""
         keys = (name, name + VERSION_SUFFIX, COUNTER_KEY)
-        answer = self._send(op, key, "EVAL", _SCRIPTS[op], len(keys), *keys, *argv)
+        return self._checked(op, key, self._send("EVAL", _SCRIPTS[op], len(keys), *keys, *argv))
+
+    def _checked(self, op: str, key: str, answer: Any) -> _Answer:
         if not isinstance(answer, list) or not answer:
-            raise self._logged(op, key, self._unexpected(op, key))
+            raise self._unexpected(op, key)
         if answer[0] == b"foreign":
             kind = answer[1].decode(errors="replace") if len(answer) > 1 else "?"
-            raise self._logged(
-                op,
-                key,
-                StoreError(
-                    f"{self._describe(op, key)}: the key holds a Redis {kind}, not a document of"
-                    " ours; it was left untouched (delete it, or use another prefix or database)"
-                ),
+            raise StoreError(
+                f"{self._describe_call(op, key)}: the key holds a Redis {kind}, not a document"
+                " of ours; it was left untouched (delete it, or use another prefix or database)"
             )
         return answer
 
-    def _send(self, op: str, key: str, *command: Any) -> Any:
-        """One request on a pooled connection: counted, translated, with no retries."""
-        self._stats.count(op + "s")
+    def _written(self, answer: _Answer, op: str, key: str) -> str:
+        """The new version a write's answer gives, or its failed condition raised."""
+        if answer[0] == b"exists":
+            raise ConditionFailed(key, "already exists")
+        if answer[0] == b"absent":
+            raise ConditionFailed(key, "absent")
+        if answer[0] == b"moved":
+            raise ConditionFailed(key, "at another version")
+        if answer[0] != b"ok":
+            raise self._unexpected(op, key)
+        return str(answer[1].decode()) if len(answer) > 1 else ""
+
+    def _send(self, *command: Any) -> Any:
+        """One command on a pooled connection, with no retries. A failure to connect is raised
+        as :class:`_NotSent` (the request certainly did not reach the server)."""
         pool: Any = self._client.connection_pool
         try:
             connection: Any = pool.get_connection()
-        except redis_errors.RedisError as exc:
-            raise self._failed(op, key, exc, sent=False) from exc
-        except OSError as exc:
-            raise self._failed(op, key, exc, sent=False) from exc
+        except (redis_errors.RedisError, OSError) as exc:
+            raise _NotSent(exc) from exc
         try:
             connection.send_command(*command)
             answer = connection.read_response()
-        except redis_errors.ResponseError as exc:
-            raise self._failed(op, key, exc, sent=True) from exc
-        except BaseException as exc:
+        except redis_errors.ResponseError:
+            raise
+        except BaseException:
             connection.disconnect()  # an answer may still be on its way: never reuse it
-            if isinstance(exc, (redis_errors.RedisError, OSError)):
-                raise self._failed(op, key, exc, sent=True) from exc
             raise
         finally:
             pool.release(connection)
@@ -410,72 +394,39 @@ class RedisStore:
                 "Redis at %s can lose writes it acknowledged (appendonly %s, appendfsync %s): a"
                 " restart may forget a lease and let a second client take the lock with a lower"
                 " fence; set appendonly yes and appendfsync always (see docs/stores.md)",
-                self._where(),
+                self._holder,
                 appendonly,
                 appendfsync,
             )
 
-    def _condition(self, answer: _Answer, op: str, key: str) -> None:
-        if answer[0] == b"absent":
-            raise self._logged(op, key, ConditionFailed(key, "absent"))
-        if answer[0] == b"moved":
-            raise self._logged(op, key, ConditionFailed(key, "at another version"))
-
-    def _version(self, answer: _Answer, op: str, key: str) -> str:
-        if answer[0] != b"ok" or len(answer) != 2:
-            raise self._logged(op, key, self._unexpected(op, key))
-        version = str(answer[1].decode())
-        self._log_outcome(op, key, version)
-        return version
-
-    def _payload(self, op: str, key: str, data: bytes) -> bytes:
-        payload = bytes(data)
-        if len(payload) > MAX_OBJECT_BYTES:
-            raise ConfigError(
-                f"Redis {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
-                f" {MAX_OBJECT_BYTES}"
-            )
-        return payload
-
-    def _channel(self, key: str) -> str:
-        return f"prioritylock:{self._db}:{prefixed_key(self._prefix, key, 'Redis key')}"
+    def _channel(self, name: str) -> str:
+        return f"prioritylock:{self._db}:{name}"
 
     def _unexpected(self, op: str, key: str) -> StoreError:
-        return StoreError(f"{self._describe(op, key)}: the server's answer was not understood")
+        return StoreError(f"{self._describe_call(op, key)}: the server's answer was not understood")
 
-    def _failed(self, op: str, key: str, exc: BaseException, *, sent: bool) -> PriorityLockError:
-        return self._logged(op, key, self._translate(exc, op, key, sent=sent))
-
-    def _translate(self, exc: BaseException, op: str, key: str, *, sent: bool) -> PriorityLockError:
-        """The one place where redis-py's errors become ours (server messages are not copied).
-
-        ``sent``: the request may have reached the server (else the connection failed first).
-        """
-        what = self._describe(op, key)
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
+        """The one place where redis-py's errors become ours (server messages are not copied)."""
+        what = self._describe_call(op, key)
         write = op in WRITES
-        name = type(exc).__name__
-        if isinstance(exc, (redis_errors.AuthenticationError, redis_errors.NoPermissionError)):
-            return StoreAccessError(f"{what} refused ({name}): {_ACCESS_HINT}")
-        if isinstance(exc, redis_errors.ResponseError):
-            text = str(exc)
+        sent = not isinstance(exc, _NotSent)
+        cause: BaseException = exc.cause if isinstance(exc, _NotSent) else exc
+        name = type(cause).__name__
+        if isinstance(cause, (redis_errors.AuthenticationError, redis_errors.NoPermissionError)):
+            return StoreAccessError(f"{what} refused ({name}): {self._ACCESS_HINT}")
+        if isinstance(cause, redis_errors.ResponseError):
+            text = str(cause)
             code = text.split(" ", 1)[0]
             code = code if code.isupper() else "error reply"
             if code in ("NOAUTH", "WRONGPASS", "NOPERM") or "can't run this command" in text:
-                return StoreAccessError(f"{what} refused ({code}): {_ACCESS_HINT}")
-            if isinstance(
-                exc, (redis_errors.BusyLoadingError, redis_errors.TryAgainError)
-            ) or code in (
-                "LOADING",
-                "BUSY",
-                "MASTERDOWN",
-                "TRYAGAIN",
+                return StoreAccessError(f"{what} refused ({code}): {self._ACCESS_HINT}")
+            if isinstance(cause, (redis_errors.BusyLoadingError, redis_errors.TryAgainError)) or (
+                code in ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
             ):
                 return StoreUnavailable(f"{what}: the server is not ready ({code}); retry")
-            if isinstance(exc, redis_errors.ReadOnlyError):
-                return StoreUnavailable(
-                    f"{what}: the server is a read-only replica ({code}); retry"
-                )
-            if isinstance(exc, redis_errors.OutOfMemoryError):
+            if isinstance(cause, redis_errors.ReadOnlyError):
+                return StoreUnavailable(f"{what}: the server is a read-only replica; retry")
+            if isinstance(cause, redis_errors.OutOfMemoryError):
                 return StoreError(f"{what}: the server is out of memory ({code})")
             if "WRONGTYPE" in text or "not an integer" in text:
                 return StoreError(
@@ -483,38 +434,21 @@ class RedisStore:
                     " is not ours; it was left untouched"
                 )
             return StoreError(f"{what} failed ({name}, {code})")
-        if isinstance(exc, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
+        if isinstance(cause, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
             if not sent:
-                return StoreUnavailable(f"{what}: {why_not_sent(exc)} ({name})")
+                return self._not_sent(op, key, cause)
             return StoreUnavailable(
                 f"{what}: the response was lost ({name})", outcome_unknown=write
             )
         return StoreError(f"{what} failed ({name})")
 
-    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
-        self._log_outcome(op, key, error)
-        return error
 
-    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            if isinstance(outcome, PriorityLockError):
-                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
-            else:
-                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
+class _NotSent(redis_errors.RedisError):
+    """A connection could not be made: the request was never sent."""
 
-    def _describe(self, op: str, key: str) -> str:
-        where = f"Redis {op} of {key!r} at {self._where()}"
-        return where + (f" (prefix {self._prefix!r})" if self._prefix else "")
-
-    def _where(self) -> str:
-        return f"{self._host}:{self._port}/{self._db}"
-
-
-_ACCESS_HINT = (
-    "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
-    " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
-    " prefix's keys, prioritylock//versions and the prioritylock:* channels (docs/stores.md)"
-)
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
 
 
 def _nothing() -> None:

@@ -247,7 +247,7 @@ def _closed_port() -> int:
 
 
 def _version_like(kind: str) -> str:
-    return "1" if kind == "gcs" else '"0x1"'
+    return "1" if kind in ("gcs", "redis") else '"0x1"'
 
 
 def _unreachable(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -> ObjectStore:
