@@ -9,7 +9,10 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
 - ``s3-seaweedfs``: SeaweedFS ``weed mini`` (S3 with atomic conditional writes), signatures checked
   against a throwaway key pair and buckets never created on first write;
 - ``gcs``: fake-gcs-server, in memory;
-- ``azure``: Azurite's blob service, in memory, with its well-known development account.
+- ``azure``: Azurite's blob service, in memory, with its well-known development account;
+- ``redis``: Debian's ``redis-server`` (``scripts/install-redis``), with the append-only file
+  synced on every write (``appendfsync always``, so a restart forgets nothing it acknowledged)
+  and a throwaway password; :func:`restart_redis` stops and starts it again on the same port.
 
 Each runs in its own process group, from ``work``, with its output appended to a log file there
 whose tail is in the error when it does not start. It is ready once it answers *as itself* (and,
@@ -65,10 +68,12 @@ __all__ = [
     "azurite_version",
     "free_port",
     "http_get",
+    "redis_argv",
+    "restart_redis",
     "running",
 ]
 
-EMULATORS = ("s3-moto", "s3-seaweedfs", "gcs", "azure")
+EMULATORS = ("s3-moto", "s3-seaweedfs", "gcs", "azure", "redis")
 
 START_DEADLINE = 30.0
 """Seconds one attempt may take to answer (each takes about 0.2-1.5 s on an idle machine)."""
@@ -141,6 +146,7 @@ class ServerProcess:
         :raises EmulatorError: it could not be executed.
         """
         self.name = name
+        self.argv = list(argv)
         self.log_path = log_path
         self._leftovers = leftovers
         self._terminated = False
@@ -482,11 +488,87 @@ def _launch_azurite(_work: Path, _attempt: int, _key: tuple[str, str]) -> _Launc
     )
 
 
+def _redis_ping(port: int, password: str) -> bool:
+    """Whether a Redis server answers ``PONG`` on ``port`` to ``password`` (RESP by hand)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+            answer = b""
+            while b"PONG" not in answer and len(answer) < 200:
+                chunk = sock.recv(200)
+                if not chunk:
+                    break
+                answer += chunk
+            return b"+OK\r\n+PONG" in answer
+    except OSError:
+        return False
+
+
+def redis_argv(port: int, password: str, data_dir: Path) -> list[str]:
+    """The command that starts redis-server on ``port`` with its data in ``data_dir``."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise EmulatorError(
+            "redis-server is not installed: run scripts/install-redis (apt-get install"
+            " redis-server, Debian 12's 7.0)"
+        )
+    return [
+        binary,
+        *("--bind", "127.0.0.1", "--port", str(port), "--dir", str(data_dir)),
+        *("--appendonly", "yes", "--appendfsync", "always", "--save", ""),
+        *("--requirepass", password, "--daemonize", "no", "--protected-mode", "yes"),
+        *("--logfile", "", "--loglevel", "warning"),
+    ]
+
+
+def _launch_redis(work: Path, attempt: int, key: tuple[str, str]) -> _Launch:
+    port = free_port()
+    data_dir = work / f"redis-data-{attempt}-{uuid.uuid4().hex[:6]}"
+    data_dir.mkdir()
+    password = key[1]
+    return _Launch(
+        argv=redis_argv(port, password, data_dir),
+        env=_server_env(),
+        endpoint=f"redis://127.0.0.1:{port}",
+        probe=lambda: _redis_ping(port, password),
+    )
+
+
+def restart_redis(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
+    """Stop the ``redis`` emulator (SIGTERM: it syncs its append-only file and exits), call
+    ``down`` while it is down, then start it again on the same port and data, and wait until it
+    answers. ``emulator.process`` is the new process afterwards.
+
+    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
+    """
+    process = emulator.process
+    argv = process.argv
+    process.stop()
+    down()
+    port = int(argv[argv.index("--port") + 1])
+    password = argv[argv.index("--requirepass") + 1]
+    restarted = ServerProcess(
+        "redis",
+        argv,
+        env=_server_env(),
+        cwd=Path(argv[argv.index("--dir") + 1]),
+        log_path=process.log_path,
+    )
+    began = time.monotonic()
+    while not _redis_ping(port, password):
+        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
+            restarted.stop()
+            raise EmulatorError(f"redis did not come back on port {port}:\n{restarted.tail()}")
+        time.sleep(0.02)  # a bounded poll of a process we don't control
+    object.__setattr__(emulator, "process", restarted)
+
+
 _LAUNCHERS: dict[str, _Launcher] = {
     "s3-moto": _launch_moto,
     "s3-seaweedfs": _launch_seaweedfs,
     "gcs": _launch_fake_gcs,
     "azure": _launch_azurite,
+    "redis": _launch_redis,
 }
 
 
@@ -500,7 +582,7 @@ class Emulator:
     name: str  # one of EMULATORS
     endpoint: str  # S3 and GCS: the server's URL; Azure: the account URL
     startup_s: float  # from spawning the process to its first answer as itself
-    key: tuple[str, str]  # the S3 access key id and secret it accepts (throwaway)
+    key: tuple[str, str]  # the S3 access key id and secret it accepts; Redis: [1] is its password
     log_path: Path
     process: ServerProcess
 

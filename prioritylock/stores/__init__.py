@@ -2,7 +2,8 @@
 
 Every store offers the same five conditional operations (:class:`ObjectStore`) and counts its
 requests in ``store.stats``. ``open_store(url)`` picks one from a URL. The cloud stores
-(``S3Store``, ``GCSStore``, ``AzureBlobStore``) load their SDK only when first used.
+(``S3Store``, ``GCSStore``, ``AzureBlobStore``) and ``RedisStore`` load their SDK only when first
+used.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from prioritylock.stores._url import open_store
 if TYPE_CHECKING:
     from prioritylock.stores._azure import AzureBlobStore
     from prioritylock.stores._gcs import GCSStore
+    from prioritylock.stores._redis import RedisStore
     from prioritylock.stores._s3 import S3Store
 
 _LAZY = {scheme.store: scheme for scheme in SCHEMES.values() if scheme.store}
@@ -62,6 +64,7 @@ __all__ = [
     "NotModified",
     "ObjectStore",
     "ReadResult",
+    "RedisStore",
     "S3Store",
     "StoreCapabilities",
     "StoreStats",

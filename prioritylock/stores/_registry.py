@@ -60,6 +60,8 @@ SCHEMES: dict[str, Scheme] = {
     "s3": Scheme("prioritylock.stores._s3", extra="s3", store="S3Store"),
     "gs": Scheme("prioritylock.stores._gcs", extra="gcs", store="GCSStore"),
     "az": Scheme("prioritylock.stores._azure", extra="azure", store="AzureBlobStore"),
+    "redis": Scheme("prioritylock.stores._redis", extra="redis", store="RedisStore"),
+    "rediss": Scheme("prioritylock.stores._redis", extra="redis"),
 }
 
 

@@ -15,6 +15,12 @@ networks and servers fail them:
   ``RequestsTransport``), as ``tests/stores/test_gcs.py`` and ``test_azure.py`` do; this subclass
   picks faults by seam operation instead of HTTP method, and can keep failing until cleared.
 
+- **Redis**: a ``redis.Connection`` subclass in the store's connection pool fails the scripts
+  and scans. Redis has no statuses: a refused request is an error reply the script never ran
+  under (``LOADING`` for a 5xx or 429, the script's own "condition failed" answer for a 409 or
+  412); a delivered fault with a status loses the answer instead (an error reply always means
+  the script did not run, so "landed, then answered 503" is a lost answer on Redis).
+
 With ``via="proxy"`` the same faults are injected on the wire instead, by a
 :class:`~tests._helpers.fault_proxy.FaultProxy` in front of the server (the store's endpoint is
 the proxy's route): a refused request is answered by the proxy, a reset cuts the connection
@@ -353,6 +359,68 @@ def _azure_injector(request: pytest.FixtureRequest, like: ObjectStore) -> Inject
     return injector
 
 
+# -- Redis: a connection class in the store's pool ------------------------------------------------
+
+
+def _redis_injector(like: ObjectStore) -> Injector:
+    import redis
+    import redis.exceptions
+
+    from prioritylock.stores import _redis
+
+    assert isinstance(like, _redis.RedisStore)
+    plan = _Plan()
+    kinds: dict[str, Op] = {"read": "read", "create": "write", "replace": "write"}
+
+    class FaultyConnection(redis.Connection):
+        fault: Fault | None = None
+        script = ""
+
+        def send_command(self, *args: Any, **kwargs: Any) -> None:
+            name = str(args[0]).upper() if args else ""
+            op: str | None = None
+            if name == "EVAL":
+                scripts = _redis._SCRIPTS
+                self.script = next((op for op, text in scripts.items() if text == args[1]), "")
+                op = kinds.get(self.script, "delete" if self.script == "delete" else None)
+            elif name == "SCAN":
+                op = "list"
+            fault = None if op is None else plan.take(op)
+            if fault is not None and fault.before is not None:
+                fault.before()
+            if fault is None or fault.deliver:
+                # Connecting sends (and reads) commands of its own: the fault is set after.
+                super().send_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            if op is not None:
+                self.fault = fault
+
+        def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            fault, self.fault = self.fault, None
+            if fault is None:
+                return super().read_response(*args, **kwargs)
+            if fault.deliver:
+                super().read_response(*args, **kwargs)  # the server acted; its answer is lost
+                self.disconnect()  # type: ignore[no-untyped-call]
+                raise redis.exceptions.ConnectionError("Connection reset by peer")
+            if fault.lose == "timeout":
+                raise redis.exceptions.TimeoutError("Timeout reading from socket")
+            if fault.lose == "reset":
+                raise redis.exceptions.ConnectionError("Connection reset by peer")
+            assert fault.status is not None
+            if fault.status in (409, 412):
+                return [b"exists" if self.script == "create" else b"moved"]
+            raise redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory")
+
+    options = like.client.connection_pool.connection_kwargs
+    store = _redis.RedisStore(
+        options["host"], options["port"], prefix=like.prefix, password=options["password"]
+    )
+    store.client.connection_pool.connection_class = FaultyConnection
+    injector = Injector("redis", store, plan)
+    injector._closers.append(store.close)
+    return injector
+
+
 # -- any cloud: the fault proxy on the wire -------------------------------------------------------
 
 
@@ -460,4 +528,6 @@ def open_injector(
         return _gcs_injector(request, like)
     if kind == "azure":
         return _azure_injector(request, like)
+    if kind == "redis":
+        return _redis_injector(like)
     raise ValueError(f"no SDK-boundary faults for store kind {kind!r}")

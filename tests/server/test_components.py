@@ -1,13 +1,20 @@
-"""``--components DIR``: the lock stores of Dapr component files, with Dapr's keyPrefix."""
+"""``--components DIR``: the lock stores of Dapr component files, with Dapr's keyPrefix, and
+Dapr's own ``lock.redis`` components served through the Redis store."""
 
 from __future__ import annotations
 
+import json
+import uuid
+import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
 from prioritylock._errors import ConfigError
 from prioritylock.server._components import StoreSpec, read_components
+from tests._servers.redis import RedisServer
 from tests.server.helpers import Service
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,5 +94,121 @@ def test_service_from_components(tmp_path: Path) -> None:
         assert service.lock("lockstore", "job", "o1") is True
         assert service.lock("plain", "job", "o2") is True  # no prefix: another key
         assert service.lock("plain", "orders/job", "o2") is False  # the same key as lockstore's
+    finally:
+        assert service.stop()[0] == 0
+
+
+# -- Dapr's lock.redis, served through the Redis store ---------------------------------------------
+
+LOCK_REDIS = """\
+apiVersion: dapr.io/v1alpha1
+kind: Component
+metadata:
+  name: {name}
+spec:
+  type: lock.redis
+  version: v1
+  metadata:
+{items}"""
+
+
+def _lock_redis(name: str, **metadata: str) -> str:
+    items = "".join(f"  - name: {key}\n    value: {value!r}\n" for key, value in metadata.items())
+    return LOCK_REDIS.format(name=name, items=items)
+
+
+def test_lock_redis_metadata_becomes_a_redis_url(tmp_path: Path) -> None:
+    comp = tmp_path / "c"
+    _write(
+        comp,
+        "redis.yaml",
+        _lock_redis(
+            "lockstore",
+            redisHost="cache:6380",
+            redisUsername="app",
+            redisPassword="p@ss",
+            redisDB="2",
+            enableTLS="true",
+            dialTimeout="500ms",
+            readTimeout="3s",
+            maxRetries="3",  # the Go client's tuning: ignored
+            keyPrefix="name",
+        ),
+    )
+    _write(comp, "open.yaml", _lock_redis("open", redisHost="cache:6379", redisPassword=""))
+    found = read_components(comp, "orders")
+    assert found["lockstore"] == StoreSpec(
+        url="rediss://app:p%40ss@cache:6380/2?connect_timeout=0.5&read_timeout=3.0",
+        key_prefix="lockstore",
+    )
+    # An empty redisPassword means no AUTH, as in Dapr.
+    assert found["open"] == StoreSpec(url="redis://cache:6379/0", key_prefix="orders")
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        ({}, "needs redisHost"),
+        ({"redisHost": "a:1", "failover": "true"}, "failover: 'true' is not supported"),
+        ({"redisHost": "a:1", "redisType": "cluster"}, "redisType: 'cluster' is not supported"),
+        ({"redisHost": "a:1,b:1"}, "clusters and Sentinel are not supported"),
+        ({"redisHost": "a:1", "clientCert": "PEM"}, "metadata clientCert not supported"),
+        ({"redisHost": "a:1", "dialTimeout": "soon"}, "dialTimeout must be a positive duration"),
+    ],
+)
+def test_lock_redis_metadata_it_cannot_honour_is_named(
+    tmp_path: Path, metadata: dict[str, str], problem: str
+) -> None:
+    _write(tmp_path / "c", "redis.yaml", _lock_redis("lockstore", **metadata))
+    with pytest.raises(ConfigError, match=problem) as caught:
+        read_components(tmp_path / "c", "app")
+    assert "lock store 'lockstore' (lock.redis)" in str(caught.value)
+
+
+def test_dapr_sdk_locks_through_a_lock_redis_component(
+    tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Dapr user's lock.redis component, unchanged: the SDK tries, holds and unlocks; the
+    lease is the key's JSON in the database the component names."""
+    from dapr.clients import DaprClient
+
+    comp = tmp_path / "components"
+    _write(
+        comp,
+        "lock.yaml",
+        _lock_redis(
+            "lockstore",
+            redisHost=f"127.0.0.1:{redis_server.port}",
+            redisPassword=redis_server.password,
+            redisDB="3",
+            maxRetries="3",
+        ),
+    )
+    service = Service({}, components=comp, app_id="orders")
+    monkeypatch.setenv("DAPR_RUNTIME_HOST", "127.0.0.1")
+    monkeypatch.setenv("DAPR_GRPC_PORT", str(service.grpc_port))
+    monkeypatch.setenv("DAPR_HTTP_PORT", str(service.http_port))
+    monkeypatch.setenv("DAPR_HEALTH_TIMEOUT", "10")
+    resource = f"job-{uuid.uuid4().hex[:8]}"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The Distributed Lock API is an Alpha")
+            client = DaprClient()
+            try:
+                assert client.try_lock("lockstore", resource, "owner1", 30).success
+                assert not client.try_lock("lockstore", resource, "owner2", 30).success
+                database: Any = redis.Redis(
+                    port=redis_server.port, password=redis_server.password, db=3
+                )
+                names = [n.decode() for n in database.scan_iter(match=f"*{resource}*")]
+                documents = [n for n in names if not n.endswith("//version")]
+                assert len(documents) == 1, names
+                lease = json.loads(database.get(documents[0]))
+                assert lease["fence"] == 1 and lease["holder"] is not None
+                assert client.unlock("lockstore", resource, "owner1").status.value == 0
+                assert client.try_lock("lockstore", resource, "owner2", 30).success
+                assert json.loads(database.get(documents[0]))["fence"] == 2
+            finally:
+                client.close()  # type: ignore[no-untyped-call]
     finally:
         assert service.stop()[0] == 0

@@ -162,13 +162,13 @@ def test_listening_beyond_loopback_needs_a_token_or_the_override() -> None:
 
 def test_components_without_a_prioritylock_component(tmp_path: Path) -> None:
     (tmp_path / "redis.yaml").write_text(
-        "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: lockstore\n"
-        "spec:\n  type: lock.redis\n  version: v1\n  metadata: []\n",
+        "apiVersion: dapr.io/v1alpha1\nkind: Component\nmetadata:\n  name: statestore\n"
+        "spec:\n  type: state.redis\n  version: v1\n  metadata: []\n",
         encoding="utf-8",
     )
     line = _one_line(_serve("--components", str(tmp_path)), 3)
     assert "no prioritylock component" in line
-    assert "found only lock.redis (redis.yaml)" in line
+    assert "found only state.redis (redis.yaml)" in line
     assert "'lock.prioritylock'" in line
 
 

@@ -20,6 +20,8 @@ def _secrets(request: pytest.FixtureRequest, kind: str) -> list[str]:
     if kind.startswith("s3-"):
         server = request.getfixturevalue(f"{kind.removeprefix('s3-')}_server")
         secrets.append(server.secret_access_key)
+    if kind == "redis":
+        secrets.append(request.getfixturevalue("redis_server").password)
     return secrets
 
 

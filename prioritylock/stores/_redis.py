@@ -1,0 +1,664 @@
+"""RedisStore: lease documents as Redis string keys, changed by server-side scripts.
+
+Layout, for a key ``K`` under prefix ``P`` in database ``D``:
+
+- ``P + K`` holds the document itself, its bytes as they are (an operator can
+  ``redis-cli GET`` the lease JSON);
+- ``P + K + "//version"`` holds the version token: a number drawn for each write from one counter
+  per database, ``prioritylock//versions``, so versions never repeat within a database, across
+  keys, deletes and prefixes (a content hash would repeat for equal bytes; Redis keeps no
+  version of its own). A name with an empty segment is never a valid store key, so
+  :meth:`RedisStore.list` tells these two apart from documents.
+- every write publishes ``TOKEN VERSION`` on the channel ``prioritylock:D:P+K`` (pub/sub
+  channels are shared by every database of a server, hence ``D``): what
+  :meth:`RedisStore.watch_key` hears. ``TOKEN`` names the writing process and namespace, so a
+  process does not wake itself for its own writes (it tells its own locks in-process).
+
+Each seam operation is one Lua script sent whole with ``EVAL`` (a few hundred bytes; the server
+compiles each script once and keeps it): the condition is checked and the write made atomically
+on the server, with no ``WATCH`` round trips. ``EVALSHA`` would save the bytes but costs a second
+request whenever the server does not have the script (after every restart or failover), and the
+request budget counts requests.
+
+Requests go through redis-py's connection pool with no retries of its own: a failure before the
+request was sent (refused, or the connection could not be made) is
+:class:`~prioritylock.StoreUnavailable`; one after it was sent is outcome-unknown for a write,
+and the lock reads back to decide, as on every store. Errors are translated in one place,
+:meth:`RedisStore._translate`, and always chained; server messages and credentials never go into
+ours or into the log.
+
+Redis acknowledges a write before it is on disk unless ``appendonly yes`` with ``appendfsync
+always``: the store checks ``CONFIG GET`` once per server and logs a warning when a restart could
+forget an acknowledged lease (docs/stores.md says what that risks).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+from prioritylock.stores._registry import missing_extra
+
+try:
+    import redis
+    import redis.exceptions as redis_errors
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("Redis stores", "redis", _exc) from None
+
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
+    StoreCapabilities,
+    Versioned,
+    validate_key,
+)
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    CloudStore,
+)
+from prioritylock.stores._log import log
+
+__all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "RedisStore", "store_from_url"]
+
+DEFAULT_PORT = 6379
+MAX_OBJECT_BYTES = 8 * 1024 * 1024
+"""The largest document the store writes (as on the cloud stores)."""
+
+VERSION_SUFFIX: Final = "//version"
+COUNTER_KEY: Final = "prioritylock//versions"
+_SCAN_COUNT = 1000
+
+# Every script gets KEYS = (document, version key, counter) and returns a list whose first item
+# says what happened. TYPE first: a key of another type (a hash, a list) is not ours to overwrite.
+_PRELUDE = """
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'string' then return {'foreign', kind} end
+"""
+_SCRIPTS: Final = {
+    # ARGV: the version known ('' for none)
+    "read": _PRELUDE
+    + """
+if kind == 'none' then return {'absent'} end
+local version = redis.call('GET', KEYS[2]) or '0'
+if version == ARGV[1] then return {'same', version} end
+return {'found', version, redis.call('GET', KEYS[1])}
+""",
+    # ARGV: data, channel, message
+    "create": _PRELUDE
+    + """
+if kind ~= 'none' then return {'exists'} end
+local version = tostring(redis.call('INCR', KEYS[3]))
+redis.call('SET', KEYS[2], version)
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. version)
+return {'ok', version}
+""",
+    # ARGV: data, version, channel, message
+    "replace": _PRELUDE
+    + """
+if kind == 'none' then return {'absent'} end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return {'moved'} end
+local version = tostring(redis.call('INCR', KEYS[3]))
+redis.call('SET', KEYS[2], version)
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[4] .. ' ' .. version)
+return {'ok', version}
+""",
+    # ARGV: version, channel, message. The version key stays (a later create replaces it).
+    "delete": _PRELUDE
+    + """
+if kind == 'none' then return {'absent'} end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {'moved'} end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' deleted')
+return {'ok'}
+""",
+}
+
+#: A script's answer: what happened first, then its values.
+_Answer = list[Any]
+
+#: Servers already checked for durability (host, port), so each is warned of once per process.
+_checked: set[tuple[str, int]] = set()
+_checked_lock = threading.Lock()
+
+#: One token per namespace per process: a notice carrying ours is a write this process made.
+_tokens: dict[str, str] = {}
+
+
+class RedisStore(CloudStore):
+    """Documents under ``prefix`` in one Redis database; shared by every process and host that
+    opens it.
+
+    ``host``, ``port`` and ``db`` name the server and database; ``username`` and ``password``
+    are sent with ``AUTH`` (none: no ``AUTH``); ``tls`` speaks TLS (``rediss://``), checking the
+    server's certificate against the system's trust store or ``ca_certs``. Every request counts
+    in :attr:`stats`; ``CONFIG GET`` (the durability check, once per server) does not.
+
+    :raises ConfigError: an invalid host, port, database, prefix or timeout.
+    """
+
+    _LABEL = "Redis"
+    _SCHEME = "redis"
+    _HOLDER = "server"
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True,
+        shared_across_hosts=True,
+        conditional_delete=True,
+        unique_versions=True,
+    )
+    _SDK_ERRORS = (redis_errors.RedisError, OSError)
+    _ACCESS_HINT = (
+        "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
+        " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
+        " prefix's keys, prioritylock//versions and the prioritylock:* channels (docs/stores.md)"
+    )
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        db: int = 0,
+        prefix: str = "",
+        username: str | None = None,
+        password: str | None = None,
+        tls: bool = False,
+        ca_certs: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> None:
+        if not isinstance(host, str) or not host or any(c in host for c in "/@?# "):
+            raise ConfigError(f"Redis host must be a host name or address, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ConfigError(f"Redis port must be 1-65535, got {port!r}")
+        if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+            raise ConfigError(f"Redis database must be a number from 0, got {db!r}")
+        if ca_certs is not None and not tls:
+            raise ConfigError("Redis ca_certs is for TLS (rediss://) only")
+        super().__init__(f"{host}:{port}/{db}", prefix, connect_timeout, read_timeout)
+        self._host, self._port, self._db = host, port, db
+        connect, read = self._timeouts
+        self._options: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "db": db,
+            "username": username or None,
+            "password": password or None,
+            "socket_connect_timeout": connect,
+            "socket_timeout": read,
+            # No retries under us: a retried script whose first run landed would fail its
+            # condition and read as "somebody else won"; the lock retries and reads back.
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 0,
+        }
+        if tls:
+            self._options.update(ssl=True, ssl_ca_certs=ca_certs)
+        self._take_client(None, {}, lambda: redis.Redis(**self._options))
+        self._token = _tokens.setdefault(self.namespace, secrets.token_hex(8))
+        self._closed = False
+        self._watcher: _Watcher | None = None
+        self._watcher_lock = threading.Lock()
+
+    @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share documents."""
+        return f"redis:{self._holder}/{self._prefix}"
+
+    def close(self) -> None:
+        """Close the store's connections (and its watch, if any); safe to call twice."""
+        self._closed = True
+        with self._watcher_lock:
+            watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+        super().close()
+
+    # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``key`` may have changed, written by another process or host
+        through a store on this database; return a function that stops the calls.
+
+        A hint, not a fact: it comes from a thread of the store's (one pub/sub connection per
+        store object), may come late or twice, and is lost while the server is unreachable
+        (after which every watcher is called once, since writes may have been missed). Writes
+        by other tools (``redis-cli SET``) are not announced: the lock's polls see them.
+
+        :raises ConfigError: invalid key.
+        """
+        channel = self._channel(self._object_name(key))
+        with self._watcher_lock:
+            if self._closed:
+                return _nothing
+            if self._watcher is None:
+                self._watcher = _Watcher(self._options, self._token, repr(self))
+            watcher = self._watcher
+        return watcher.add(channel, callback)
+
+    # -- one request per operation (CloudStore) -------------------------------------------------
+
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        answer = self._script("read", key, name, known or "")
+        if answer[0] == b"absent":
+            return None
+        if answer[0] == b"same" and known is not None:
+            return NOT_MODIFIED
+        if answer[0] == b"found" and len(answer) == 3:
+            return Versioned(bytes(answer[2]), answer[1].decode())
+        raise self._unexpected("read", key)
+
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        if condition is None:
+            answer = self._script(op, key, name, data, self._channel(name), self._token)
+        else:
+            answer = self._script(op, key, name, data, condition, self._channel(name), self._token)
+        return self._written(answer, op, key)
+
+    def _remove(self, name: str, condition: Any) -> None:
+        key = name[len(self._prefix) :]
+        self._written(
+            self._script("delete", key, name, condition, self._channel(name), self._token),
+            "delete",
+            key,
+        )
+
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        pattern = _glob_escape(full_prefix) + "*"
+        skip = len(self._prefix)
+        cursor: Any = b"0"
+        seen: set[str] = set()
+        while True:
+            cursor, batch = self._send("SCAN", cursor, "MATCH", pattern, "COUNT", _SCAN_COUNT)
+            for raw in batch:
+                name = raw.decode("utf-8", "replace")
+                if name not in seen and _is_key(name[skip:]):  # not a version key
+                    seen.add(name)
+                    yield name
+            if cursor in (b"0", 0, "0"):
+                return
+            self._stats.count("lists")  # the next page is one more request
+
+    def _payload(self, op: str, key: str, data: bytes) -> bytes:
+        payload = bytes(data)
+        if len(payload) > MAX_OBJECT_BYTES:
+            raise ConfigError(
+                f"Redis {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f" {MAX_OBJECT_BYTES}"
+            )
+        return payload
+
+    def _read_condition(self, version: str) -> str | None:
+        return version if isinstance(version, str) and version.isdigit() else None
+
+    def _write_condition(self, key: str, version: str) -> str:
+        if not (isinstance(version, str) and version.isascii() and version.isdigit()):
+            raise ConditionFailed(key, f"version {version!r} is not a Redis store version")
+        return version
+
+    def _namespace_root(self) -> str:
+        return ""
+
+    # -- the scripts -------------------------------------------------------------------------------
+
+    def _script(self, op: str, key: str, name: str, *argv: Any) -> _Answer:
+        """Run ``op``'s script on object ``name``: one request; a key of another type is
+        refused, as it is not ours."""
+        keys = (name, name + VERSION_SUFFIX, COUNTER_KEY)
+        return self._checked(op, key, self._send("EVAL", _SCRIPTS[op], len(keys), *keys, *argv))
+
+    def _checked(self, op: str, key: str, answer: Any) -> _Answer:
+        if not isinstance(answer, list) or not answer:
+            raise self._unexpected(op, key)
+        if answer[0] == b"foreign":
+            kind = answer[1].decode(errors="replace") if len(answer) > 1 else "?"
+            raise StoreError(
+                f"{self._describe_call(op, key)}: the key holds a Redis {kind}, not a document"
+                " of ours; it was left untouched (delete it, or use another prefix or database)"
+            )
+        return answer
+
+    def _written(self, answer: _Answer, op: str, key: str) -> str:
+        """The new version a write's answer gives, or its failed condition raised."""
+        if answer[0] == b"exists":
+            raise ConditionFailed(key, "already exists")
+        if answer[0] == b"absent":
+            raise ConditionFailed(key, "absent")
+        if answer[0] == b"moved":
+            raise ConditionFailed(key, "at another version")
+        if answer[0] != b"ok":
+            raise self._unexpected(op, key)
+        return str(answer[1].decode()) if len(answer) > 1 else ""
+
+    def _send(self, *command: Any) -> Any:
+        """One command on a pooled connection, with no retries. A failure to connect is raised
+        as :class:`_NotSent` (the request certainly did not reach the server)."""
+        pool: Any = self._client.connection_pool
+        try:
+            connection: Any = pool.get_connection()
+        except (redis_errors.RedisError, OSError) as exc:
+            raise _NotSent(exc) from exc
+        try:
+            connection.send_command(*command)
+            answer = connection.read_response()
+        except redis_errors.ResponseError:
+            raise
+        except BaseException:
+            connection.disconnect()  # an answer may still be on its way: never reuse it
+            raise
+        finally:
+            pool.release(connection)
+        if (self._host, self._port) not in _checked:
+            self._check_durability()
+        return answer
+
+    def _check_durability(self) -> None:
+        """Once per server and process: warn if an acknowledged write can be lost in a restart."""
+        where = (self._host, self._port)
+        with _checked_lock:
+            if where in _checked:
+                return
+            _checked.add(where)
+        try:
+            config = {
+                _text(name): _text(value)
+                for pattern in ("appendonly", "appendfsync")
+                for name, value in self._client.config_get(pattern).items()
+            }
+        except (redis_errors.RedisError, OSError) as exc:
+            log.debug(
+                "%r: CONFIG GET not answered (%s): durability not checked", self, type(exc).__name__
+            )
+            with _checked_lock:
+                if not isinstance(exc, redis_errors.ResponseError):
+                    _checked.discard(where)  # not reached: try again on the next request
+            return
+        appendonly, appendfsync = config.get("appendonly", "?"), config.get("appendfsync", "?")
+        if appendonly != "yes" or appendfsync != "always":
+            log.warning(
+                "Redis at %s can lose writes it acknowledged (appendonly %s, appendfsync %s): a"
+                " restart may forget a lease and let a second client take the lock with a lower"
+                " fence; set appendonly yes and appendfsync always (see docs/stores.md)",
+                self._holder,
+                appendonly,
+                appendfsync,
+            )
+
+    def _channel(self, name: str) -> str:
+        return f"prioritylock:{self._db}:{name}"
+
+    def _unexpected(self, op: str, key: str) -> StoreError:
+        return StoreError(f"{self._describe_call(op, key)}: the server's answer was not understood")
+
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
+        """The one place where redis-py's errors become ours (server messages are not copied)."""
+        what = self._describe_call(op, key)
+        write = op in WRITES
+        sent = not isinstance(exc, _NotSent)
+        cause: BaseException = exc.cause if isinstance(exc, _NotSent) else exc
+        name = type(cause).__name__
+        if isinstance(cause, (redis_errors.AuthenticationError, redis_errors.NoPermissionError)):
+            return StoreAccessError(f"{what} refused ({name}): {self._ACCESS_HINT}")
+        if isinstance(cause, redis_errors.ResponseError):
+            text = str(cause)
+            code = text.split(" ", 1)[0]
+            code = code if code.isupper() else "error reply"
+            if code in ("NOAUTH", "WRONGPASS", "NOPERM") or "can't run this command" in text:
+                return StoreAccessError(f"{what} refused ({code}): {self._ACCESS_HINT}")
+            if isinstance(cause, (redis_errors.BusyLoadingError, redis_errors.TryAgainError)) or (
+                code in ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
+            ):
+                return StoreUnavailable(f"{what}: the server is not ready ({code}); retry")
+            if isinstance(cause, redis_errors.ReadOnlyError):
+                return StoreUnavailable(f"{what}: the server is a read-only replica; retry")
+            if isinstance(cause, redis_errors.OutOfMemoryError):
+                return StoreError(f"{what}: the server is out of memory ({code})")
+            if "WRONGTYPE" in text or "not an integer" in text:
+                return StoreError(
+                    f"{what}: the key or its version key ({VERSION_SUFFIX}) holds something that"
+                    " is not ours; it was left untouched"
+                )
+            return StoreError(f"{what} failed ({name}, {code})")
+        if isinstance(cause, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
+            if not sent:
+                return self._not_sent(op, key, cause)
+            return StoreUnavailable(
+                f"{what}: the response was lost ({name})", outcome_unknown=write
+            )
+        return StoreError(f"{what} failed ({name})")
+
+
+class _NotSent(redis_errors.RedisError):
+    """A connection could not be made: the request was never sent."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+
+
+def _nothing() -> None:
+    pass
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _is_key(name: str) -> bool:
+    """Whether a name under the prefix is a document's (not a version key, nor foreign)."""
+    try:
+        validate_key(name)
+    except ConfigError:
+        return False
+    return True
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class _Watcher:
+    """One pub/sub connection of a store, on a daemon thread: calls each channel's callbacks
+    when a write from elsewhere is announced there."""
+
+    _POLL = 0.05  # seconds between looks at the stop flag while idle
+    _MAX_BACKOFF = 2.0
+
+    def __init__(self, options: dict[str, Any], token: str, label: str) -> None:
+        client: Any = redis.Redis(**{**options, "socket_timeout": None})
+        self._client = client
+        self._pubsub: Any = client.pubsub(ignore_subscribe_messages=True)
+        self._token = token.encode()
+        self._label = label
+        self._lock = threading.Lock()
+        self._callbacks: dict[bytes, list[Callable[[], None]]] = {}
+        self._subscribed: set[bytes] = set()
+        self._stopped = threading.Event()
+        self._changed = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="prioritylock-redis-watch", daemon=True
+        )
+        self._thread.start()
+
+    def add(self, channel: str, callback: Callable[[], None]) -> Callable[[], None]:
+        name = channel.encode()
+        with self._lock:
+            self._callbacks.setdefault(name, []).append(callback)
+        self._changed.set()
+        self._sync_subscriptions()
+        done = threading.Lock()
+
+        def remove() -> None:
+            if not done.acquire(blocking=False):
+                return
+            with self._lock:
+                listed = self._callbacks.get(name, [])
+                if callback in listed:
+                    listed.remove(callback)
+                if not listed:
+                    self._callbacks.pop(name, None)
+            self._changed.set()
+
+        return remove
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5.0)
+        try:
+            self._pubsub.close()
+        finally:
+            self._client.close()
+
+    def _sync_subscriptions(self) -> None:
+        """Subscribe to the channels wanted and not yet subscribed (from any thread: a
+        SUBSCRIBE sent now is in force before any later write reaches the server)."""
+        with self._lock:
+            wanted = set(self._callbacks)
+            new, gone = wanted - self._subscribed, self._subscribed - wanted
+            try:
+                if new:
+                    self._pubsub.subscribe(*sorted(new))
+                if gone:
+                    self._pubsub.unsubscribe(*sorted(gone))
+            except (redis_errors.RedisError, OSError):
+                return  # the reader thread reconnects
+            self._subscribed = wanted
+
+    def _run(self) -> None:
+        backoff, broken = 0.05, False
+        while not self._stopped.is_set():
+            if broken:
+                if self._reconnect(backoff):
+                    backoff, broken = 0.05, False
+                else:
+                    backoff = min(backoff * 2, self._MAX_BACKOFF)
+                continue
+            if self._changed.is_set():
+                self._changed.clear()
+                self._sync_subscriptions()
+            try:
+                with self._lock:
+                    subscribed = bool(self._subscribed)
+                if not subscribed:
+                    self._stopped.wait(self._POLL)
+                    continue
+                message = self._pubsub.get_message(timeout=self._POLL)
+            except (redis_errors.RedisError, OSError, ValueError) as exc:
+                log.debug("%s: watch connection lost (%s)", self._label, type(exc).__name__)
+                broken = True
+                continue
+            if message is not None and message.get("type") == "message":
+                self._deliver(message.get("channel"), message.get("data"))
+
+    def _reconnect(self, backoff: float) -> bool:
+        """Open a new connection and subscribe again; then call every callback once, since
+        writes may have gone unannounced meanwhile. True if it worked."""
+        if self._stopped.wait(backoff):
+            return False
+        with self._lock:
+            self._subscribed = set()
+            try:
+                self._pubsub.reset()
+                self._pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+                if self._callbacks:
+                    self._pubsub.subscribe(*sorted(self._callbacks))
+            except (redis_errors.RedisError, OSError):
+                return False
+            self._subscribed = set(self._callbacks)
+            everyone = [cb for listed in self._callbacks.values() for cb in listed]
+        for callback in everyone:
+            self._call(callback)
+        return True
+
+    def _deliver(self, channel: object, data: object) -> None:
+        if isinstance(data, bytes) and data.split(b" ", 1)[0] == self._token:
+            return  # this process wrote it, and told its own locks already
+        with self._lock:
+            listed = list(self._callbacks.get(channel, ())) if isinstance(channel, bytes) else []
+        for callback in listed:
+            self._call(callback)
+
+    def _call(self, callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:  # a hint's receiver must not end the watch
+            log.exception("%s: a change callback raised", self._label)
+
+
+_URL_OPTIONS = ("ca_certs", "connect_timeout", "prefix", "read_timeout")
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> RedisStore:
+    """The store for ``redis://[USER:PASSWORD@]HOST[:PORT][/DB][?prefix=PREFIX]`` (``rediss://``
+    for TLS).
+
+    The path is the database number, as in every Redis URL; the key prefix is the ``prefix``
+    option. Other options: ``connect_timeout`` and ``read_timeout`` (seconds), ``ca_certs`` (a
+    CA bundle for ``rediss://``). The user name and password may be percent-encoded; a password
+    alone is ``redis://:PASSWORD@HOST``; none means no ``AUTH``.
+
+    :raises ConfigError: no host, a port or database that is not a number, an unknown or empty
+        option (named), or an invalid value.
+    """
+    scheme = parts.scheme.lower()
+    for name in sorted(options):
+        if name not in _URL_OPTIONS:
+            raise ConfigError(
+                f"unknown {scheme}:// store URL option {name!r}; known options:"
+                f" {', '.join(_URL_OPTIONS)}"
+            )
+        if not options[name] and name != "prefix":
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
+    if parts.fragment:
+        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ConfigError(f"{scheme}:// store URL has a port that is not a number") from None
+    if not host:
+        raise ConfigError(f"{scheme}:// store URL needs a host: {scheme}://HOST:PORT/DB")
+    path = parts.path.strip("/")
+    if path and not (path.isascii() and path.isdigit()):
+        raise ConfigError(
+            f"{scheme}:// store URL path is the database number, got {path!r}; the key prefix"
+            " is the option ?prefix=PREFIX"
+        )
+    timeouts: dict[str, float] = {}
+    for option in ("connect_timeout", "read_timeout"):
+        if option in options:
+            try:
+                timeouts[option] = float(options[option])
+            except ValueError:
+                raise ConfigError(
+                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
+                    f" got {options[option]!r}"
+                ) from None
+    username = urllib.parse.unquote(parts.username) if parts.username else None
+    password = urllib.parse.unquote(parts.password) if parts.password else None
+    return RedisStore(
+        host,
+        port or DEFAULT_PORT,
+        db=int(path) if path else 0,
+        prefix=options.get("prefix", ""),
+        username=username,
+        password=password,
+        tls=scheme == "rediss",
+        ca_certs=options.get("ca_certs"),
+        **timeouts,
+    )

@@ -1,0 +1,284 @@
+"""What the Redis store adds to the store contract: its URL, its layout (the lease JSON is the
+key's value), refused credentials, keys that are not ours, the durability warning, a server
+restarted with its append-only file, and its pub/sub notices across a restart.
+
+The contract, the fault contract and the lock suites run on Redis through ``store_kind``; these
+are the cases only Redis has."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from prioritylock import (
+    ConditionFailed,
+    ConfigError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores import _redis as redis_module
+from prioritylock.stores import open_store
+from prioritylock.stores._redis import RedisStore
+from scopes import LockScope
+from tests._servers.redis import RedisServer
+from tests.lock.helpers import Recorder, make
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}/"
+
+
+@pytest.fixture
+def store(redis_server: RedisServer, prefix: str) -> Iterator[RedisStore]:
+    opened = redis_server.store(prefix)
+    yield opened
+    opened.close()
+
+
+# -- the URL ---------------------------------------------------------------------------------------
+
+
+def test_the_url_names_host_port_database_prefix_and_credentials() -> None:
+    store = open_store("redis://ops:s%40cret@redis.example:6380/3?prefix=team/locks&read_timeout=2")
+    try:
+        assert isinstance(store, RedisStore)
+        assert store.namespace == "redis:redis.example:6380/3/team/locks/"
+        kwargs = store.client.connection_pool.connection_kwargs
+        assert (kwargs["username"], kwargs["password"], kwargs["db"]) == ("ops", "s@cret", 3)
+        assert kwargs["socket_timeout"] == 2.0
+        assert "s@cret" not in repr(store)
+    finally:
+        store.close()
+    tls = open_store("rediss://:pw@127.0.0.1")
+    try:
+        assert isinstance(tls, RedisStore)
+        assert tls.namespace == "redis:127.0.0.1:6379/0/"
+        assert tls.client.connection_pool.connection_class.__name__ == "SSLConnection"
+    finally:
+        tls.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://127.0.0.1/locks", "path is the database number"),
+        ("redis://127.0.0.1/0?region=x", "unknown redis:// store URL option 'region'"),
+        ("redis://127.0.0.1:port/0", "port that is not a number"),
+        ("redis:///0", "needs a host"),
+        ("redis://127.0.0.1/0?connect_timeout=soon", "must be a number of seconds"),
+        ("redis://127.0.0.1/0?ca_certs=/ca.pem", "for TLS (rediss://) only"),
+    ],
+)
+def test_a_bad_url_is_a_config_error_that_never_shows_the_password(url: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_store(url.replace("redis://", "redis://:hunter2@", 1))
+    assert says in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+# -- the layout ------------------------------------------------------------------------------------
+
+
+def test_the_lease_document_is_the_keys_value(redis_server: RedisServer, store: RedisStore) -> None:
+    lock = make(store, "jobs/nightly", "holder")
+    assert lock.try_lock()
+    try:
+        raw = redis_server.client().get(store.prefix + LockScope.path("jobs/nightly").key)
+        document = json.loads(raw)  # what `redis-cli GET` shows an operator
+        assert document["fence"] == 1
+        assert document["holder"]["owner"] == "holder"
+    finally:
+        lock.unlock()
+
+
+def test_versions_never_repeat_across_keys_and_deletes(store: RedisStore) -> None:
+    seen = [store.create("a", b"1"), store.create("b", b"1")]
+    seen.append(store.replace("a", b"2", seen[0]))
+    store.delete("a", seen[2])
+    seen.append(store.create("a", b"1"))
+    assert len(set(seen)) == len(seen)
+    assert store.list("") == ["a", "b"], "the version keys are not listed"
+
+
+def test_a_key_holding_something_else_is_left_untouched(
+    redis_server: RedisServer, store: RedisStore
+) -> None:
+    client = redis_server.client()
+    client.hset(store.prefix + "foreign", "field", "value")
+    for call in (
+        lambda: store.read("foreign"),
+        lambda: store.create("foreign", b"ours"),
+        lambda: store.replace("foreign", b"ours", "1"),
+        lambda: store.delete("foreign", "1"),
+    ):
+        with pytest.raises(StoreError, match="holds a Redis hash") as caught:
+            call()
+        assert not isinstance(caught.value, StoreUnavailable)
+    assert client.hgetall(store.prefix + "foreign") == {b"field": b"value"}
+    client.set(store.prefix + "text", b"not json")  # a string: ours to read, the lease's to judge
+    found = store.read("text")
+    assert found is not None and found.data == b"not json"
+    with pytest.raises(ConditionFailed):
+        store.replace("text", b"ours", "7")
+
+
+# -- credentials -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("password", ["wrong-password-1234", None])
+def test_refused_credentials_are_an_access_error_and_never_logged(
+    redis_server: RedisServer,
+    prefix: str,
+    password: str | None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    refused = RedisStore("127.0.0.1", redis_server.port, prefix=prefix, password=password)
+    try:
+        for call in (lambda: refused.read("k"), lambda: refused.create("k", b"x")):
+            with pytest.raises(StoreAccessError) as caught:
+                call()
+            assert "password" in str(caught.value)
+            if password is not None:
+                assert password not in str(caught.value)
+        assert refused.stats.total == 2
+    finally:
+        refused.close()
+    logged = "\n".join(caplog.handler.format(r) for r in caplog.records)
+    assert "StoreAccessError" in logged
+    for secret in (redis_server.password, "wrong-password-1234"):
+        assert secret not in logged
+
+
+# -- durability ----------------------------------------------------------------------------------
+
+
+def test_a_server_that_can_forget_acknowledged_writes_is_warned_of_once(
+    redis_server: RedisServer,
+    prefix: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    client = redis_server.client()
+    monkeypatch.setattr(redis_module, "_checked", set())
+    client.config_set("appendfsync", "everysec")
+    try:
+        with caplog.at_level(logging.WARNING, logger="prioritylock.stores"):
+            for _ in range(2):
+                store = redis_server.store(prefix)
+                store.read("k")
+                store.read("k")
+                store.close()
+    finally:
+        client.config_set("appendfsync", "always")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    message = warnings[0].getMessage()
+    assert "appendfsync everysec" in message and "lower fence" in message
+    assert redis_server.password not in message
+
+
+# -- a restart with the append-only file on ------------------------------------------------------
+
+
+def test_a_restart_keeps_the_lease_and_its_holder(
+    redis_server: RedisServer, store: RedisStore, prefix: str
+) -> None:
+    """AOF with appendfsync always: a restart forgets nothing, the holder renews across it, and
+    nobody else gets in; the next holder's fence is one more."""
+    recorder = Recorder()
+    holder = make(store, "jobs/restart", "holder", listener=recorder, lease_timeout=30)
+    rival_store = redis_server.store(prefix)
+    rival = make(rival_store, "jobs/restart", "rival")
+    try:
+        assert holder.try_lock()
+        fence = holder.fencing_token
+        redis_server.restart(down=lambda: _refused(rival.try_lock))
+        assert not rival.try_lock(), "the restarted server forgot the lease"
+        holder.renew()
+        assert holder.is_current_owner() and not recorder.lost.is_set()
+        holder.unlock()
+        assert rival.try_lock()
+        assert rival.fencing_token == fence + 1
+        rival.unlock()
+    finally:
+        holder.close()
+        rival.close()
+        rival_store.close()
+
+
+def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
+    redis_server: RedisServer, store: RedisStore, prefix: str
+) -> None:
+    recorder = Recorder()
+    holder = make(
+        store,
+        "jobs/outage",
+        "holder",
+        listener=recorder,
+        lease_timeout=1.0,
+        max_clock_drift=0.1,
+        store_timeout=0.5,
+    )
+    rival_store = redis_server.store(prefix)
+    rival = make(rival_store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
+    try:
+        assert holder.try_lock()
+        fence = holder.fencing_token
+        redis_server.restart(down=lambda: _wait(recorder.lost, "the holder was not told"))
+        assert not holder.is_current_owner()
+        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
+        assert rival.fencing_token == fence + 1
+        rival.unlock()
+    finally:
+        holder.close()
+        rival.close()
+        rival_store.close()
+
+
+def _refused(call: Callable[[], object]) -> None:
+    with pytest.raises(StoreUnavailable):
+        call()
+
+
+def _wait(event: threading.Event, what: str) -> None:
+    assert event.wait(20), what
+
+
+def test_notices_come_back_after_a_restart(redis_server: RedisServer, store: RedisStore) -> None:
+    """The watch reconnects by itself, and calls each watcher once for what it may have missed;
+    later writes from elsewhere are announced again."""
+    calls: list[int] = []
+    told = threading.Event()
+
+    def callback() -> None:
+        calls.append(1)
+        told.set()
+
+    stop = store.watch_key("doc", callback)
+    writer = RedisStore(
+        "127.0.0.1", redis_server.port, prefix=store.prefix, password=redis_server.password
+    )
+    # A store of another namespace string (the same server by another name) is "elsewhere".
+    writer._token = "another-process"
+    try:
+        version = writer.create("doc", b"1")
+        _wait(told, "a write was not announced")
+        told.clear()
+        redis_server.restart()
+        _wait(told, "no call after the watch reconnected")
+        told.clear()
+        writer.replace("doc", b"2", version)
+        _wait(told, "a write after the restart was not announced")
+    finally:
+        stop()
+        writer.close()
