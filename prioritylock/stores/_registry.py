@@ -70,6 +70,7 @@ _SDKS = {
     "s3": "the AWS SDK, boto3",
     "gcs": "the Google Cloud Storage SDK, google-cloud-storage",
     "azure": "the Azure Blob Storage SDK, azure-storage-blob",
+    "redis": "the Redis client, redis-py",
 }
 
 
