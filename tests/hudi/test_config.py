@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from prioritylock import ConfigError, LockBuilder
+from prioritylock import ConfigError, HudiTableBuilder, LockBuilder
 from prioritylock._hudi_config import read_hudi, store_url
-from prioritylock._hudi_lock import KEY, HudiTableBuilder, HudiTableLock
+from prioritylock._hudi_lock import KEY, HudiTableLock
 from prioritylock.stores import LocalStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -37,7 +37,7 @@ def test_a_writer_configuration_file_as_it_is(tmp_path: Path) -> None:
     assert isinstance(builder, HudiTableBuilder)
     lock = builder.build()
     assert isinstance(lock, HudiTableLock) and lock.key == KEY
-    assert (lock._validity, lock._renew_interval, lock._drift) == (600, 45, 0.5)
+    assert (lock._st.validity, lock._st.renew_interval, lock._st.drift) == (600, 45, 0.5)
     assert isinstance(lock.store, LocalStore)
     assert lock.try_lock()
     assert lock.store.read(KEY) is not None
@@ -191,7 +191,7 @@ def test_prioritylock_keys_still_win(tmp_path: Path) -> None:
     )
     assert isinstance(builder, HudiTableBuilder)  # narrows: build() is a HudiTableLock
     lock = builder.build()
-    assert lock.name == "backup-job" and lock._poll == 0.2
+    assert lock.name == "backup-job" and lock._st.poll_interval == 0.2
 
 
 def test_the_azure_connection_string_key_reaches_the_table(request: pytest.FixtureRequest) -> None:

@@ -139,7 +139,10 @@ def test_a_holder_never_looks_free_to_hudis_readers_while_it_believes_it_holds(
     assert step > 1000  # it held through the renewals, then lapsed when they stopped
 
 
-def test_renewal_over_a_lock_taken_by_others_is_lost(store: FaultyStore, clock: FakeClock) -> None:
+@pytest.mark.parametrize("by", ["force_unlock", "another writer"])
+def test_renewal_over_a_lock_taken_by_others_is_lost(
+    store: FaultyStore, clock: FakeClock, by: str
+) -> None:
     lost: list[str] = []
     # on_lost is told from the scheduler's notifier thread: a manual scheduler tells it inline.
     manual = Scheduler(clock, threaded=False)
@@ -149,9 +152,34 @@ def test_renewal_over_a_lock_taken_by_others_is_lost(store: FaultyStore, clock: 
     assert a.try_lock()
     seen = doc(store)
     force_unlock(store, if_owner=seen.owner, if_valid_until_ms=seen.valid_until_ms, clock=clock)
+    if by == "another writer":
+        assert make(store, clock).try_lock()
     with pytest.raises(LockLost):
         a.renew()
-    assert lost == ["acquired by others"] and not a.is_current_owner()
+    reason = "forced" if by == "force_unlock" else "acquired by others"
+    assert lost == [reason] and not a.is_current_owner()
+    with pytest.raises(LockLost):
+        a.unlock()
+
+
+def test_a_holder_forced_free_hears_it_at_its_release_like_a_lease_holder(
+    store: FaultyStore, clock: FakeClock
+) -> None:
+    """The release reads back a refused write: a force unlock (whose validUntil is a millisecond
+    short of the holder's) is not taken for the holder's own release."""
+    lost: list[str] = []
+    manual = Scheduler(clock, threaded=False)  # tells on_lost inline
+    a = HudiTableLock(
+        store, clock=clock, heartbeat=False, lease_timeout=V, on_lost=lost.append, scheduler=manual
+    )
+    assert a.try_lock()
+    seen = doc(store)
+    force_unlock(store, if_owner=seen.owner, if_valid_until_ms=seen.valid_until_ms, clock=clock)
+    assert a.is_current_owner()  # no read yet: it can't know
+    with pytest.raises(LockLost) as raised:
+        a.unlock()
+    assert raised.value.reason == "forced" and lost == ["forced"]
+    assert not a.is_current_owner() and doc(store) == hudi.forced(seen)
 
 
 @pytest.mark.parametrize("fault", ["lost_response", "precondition_after_success"])
