@@ -52,13 +52,15 @@ def test_defaults_are_hudis() -> None:
 
 
 def test_without_a_provider_the_lease_is_prioritylocks_own(tmp_path: Path) -> None:
-    cfg = LockBuilder.from_properties(
+    builder = LockBuilder.from_properties(
         {
             "hoodie.base.path": str(tmp_path / "orders"),
             "hoodie.write.lock.storage.validity.timeout.secs": "120",
             "hoodie.write.lock.storage.renew.interval.secs": "12",
         }
-    ).config()
+    )
+    assert isinstance(builder, LockBuilder)  # no provider named: prioritylock's own lease
+    cfg = builder.config()
     assert (cfg.lease_timeout, cfg.renew_interval, cfg.watch_interval) == (120, 12, 12)
     assert cfg.key.startswith("v1/path/hudi/orders-")
 
