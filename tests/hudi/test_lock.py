@@ -109,6 +109,21 @@ def test_a_held_lock_is_not_taken_until_hudis_rule_frees_it(
     assert doc(store).owner == b.owner_id
 
 
+def test_a_renewed_holder_believes_for_the_validity_less_the_drift_from_its_renewal(
+    driver: str, store: FaultyStore, clock: FakeClock
+) -> None:
+    a = make(store, clock, driver)
+    assert a.try_lock()
+    clock.advance(RENEW)
+    a.renew()
+    clock.advance(V - DRIFT - 0.001)
+    assert a.is_current_owner()
+    clock.advance(0.001)
+    assert not a.is_current_owner()
+    with pytest.raises(LockLost):
+        a.unlock()
+
+
 def test_a_released_lock_is_taken_at_once(
     driver: str, store: FaultyStore, clock: FakeClock
 ) -> None:
