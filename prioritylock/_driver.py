@@ -282,14 +282,7 @@ class LockBase(FlowRunner):
         driver's own way of doing it (for ``AsyncLock``, what comes back is to be awaited);
         the others need no waiting and are the same on both drivers."""
         match effect:
-            case (
-                effects.Read()
-                | effects.Put()
-                | effects.Sleep()
-                | effects.Pause()
-                | effects.Now()
-                | effects.Arm()
-            ):
+            case effects.Waits() | effects.Now() | effects.Arm():  # effects.Shared
                 return self._perform_shared(effect)
             case effects.Hold():
                 self._hold(effect)

@@ -253,14 +253,7 @@ class HudiBase(FlowRunner):
 
     def _perform_effect(self, effect: effects.HudiEffect) -> Any:
         match effect:
-            case (
-                effects.Read()
-                | effects.Put()
-                | effects.Sleep()
-                | effects.Pause()
-                | effects.Now()
-                | effects.Arm()
-            ):
+            case effects.Waits() | effects.Now() | effects.Arm():  # effects.Shared
                 return self._perform_shared(effect)
             case effects.HudiHeld(due=due):
                 self._hold(due)
