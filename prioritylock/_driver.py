@@ -13,9 +13,8 @@ pause, a heartbeat and a callback are run. Neither imports the other.
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from prioritylock import _effects as effects
@@ -144,15 +143,11 @@ class LockBase(FlowRunner):
 
     #: The class name ``__repr__`` shows.
     _kind: ClassVar[str]
-    #: "thread" or "task": who must not share one lock object.
-    _who: ClassVar[str]
 
     def __init__(self, config: LockConfig) -> None:
         FlowRunner.__init__(self, config.store, config.key, config.clock)
         self._cfg = config
         self._st = new_state(config)
-        self._acquiring = False
-        self._acquiring_lock = threading.Lock()
         self._loss_lock = threading.Lock()
 
     # -- public API ------------------------------------------------------------------------------
@@ -222,23 +217,6 @@ class LockBase(FlowRunner):
         seen = self._st.seen
         holder = lockstate.holder_name(seen.lease if seen is not None else None)
         return LockTimeout(f"{self._key!r}: not acquired within {timeout} s (held by {holder})")
-
-    @contextlib.contextmanager
-    def _acquisition(self) -> Iterator[None]:
-        """While an acquire runs: a second one with this object raises ``LockHeld``."""
-        with self._acquiring_lock:
-            if self._acquiring:
-                # One lock object is one client: two callers acquiring with it would share its
-                # state. Every store behaves the same here.
-                raise LockHeld(
-                    f"{self._key!r}: another {self._who} is acquiring with this lock object "
-                    f"(use one lock object per {self._who})"
-                )
-            self._acquiring = True
-        try:
-            yield
-        finally:
-            self._acquiring = False
 
     def _release_flow(self) -> effects.Flow[lockstate.Released | None]:
         return flows.release(self._st, self._require_holding(), cleanup_done=False)

@@ -321,8 +321,10 @@ class HudiTableLock(ThreadRunner, HudiBase):
     """Apache Hudi's table lock, held the way Hudi's ``StorageBasedLockProvider`` holds it.
 
     Build one with :meth:`LockBuilder.hudi_table` or from a writer configuration that names
-    Hudi's storage lock provider (:meth:`HudiTableBuilder.from_properties`). Not reentrant; safe
-    to call from several threads. While it is held, the process's scheduler renews it every
+    Hudi's storage lock provider (:meth:`HudiTableBuilder.from_properties`). One lock object is
+    one client, as a ``Lock``: not reentrant, and a second thread acquiring with it while one
+    waits raises ``LockHeld`` (threads that contend build one object each); any thread may call
+    the other methods. While it is held, the process's scheduler renews it every
     ``renew_interval`` (measured on the scheduler's clock); ``on_lost`` and the ``lock_lost``
     signal are told on the scheduler's notifier thread. ``scheduler`` replaces the process's one
     (tests pass a manual ``Scheduler(clock, threaded=False)`` on the lock's fake clock);
@@ -330,6 +332,7 @@ class HudiTableLock(ThreadRunner, HudiBase):
     """
 
     _kind: ClassVar[str] = "HudiTableLock"
+    _who: ClassVar[str] = "thread"
 
     def __init__(
         self,
@@ -372,12 +375,12 @@ class HudiTableLock(ThreadRunner, HudiBase):
         timeout, 2 s); a request the store never answers is given up at the store timeout.
 
         :returns: whether this object now holds the lock.
-        :raises LockHeld: this object already holds it.
+        :raises LockHeld: this object already holds it, or another thread is acquiring with it.
         :raises CorruptLease: the object is not a Hudi lock document (left untouched).
         :raises StoreError: the store failed, or could not be reached, within the bound above.
         """
         self._check_not_held()
-        with self._io:
+        with self._acquisition(), self._io:
             return self._run(hf.acquire(self._st, blocking=False, deadline=None))
 
     def lock(self, timeout: float | None = None, *, cancel: threading.Event | None = None) -> None:
@@ -393,12 +396,13 @@ class HudiTableLock(ThreadRunner, HudiBase):
             the store could not be reached until then (its ``__cause__`` is the last
             ``StoreUnavailable``).
         :raises LockCancelled: ``cancel`` was set, or the lock closed.
-        :raises LockHeld: this object already holds the lock.
+        :raises LockHeld: this object already holds the lock, or another thread is acquiring
+            with it.
         :raises CorruptLease: the object is not a Hudi lock document.
         :raises StoreError: the store failed for a whole store timeout before the deadline.
         """
         deadline = self._deadline(timeout)
-        with self._io:
+        with self._acquisition(), self._io:
             self._cancel = cancel
             try:
                 got = self._run(hf.acquire(self._st, blocking=True, deadline=deadline))
@@ -493,6 +497,7 @@ class AsyncHudiTableLock(LoopRunner, HudiBase):
     """
 
     _kind: ClassVar[str] = "AsyncHudiTableLock"
+    _who: ClassVar[str] = "task"
 
     def __init__(
         self,
@@ -583,6 +588,10 @@ class AsyncHudiTableLock(LoopRunner, HudiBase):
             return await self._run(flow)
 
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
+        with self._acquisition():
+            return await self._acquire_guarded(blocking, deadline)
+
+    async def _acquire_guarded(self, blocking: bool, deadline: float | None) -> bool:
         guard = self._guard()
         try:
             await guard.acquire()

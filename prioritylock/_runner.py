@@ -15,19 +15,20 @@ heartbeat, preemption, signals; a Hudi holding's renewals) is in ``_driver.LockB
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import Executor, Future
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 from blinker import Signal
 
 from prioritylock import _effects as effects
 from prioritylock._clock import Clock, FakeClock
-from prioritylock._errors import ConfigError, LockCancelled, LockLost, StoreUnavailable
+from prioritylock._errors import ConfigError, LockCancelled, LockHeld, LockLost, StoreUnavailable
 from prioritylock._wake import NOTICES, Stamp, Waiter
 from prioritylock.stores._base import (
     WOULD_BLOCK,
@@ -222,6 +223,9 @@ class FlowRunner:
     flow. A lock object is one (``LockBase``, ``HudiBase``) and a driver (``ThreadRunner``,
     ``LoopRunner``) at once."""
 
+    #: "thread" or "task": who must not share one lock object.
+    _who: ClassVar[str]
+
     def __init__(self, store: ObjectStore, key: str, clock: Clock) -> None:
         self._store = store
         self._key = key
@@ -233,6 +237,25 @@ class FlowRunner:
         self._late: set[Any] = set()
         # What signals and listeners are given as the lock (tests put a synchronous face here).
         self._sender: Any = self
+        self._acquiring = False
+        self._acquiring_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _acquisition(self) -> Iterator[None]:
+        """While an acquire runs: a second one with this object raises ``LockHeld``."""
+        with self._acquiring_lock:
+            if self._acquiring:
+                # One lock object is one client: two callers acquiring with it would share its
+                # state. Every store behaves the same here.
+                raise LockHeld(
+                    f"{self._key!r}: another {self._who} is acquiring with this lock object "
+                    f"(use one lock object per {self._who})"
+                )
+            self._acquiring = True
+        try:
+            yield
+        finally:
+            self._acquiring = False
 
     def _perform_shared(self, effect: effects.Shared) -> Any:
         """Perform an effect any flow may yield. A waiting one (a store call, a sleep, a pause)

@@ -20,6 +20,7 @@ from prioritylock import (
     HudiTableBuilder,
     HudiTableLock,
     LockBuilder,
+    LockHeld,
     LockLost,
     LockTimeout,
     StoreUnavailable,
@@ -29,6 +30,7 @@ from prioritylock import _hudi as hudi
 from prioritylock._hudi_lock import KEY, force_unlock
 from prioritylock.stores import MemoryStore, ObjectStore, S3Store
 from tests.hudi.drivers import AsyncFace, HudiFace, hudi_lock
+from tests.hudi.test_shared import Watched
 from tests.lock.drivers import LOOP
 from tests.lock.test_deadlines import SLACK, BlackHole, LateCreates, closed_port, s3_at, timed
 
@@ -190,3 +192,31 @@ def test_the_builders_make_both_twins() -> None:
     lock = builder.build_async()
     assert isinstance(lock, AsyncHudiTableLock) and lock.name == "etl"
     assert isinstance(LockBuilder.from_properties(props), HudiTableBuilder)
+
+
+def test_one_object_is_one_client_a_second_acquire_with_it_is_refused(driver: str) -> None:
+    store = MemoryStore()
+    holder = hudi_lock(driver, store, heartbeat=False)
+    read = threading.Event()
+    watched = Watched(store, lambda op, key: read.set() if op == "read" else None)
+    waiter = hudi_lock(driver, watched, heartbeat=False, poll_interval=0.05)
+    assert holder.try_lock()
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            waiter.lock(timeout=20)
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    try:
+        assert read.wait(10)  # the first wait has begun
+        with pytest.raises(LockHeld, match="acquiring with this lock object"):
+            waiter.lock(timeout=0.01)
+    finally:
+        holder.unlock()
+        thread.join(20)
+    assert not errors and waiter.is_current_owner()
+    waiter.unlock()
