@@ -8,7 +8,7 @@ import logging
 
 from prioritylock._alock import AsyncLock
 from prioritylock._ascheduler import AsyncScheduler
-from prioritylock._builder import LockBuilder
+from prioritylock._builder import HudiTableBuilder, LockBuilder
 from prioritylock._clock import Clock, FakeClock, SystemClock
 from prioritylock._config import LockConfig
 from prioritylock._errors import (
@@ -27,7 +27,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock._hudi_lock import HudiLockInfo, HudiTableBuilder, HudiTableLock
+from prioritylock._hudi_lock import AsyncHudiTableLock, HudiLockInfo, HudiTableLock
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
@@ -41,6 +41,7 @@ __version__ = "0.1.0"
 logging.getLogger("prioritylock").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AsyncHudiTableLock",
     "AsyncLock",
     "AsyncScheduler",
     "CleanupNotice",

@@ -13,7 +13,7 @@ are awaited on the loop, and a plain ``on_cleanup_notification`` runs on a worke
 a long cleanup never stalls the loop.
 
 Deadlines: a store call is awaited only until its effect's ``by`` (``asyncio.wait_for`` around the
-shielded call; ``_driver.LockBase._gave_up``): it then runs on to its end unwatched.
+shielded call; ``_runner.FlowRunner._gave_up``): it then runs on to its end unwatched.
 
 Cancellation: a task cancelled inside ``lock()``/``try_lock()`` first lets the store calls in
 flight finish, then settles what it may have written (``_flows.settle_abandoned``: a lease or a
@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from types import TracebackType
 from typing import Any, ClassVar
@@ -39,24 +39,15 @@ from prioritylock import signals
 from prioritylock._ascheduler import AsyncScheduler, AsyncTask, ScheduledAsyncTask, loop_scheduler
 from prioritylock._clock import FakeClock
 from prioritylock._config import LockConfig
-from prioritylock._driver import (
-    FlowRun,
-    LockBase,
-    News,
-    StoreCall,
-    T,
-    call_pool,
-    cleanup_notice,
-    log,
-    send,
-)
+from prioritylock._driver import LockBase, cleanup_notice
 from prioritylock._errors import NotLockOwner
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
+from prioritylock._runner import FlowRun, FlowRunner, News, StoreCall, T, call_pool, log, send
 from prioritylock._wake import NOTICES, LoopWaiter, Waiter, on_loop
-from prioritylock.stores._base import WOULD_BLOCK
+from prioritylock.stores._base import WOULD_BLOCK, ObjectStore
 
-__all__ = ["AsyncLock"]
+__all__ = ["AsyncLock", "LoopRunner", "shielded"]
 
 #: Store calls in flight at once across the process: network stores wait on the network, so
 #: many may be in flight; a store on this machine's disk answers in microseconds, and fewer
@@ -125,16 +116,150 @@ class InlineRoute(Route):
         return call()
 
 
-def route_for(config: LockConfig) -> Route:
-    """The route for a lock on ``config``'s store."""
-    store = config.store
+def route_for(store: ObjectStore) -> Route:
+    """The route for a lock on ``store``."""
     pool = _io_pool(store.capabilities.shared_across_hosts)
     if not store.capabilities.shared_across_processes:
         return InlineRoute(pool)
     return Route(pool, _nowait_entry(store), _native_entry(store))
 
 
-class AsyncLock(LockBase):
+class LoopRunner(FlowRunner):
+    """The asyncio driver of any flow (a lease's, Hudi's): store calls by the route chosen when
+    the lock was built, awaited only until their effect's ``by``; a guard (an ``asyncio.Lock``)
+    per object that pauses let go of; scheduled tasks on the loop's ``AsyncScheduler``. The
+    effects it awaits are those deriving from ``_effects.Waits``."""
+
+    def _init_loop(self, scheduler: AsyncScheduler | None) -> None:
+        self._fake = isinstance(self._clock, FakeClock)
+        self._scheduler = scheduler
+        self._route = route_for(self._store)
+        self._io: asyncio.Lock | None = None
+        self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
+        self._inflight: asyncio.Future[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _guard(self) -> asyncio.Lock:
+        if self._io is None:
+            self._io = asyncio.Lock()
+        return self._io
+
+    def _sched(self) -> AsyncScheduler:
+        if self._scheduler is None:
+            self._scheduler = loop_scheduler(self._clock)
+        return self._scheduler
+
+    async def _run(self, flow: Generator[Any, Any, T]) -> T:
+        """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go."""
+        stepper = FlowRun(flow)
+        try:
+            while (effect := stepper.next()) is not None:
+                try:
+                    stepper.value = await self._perform(effect)
+                except Exception as exc:
+                    stepper.error = exc
+        finally:
+            flow.close()
+        return stepper.result
+
+    async def _perform(self, effect: Any) -> Any:
+        done = self._perform_effect(effect)
+        return await done if isinstance(effect, effects.Waits) else done
+
+    def _store_call(self, call: StoreCall) -> Awaitable[Any]:
+        return self._call(call)
+
+    async def _call(self, call: StoreCall) -> Any:
+        """A store call by the route chosen for this lock. If the task is cancelled meanwhile,
+        the call still finishes (``_inflight``) before anything is settled."""
+        done = self._call_here(call, lambda: self._route.now(call))
+        if done is not WOULD_BLOCK:
+            return done
+        left = self._time_left(call)
+        future = asyncio.ensure_future(self._route.later(call))
+        self._after_write_when_done(call, future)  # even if this task is cancelled meanwhile
+        self._inflight = future
+        try:
+            if left is None:
+                return await asyncio.shield(future)
+            return await asyncio.wait_for(asyncio.shield(future), left)
+        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
+            if future.done() or left is None:
+                raise  # what the call itself raised
+            raise self._gave_up(call, future, left) from None
+        finally:
+            if future.done():
+                self._inflight = None
+
+    async def _sleep(self, seconds: float) -> None:
+        if self._fake:
+            self._clock.sleep(seconds)  # a test clock: time moves at once
+            await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(seconds)
+
+    def _new_waiter(self) -> Waiter:
+        return LoopWaiter(self)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait between attempts without holding the guard, woken early by a notice (a release
+        in this process). True when the wait is to end (this object was closed)."""
+        wake = self._armed
+        if self._closed:
+            return True
+        guard = self._guard()
+        self._guard_held = False
+        guard.release()
+        try:
+            event = wake.event if isinstance(wake, LoopWaiter) else None
+            if event is None or event.is_set():
+                await self._sleep(0 if event is not None else seconds)
+            elif self._fake:
+                await self._sleep(seconds)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), seconds)  # aclose() sets it too
+            self._armed = NOTICES.arm(self._store, self._key, LoopWaiter(self))
+        finally:
+            await guard.acquire()  # cancelled here: not held, and _acquire knows it
+            self._guard_held = True
+        return self._closed
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+
+    def _task(self, make: Callable[[], Generator[Any, Any, T]]) -> Callable[[], Awaitable[T]]:
+        async def run() -> T:
+            async with self._guard():
+                return await self._run(make())
+
+        return run
+
+    def _schedule(self, task: AsyncTask, when: float, name: str, **how: Any) -> ScheduledAsyncTask:
+        self._loop = asyncio.get_running_loop()  # where notices from other threads are sent
+        return self._sched().schedule(task, when, name, **how)
+
+    def _unschedule(self, entry: ScheduledAsyncTask) -> None:
+        self._sched().cancel(entry)
+
+    def _bring_forward(self, entry: ScheduledAsyncTask) -> None:
+        scheduler, loop = self._sched(), self._loop
+        if loop is not None:
+            on_loop(loop, lambda: scheduler.reschedule(entry, self._clock.monotonic()))
+
+    def _tell(self, news: News) -> None:
+        """Tell receivers and the listener now: plain callables run at once on the loop (they
+        cannot wait on the lock's guard), an ``async def`` listener method as a task."""
+        if news.method is None or not inspect.iscoroutinefunction(news.method):
+            self._tell_now(news)
+        else:
+            news.send(self._sender)
+            self._spawn(_call_listener(news.method, *news.args))
+
+
+class AsyncLock(LoopRunner, LockBase):
     """A distributed lock on one lease document, for asyncio. Build it with
     :meth:`LockBuilder.build_async() <prioritylock.LockBuilder.build_async>`.
 
@@ -147,14 +272,8 @@ class AsyncLock(LockBase):
     _who: ClassVar[str] = "task"
 
     def __init__(self, config: LockConfig, *, scheduler: AsyncScheduler | None = None) -> None:
-        super().__init__(config)
-        self._fake = isinstance(config.clock, FakeClock)
-        self._scheduler = scheduler
-        self._route = route_for(config)
-        self._io: asyncio.Lock | None = None
-        self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
-        self._inflight: asyncio.Future[Any] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        LockBase.__init__(self, config)
+        self._init_loop(scheduler)
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -209,7 +328,7 @@ class AsyncLock(LockBase):
         :raises StoreUnavailable: the release could not land within the store timeout; it is
             retried in the background until it lands or the lease is no longer ours.
         """
-        await _shielded(self._unlock())
+        await shielded(self._unlock())
 
     async def _unlock(self) -> None:
         async with self._guard():
@@ -282,97 +401,6 @@ class AsyncLock(LockBase):
 
     # -- the driver --------------------------------------------------------------------------------
 
-    def _guard(self) -> asyncio.Lock:
-        if self._io is None:
-            self._io = asyncio.Lock()
-        return self._io
-
-    def _sched(self) -> AsyncScheduler:
-        if self._scheduler is None:
-            self._scheduler = loop_scheduler(self._clock)
-        return self._scheduler
-
-    async def _run(self, flow: effects.Flow[T]) -> T:
-        """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go."""
-        stepper = FlowRun(flow)
-        try:
-            while (effect := stepper.next()) is not None:
-                try:
-                    stepper.value = await self._perform(effect)
-                except Exception as exc:
-                    stepper.error = exc
-        finally:
-            flow.close()
-        return stepper.result
-
-    async def _perform(self, effect: effects.Effect) -> Any:
-        done = self._perform_effect(effect)
-        return await done if isinstance(effect, _AWAITED) else done
-
-    def _store_call(self, call: StoreCall) -> Awaitable[Any]:
-        return self._call(call)
-
-    async def _call(self, call: StoreCall) -> Any:
-        """A store call by the route chosen for this lock. If the task is cancelled meanwhile,
-        the call still finishes (``_inflight``) before anything is settled."""
-        done = self._call_here(call, lambda: self._route.now(call))
-        if done is not WOULD_BLOCK:
-            return done
-        left = self._time_left(call)
-        future = asyncio.ensure_future(self._route.later(call))
-        self._after_write_when_done(call, future)  # even if this task is cancelled meanwhile
-        self._inflight = future
-        try:
-            if left is None:
-                return await asyncio.shield(future)
-            return await asyncio.wait_for(asyncio.shield(future), left)
-        except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
-            if future.done() or left is None:
-                raise  # what the call itself raised
-            raise self._gave_up(call, future, left) from None
-        finally:
-            if future.done():
-                self._inflight = None
-
-    async def _sleep(self, seconds: float) -> None:
-        if self._fake:
-            self._clock.sleep(seconds)  # a test clock: time moves at once
-            await asyncio.sleep(0)
-        else:
-            await asyncio.sleep(seconds)
-
-    def _new_waiter(self) -> Waiter:
-        return LoopWaiter(self)
-
-    async def _pause(self, seconds: float) -> bool:
-        """Wait between attempts without holding the guard, woken early by a notice (a release
-        in this process). True when the wait is to end (this object was closed)."""
-        wake = self._armed
-        if self._closed:
-            return True
-        guard = self._guard()
-        self._guard_held = False
-        guard.release()
-        try:
-            event = wake.event if isinstance(wake, LoopWaiter) else None
-            if event is None or event.is_set():
-                await self._sleep(0 if event is not None else seconds)
-            elif self._fake:
-                await self._sleep(seconds)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), seconds)  # aclose() sets it too
-            self._armed = NOTICES.arm(self._store, self._key, LoopWaiter(self))
-        finally:
-            await guard.acquire()  # cancelled here: not held, and _acquire knows it
-            self._guard_held = True
-        return self._closed
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        _background.add(task)
-        task.add_done_callback(_background.discard)
-
     # -- acquiring ---------------------------------------------------------------------------------
 
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
@@ -396,7 +424,7 @@ class AsyncLock(LockBase):
                 if got:
                     await self._announce(self._acquired_news())
             except asyncio.CancelledError:
-                await _shielded(self._abandon(lock_id))
+                await shielded(self._abandon(lock_id))
                 raise
         return got
 
@@ -426,25 +454,6 @@ class AsyncLock(LockBase):
                 )
 
     # -- holding -----------------------------------------------------------------------------------
-
-    def _task(self, make: Callable[[], effects.Flow[T]]) -> Callable[[], Awaitable[T]]:
-        async def run() -> T:
-            async with self._guard():
-                return await self._run(make())
-
-        return run
-
-    def _schedule(self, task: AsyncTask, when: float, name: str, **how: Any) -> ScheduledAsyncTask:
-        self._loop = asyncio.get_running_loop()  # where notices from other threads are sent
-        return self._sched().schedule(task, when, name, **how)
-
-    def _unschedule(self, entry: ScheduledAsyncTask) -> None:
-        self._sched().cancel(entry)
-
-    def _bring_forward(self, entry: ScheduledAsyncTask) -> None:
-        scheduler, loop = self._sched(), self._loop
-        if loop is not None:
-            on_loop(loop, lambda: scheduler.reschedule(entry, self._clock.monotonic()))
 
     def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         self._spawn(self._cleanup(cleanup))
@@ -488,15 +497,6 @@ class AsyncLock(LockBase):
             if news.method is not None:
                 await _call_listener(news.method, *news.args)
 
-    def _tell(self, news: News) -> None:
-        """Tell receivers and the listener now: plain callables run at once on the loop (they
-        cannot wait on the lock's guard), an ``async def`` listener method as a task."""
-        if news.method is None or not inspect.iscoroutinefunction(news.method):
-            self._tell_now(news)
-        else:
-            news.send(self._sender)
-            self._spawn(_call_listener(news.method, *news.args))
-
 
 class _Acquiring:
     """What :meth:`AsyncLock.acquire` returns."""
@@ -518,14 +518,11 @@ class _Acquiring:
         await self._lock.__aexit__(exc_type, exc, tb)
 
 
-#: The effects a driver awaits (the others are done at once, ``LockBase._perform_effect``).
-_AWAITED = (effects.Read, effects.Put, effects.Sleep, effects.Pause)
-
 #: Tasks the library started (listener calls, cleanups): kept referenced until done.
 _background: set[asyncio.Task[None]] = set()
 
 
-async def _shielded(coro: Awaitable[T]) -> T:
+async def shielded(coro: Awaitable[T]) -> T:
     """Run ``coro`` to completion even if the calling task is cancelled meanwhile; the caller
     still sees its cancellation once the work is done."""
     task = asyncio.ensure_future(coro)

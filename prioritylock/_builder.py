@@ -1,4 +1,10 @@
-"""LockBuilder: options in, a validated and frozen LockConfig out, then a Lock."""
+"""The builders: options in, a lock out.
+
+:class:`LockBuilder` validates its options into a frozen ``LockConfig`` and builds a ``Lock`` (or
+an ``AsyncLock``) on it; :class:`HudiTableBuilder` builds Hudi's own table lock
+(``_hudi_lock``). Both take the options they share (``_Options``); each has only the setters it
+uses. This module imports the Hudi lock modules, never the other way round.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +13,31 @@ import math
 import unicodedata
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prioritylock._alock import AsyncLock
 from prioritylock._ascheduler import AsyncScheduler
-from prioritylock._clock import Clock
+from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._config import (
     DEFAULT_CLEANUP_TIMEOUT,
     DEFAULT_LEASE_TIMEOUT,
     DEFAULT_MAX_CLOCK_DRIFT,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_STORE_TIMEOUT,
     LockConfig,
     default_owner,
     default_watch_interval,
 )
 from prioritylock._errors import ConfigError
+from prioritylock._hudi_config import (
+    DEFAULT_RENEW,
+    DEFAULT_VALIDITY,
+    HudiSettings,
+    open_base_store,
+    read_hudi,
+    store_url,
+)
+from prioritylock._hudi_lock import KEY, AsyncHudiTableLock, HudiTableLock
 from prioritylock._lease import MAX_MESSAGE_CHARS, MAX_OWNER_CHARS, MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import LockListener
 from prioritylock._lock import Lock
@@ -29,14 +46,105 @@ from prioritylock.stores._url import open_store
 from scopes import LockScope
 
 if TYPE_CHECKING:
-    from prioritylock._hudi_config import HudiSettings
-    from prioritylock._hudi_lock import HudiTableBuilder
     from prioritylock._scheduler import Scheduler
 
-__all__ = ["LockBuilder", "LockConfig"]
+__all__ = ["HudiTableBuilder", "LockBuilder", "LockConfig"]
+
+B = TypeVar("B", bound="_Options")
 
 
-class LockBuilder:
+class _Options:
+    """The options both builders take (:class:`LockBuilder`, :class:`HudiTableBuilder`); every
+    setter returns the builder it is called on."""
+
+    def __init__(self) -> None:
+        self._opts: dict[str, Any] = {}
+
+    # -- who ---------------------------------------------------------------------------------
+
+    def owner(self: B, owner: str) -> B:
+        """The client's name, shown to others (default ``user@host:pid``)."""
+        self._opts["owner"] = _text("owner", owner, MAX_OWNER_CHARS, empty=False)
+        return self
+
+    def priority(self: B, priority: int) -> B:
+        """0..2147483646 (higher wins; 2147483647 is the emergency override's)."""
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ConfigError(f"priority: must be an integer, got {priority!r}", option="priority")
+        if priority == OVERRIDE_PRIORITY:
+            raise ConfigError(
+                "priority: 2147483647 is reserved for the operators' emergency override; "
+                "use LockBuilder.emergency_override(message=...)",
+                option="priority",
+            )
+        if not 0 <= priority <= MAX_PRIORITY:
+            raise ConfigError(
+                f"priority: must be in 0..{MAX_PRIORITY}, got {priority}", option="priority"
+            )
+        self._opts["priority"] = priority
+        return self
+
+    def forceful(self: B, forceful: bool = True) -> B:
+        """Take the lock when the wait runs out, cleanup finished or not."""
+        if not isinstance(forceful, bool):
+            raise ConfigError(
+                f"forceful: must be True or False, got {forceful!r}", option="forceful"
+            )
+        self._opts["forceful"] = forceful
+        return self
+
+    # -- time --------------------------------------------------------------------------------
+
+    def lease_timeout(self: B, seconds: float) -> B:
+        """How long a lease lives without renewal (default 30 s)."""
+        self._opts["lease_timeout"] = _seconds("lease_timeout", seconds, zero=False)
+        return self
+
+    def renew_interval(self: B, seconds: float) -> B:
+        """How often the heartbeat renews (default a third of the lease timeout)."""
+        self._opts["renew_interval"] = _seconds("renew_interval", seconds, zero=False)
+        return self
+
+    def max_clock_drift(self: B, seconds: float) -> B:
+        """Slack added to a waiter's wait before it takes over an expired lease (default 0.5 s)."""
+        self._opts["max_clock_drift"] = _seconds("max_clock_drift", seconds, zero=True)
+        return self
+
+    def poll_interval(self: B, seconds: float) -> B:
+        """How long a blocked waiter sleeps between reads once backed off, on average (default
+        1 s, about Hudi's 1 read per second; each pause is drawn from 0.5-1.5x it; each read is a
+        request you pay for). A write to the lease wakes a waiter at once where a notice reaches
+        it: the same process, or another process on the same local directory."""
+        self._opts["poll_interval"] = _seconds("poll_interval", seconds, zero=False)
+        return self
+
+    def store_timeout(self: B, seconds: float) -> B:
+        """How long one store call is retried on throttling or 5xx (default 10 s)."""
+        self._opts["store_timeout"] = _seconds("store_timeout", seconds, zero=False)
+        return self
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def clock(self: B, clock: Clock) -> B:
+        """The clock to read (tests pass a fake clock)."""
+        if not isinstance(clock, Clock):
+            raise ConfigError("clock: expected a Clock", option="clock")
+        self._opts["clock"] = clock
+        return self
+
+    def scheduler(self: B, scheduler: Scheduler) -> B:
+        """The threaded scheduler that renews and watches this ``Lock``'s lease (default: the
+        process-wide one; tests step a manual one). An ``AsyncLock`` takes its scheduler in
+        :meth:`build_async`."""
+        self._opts["heartbeat"] = scheduler
+        return self
+
+    def heartbeat(self: B, heartbeat: Scheduler) -> B:
+        """The former name of :meth:`scheduler`."""
+        return self.scheduler(heartbeat)
+
+
+class LockBuilder(_Options):
     """Builds a :class:`~prioritylock.Lock`; every setter returns the builder.
 
     ::
@@ -49,7 +157,7 @@ class LockBuilder:
     """
 
     def __init__(self) -> None:
-        self._opts: dict[str, Any] = {}
+        super().__init__()
         self._watch_chosen = False  # watch_interval set by the caller, not derived
 
     # -- where -------------------------------------------------------------------------------
@@ -85,11 +193,6 @@ class LockBuilder:
 
     # -- who ---------------------------------------------------------------------------------
 
-    def owner(self, owner: str) -> LockBuilder:
-        """The client's name, shown to others (default ``user@host:pid``)."""
-        self._opts["owner"] = _text("owner", owner, MAX_OWNER_CHARS, empty=False)
-        return self
-
     def message(self, message: str) -> LockBuilder:
         """Why this client holds the lock, shown to others."""
         self._opts["message"] = _text("message", message, MAX_MESSAGE_CHARS, empty=True)
@@ -105,32 +208,6 @@ class LockBuilder:
         return self
 
     # -- priority ----------------------------------------------------------------------------
-
-    def priority(self, priority: int) -> LockBuilder:
-        """0..2147483646 (higher wins; 2147483647 is the emergency override's)."""
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ConfigError(f"priority: must be an integer, got {priority!r}", option="priority")
-        if priority == OVERRIDE_PRIORITY:
-            raise ConfigError(
-                "priority: 2147483647 is reserved for the operators' emergency override; "
-                "use LockBuilder.emergency_override(message=...)",
-                option="priority",
-            )
-        if not 0 <= priority <= MAX_PRIORITY:
-            raise ConfigError(
-                f"priority: must be in 0..{MAX_PRIORITY}, got {priority}", option="priority"
-            )
-        self._opts["priority"] = priority
-        return self
-
-    def forceful(self, forceful: bool = True) -> LockBuilder:
-        """Take the lock when the wait runs out, cleanup finished or not."""
-        if not isinstance(forceful, bool):
-            raise ConfigError(
-                f"forceful: must be True or False, got {forceful!r}", option="forceful"
-            )
-        self._opts["forceful"] = forceful
-        return self
 
     def keep_waiting(self, keep: bool = True) -> LockBuilder:
         """What a blocking ``lock()`` does when its non-forceful request runs out (the holder did
@@ -171,11 +248,6 @@ class LockBuilder:
 
     # -- time --------------------------------------------------------------------------------
 
-    def lease_timeout(self, seconds: float) -> LockBuilder:
-        """How long a lease lives without renewal (default 30 s)."""
-        self._opts["lease_timeout"] = _seconds("lease_timeout", seconds, zero=False)
-        return self
-
     def cleanup_timeout(self, seconds: float) -> LockBuilder:
         """How long this client, as holder, may take to clean up when preempted (0: no cleanup)."""
         self._opts["cleanup_timeout"] = _seconds("cleanup_timeout", seconds, zero=True)
@@ -184,11 +256,6 @@ class LockBuilder:
     def waiting_timeout(self, seconds: float) -> LockBuilder:
         """How long this client, as requestor, waits for a holder's cleanup (0: take it now)."""
         self._opts["waiting_timeout"] = _seconds("waiting_timeout", seconds, zero=True)
-        return self
-
-    def renew_interval(self, seconds: float) -> LockBuilder:
-        """How often the heartbeat renews (default a third of the lease timeout)."""
-        self._opts["renew_interval"] = _seconds("renew_interval", seconds, zero=False)
         return self
 
     def watch_interval(self, seconds: float) -> LockBuilder:
@@ -204,28 +271,10 @@ class LockBuilder:
         self._watch_chosen = True
         return self
 
-    def max_clock_drift(self, seconds: float) -> LockBuilder:
-        """Slack added to a waiter's wait before it takes over an expired lease (default 0.5 s)."""
-        self._opts["max_clock_drift"] = _seconds("max_clock_drift", seconds, zero=True)
-        return self
-
-    def poll_interval(self, seconds: float) -> LockBuilder:
-        """How long a blocked waiter sleeps between reads once backed off, on average (default
-        1 s, about Hudi's 1 read per second; each pause is drawn from 0.5-1.5x it; each read is a
-        request you pay for). A write to the lease wakes a waiter at once where a notice reaches
-        it: the same process, or another process on the same local directory."""
-        self._opts["poll_interval"] = _seconds("poll_interval", seconds, zero=False)
-        return self
-
-    def store_timeout(self, seconds: float) -> LockBuilder:
-        """How long one store call is retried on throttling or 5xx (default 10 s)."""
-        self._opts["store_timeout"] = _seconds("store_timeout", seconds, zero=False)
-        return self
-
     # -- from configuration files ------------------------------------------------------------
 
     @classmethod
-    def from_properties(cls, properties: Mapping[str, object]) -> LockBuilder:
+    def from_properties(cls, properties: Mapping[str, object]) -> LockBuilder | HudiTableBuilder:
         """A builder from flat ``prioritylock.*`` keys, or from an Apache Hudi writer's keys.
 
         ``prioritylock.store`` (URL), ``prioritylock.path`` or ``prioritylock.scope`` (a scope
@@ -240,8 +289,10 @@ class LockBuilder:
         and ``hoodie.write.lock.storage.renew.interval.secs`` (default 30; Hudi's deprecated
         ``...heartbeat.poll.secs`` too) the renew interval, checked by Hudi's rules. When
         ``hoodie.write.lock.provider`` names Hudi's ``StorageBasedLockProvider``, the builder is
-        a :class:`HudiTableBuilder`: its lock is Hudi's own ``.hoodie/.locks/table_lock.json``,
-        shared with Java writers, and ``hoodie.write.lock.azure.*`` give its Azure credentials.
+        a :class:`HudiTableBuilder` (as :meth:`HudiTableBuilder.from_properties` makes it, typed
+        as such): its lock is Hudi's own ``.hoodie/.locks/table_lock.json``, shared with Java
+        writers, and ``hoodie.write.lock.azure.*`` give its Azure credentials; of the
+        ``prioritylock.*`` keys it takes those of its options.
         Without a provider, the lock is prioritylock's own lease, named
         ``hudi/<table>-<hash of the base path>`` in the table's ``.hoodie/.locks`` folder.
         RFC-91's draft ``hoodie.write.lock.conditional_write.*`` names still work, with a
@@ -250,35 +301,16 @@ class LockBuilder:
 
         :raises ConfigError: an unknown ``prioritylock.*`` key, a value of the wrong type, a
             Hudi configuration without ``hoodie.base.path``, breaking Hudi's limits, or naming
-            another Hudi lock provider; the message names the key.
+            another Hudi lock provider, or a key a Hudi table lock does not use; the message
+            names the key.
         """
-        from prioritylock._hudi_config import read_hudi
-
         settings = read_hudi(properties)
-        builder = cls()
         if settings is not None and settings.storage_provider:
-            from prioritylock._hudi_lock import HudiTableBuilder
-
-            builder = HudiTableBuilder(settings.base_path, settings=settings)
+            return _apply(HudiTableBuilder(settings.base_path, settings=settings), properties)
+        builder = cls()
         if settings is not None:
             builder._apply_hudi(settings)
-        for key, value in properties.items():
-            if not key.startswith(_PREFIX):
-                continue
-            option = key[len(_PREFIX) :]
-            if option not in _PROPERTY_OPTIONS:
-                known = ", ".join(sorted(_PREFIX + o for o in _PROPERTY_OPTIONS))
-                raise ConfigError(f"{key}: unknown option (known: {known})", option=key)
-            kind = _PROPERTY_OPTIONS[option]
-            converted = _convert(key, value, kind)
-            if option == "scope":
-                try:
-                    builder.scope(LockScope.from_key(str(converted)))
-                except ValueError as exc:
-                    raise ConfigError(f"{key}: {exc}", option=key) from exc
-            else:
-                getattr(builder, option)(converted)
-        return builder
+        return _apply(builder, properties)
 
     @classmethod
     def hudi_table(cls, table: str | ObjectStore) -> HudiTableBuilder:
@@ -289,18 +321,12 @@ class LockBuilder:
             ``gs://...``, ``abfss://container@account.dfs.core.windows.net/path``, an absolute
             path), or a store rooted there.
         """
-        from prioritylock._hudi_lock import HudiTableBuilder
-
         return HudiTableBuilder(table)
 
     def _apply_hudi(self, settings: HudiSettings) -> None:
-        from prioritylock._hudi_config import store_url
-
         base = settings.base_path
         self.lease_timeout(settings.validity)
         self.renew_interval(settings.renew_interval)
-        if settings.storage_provider:
-            return
         location = settings.location or base + "/.hoodie/.locks"
         option = _HUDI_LOCATION if settings.location else _HUDI_BASE_PATH
         self.store(store_url(location, option))
@@ -313,24 +339,6 @@ class LockBuilder:
         self.message(f"hudi table {base}")
 
     # -- plumbing ----------------------------------------------------------------------------
-
-    def clock(self, clock: Clock) -> LockBuilder:
-        """The clock to read (tests pass a fake clock)."""
-        if not isinstance(clock, Clock):
-            raise ConfigError("clock: expected a Clock", option="clock")
-        self._opts["clock"] = clock
-        return self
-
-    def scheduler(self, scheduler: Scheduler) -> LockBuilder:
-        """The threaded scheduler that renews and watches this ``Lock``'s lease (default: the
-        process-wide one; tests step a manual one). An ``AsyncLock`` takes its scheduler in
-        :meth:`build_async`."""
-        self._opts["heartbeat"] = scheduler
-        return self
-
-    def heartbeat(self, heartbeat: Scheduler) -> LockBuilder:
-        """The former name of :meth:`scheduler`."""
-        return self.scheduler(heartbeat)
 
     def config(self) -> LockConfig:
         """The validated, frozen configuration.
@@ -412,9 +420,146 @@ def _warn_if_watch_misses_window(watch: float, cleanup: float, drift: float) -> 
 #: What names the lock: a path is the usual way, a scope the Helix way.
 _SCOPE_SETTERS = ".path('jobs/nightly') or .scope(a LockScope)"
 
+
+class HudiTableBuilder(_Options):
+    """Builds Apache Hudi's own table lock (:class:`~prioritylock.HudiTableLock`, or with
+    :meth:`build_async` an :class:`~prioritylock.AsyncHudiTableLock`), shared with Java writers
+    that use Hudi's ``StorageBasedLockProvider``. Make it with :meth:`LockBuilder.hudi_table` or
+    :meth:`from_properties`.
+
+    Its options: ``owner`` (shown in logs: Hudi's owner field is a random UUID),
+    ``lease_timeout`` (Hudi's validity, default 300 s), ``renew_interval`` (default 30 s, or a
+    tenth of the lease timeout when only that is set), ``max_clock_drift`` (default Hudi's
+    0.5 s), ``poll_interval``, ``store_timeout``, ``clock`` and ``scheduler`` (what renews a
+    ``HudiTableLock``: by default the process's). ``priority`` and ``forceful`` are accepted and
+    change nothing: a Java holder can't be asked to yield, so every requestor waits for its
+    lease to end.
+    """
+
+    def __init__(self, table: str | ObjectStore, *, settings: HudiSettings | None = None) -> None:
+        super().__init__()
+        self._table = table
+        self._settings = settings
+        if settings is not None:
+            self.lease_timeout(settings.validity)
+            self.renew_interval(settings.renew_interval)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, object]) -> HudiTableBuilder:
+        """A builder from an Apache Hudi writer's keys that name Hudi's storage lock provider
+        (see :meth:`LockBuilder.from_properties`, which gives this builder for them too).
+
+        :raises ConfigError: as :meth:`LockBuilder.from_properties`, and when
+            ``hoodie.write.lock.provider`` does not name Hudi's ``StorageBasedLockProvider``.
+        """
+        settings = read_hudi(properties)
+        if settings is None or not settings.storage_provider:
+            raise ConfigError(
+                f"{_HUDI_PROVIDER}: a Hudi table lock needs Hudi's StorageBasedLockProvider named"
+                " here (use LockBuilder.from_properties for prioritylock's own lease)",
+                option=_HUDI_PROVIDER,
+            )
+        return _apply(cls(settings.base_path, settings=settings), properties)
+
+    def _timings(self) -> tuple[float, float, float]:
+        """The lease timeout, renew interval and drift allowance, checked by Hudi's rules."""
+        opts = self._opts
+        lease = opts.get("lease_timeout", DEFAULT_VALIDITY)
+        renew = opts.get(
+            "renew_interval", DEFAULT_RENEW if "lease_timeout" not in opts else lease / 10
+        )
+        drift = opts.get("max_clock_drift", DEFAULT_MAX_CLOCK_DRIFT)
+        if drift >= lease:
+            raise ConfigError(
+                f"max_clock_drift: {drift} s must be shorter than lease_timeout ({lease} s)",
+                option="max_clock_drift",
+            )
+        if renew * 2 > lease - drift:
+            raise ConfigError(
+                f"renew_interval: {renew} s leaves no second try before the lease ends"
+                f" (lease_timeout {lease} s - max_clock_drift {drift} s); at most half of that",
+                option="renew_interval",
+            )
+        return lease, renew, drift
+
+    def _options(self) -> dict[str, Any]:
+        """What both locks are built with (the table's store first)."""
+        lease, renew, drift = self._timings()
+        if isinstance(self._table, str):
+            settings = self._settings or HudiSettings(
+                base_path=self._table.strip().rstrip("/") or self._table,
+                storage_provider=True,
+                validity=lease,
+                renew_interval=renew,
+            )
+            store = open_base_store(settings)
+        else:
+            store = self._table
+        opts = self._opts
+        return {
+            "store": store,
+            "lease_timeout": lease,
+            "renew_interval": renew,
+            "max_clock_drift": drift,
+            "poll_interval": opts.get("poll_interval", DEFAULT_POLL_INTERVAL),
+            "store_timeout": opts.get("store_timeout", DEFAULT_STORE_TIMEOUT),
+            "name": opts.get("owner", ""),
+            "clock": opts.get("clock", SYSTEM_CLOCK),
+        }
+
+    def build(self) -> HudiTableLock:
+        """A new :class:`~prioritylock.HudiTableLock` (not yet acquired).
+
+        :raises ConfigError: options contradict each other or the table path can't be a store.
+        """
+        options = self._options()
+        return HudiTableLock(options.pop("store"), scheduler=self._opts.get("heartbeat"), **options)
+
+    def build_async(self, *, scheduler: AsyncScheduler | None = None) -> AsyncHudiTableLock:
+        """A new :class:`~prioritylock.AsyncHudiTableLock` (not yet acquired), for asyncio.
+
+        :param scheduler: what renews it (default: its event loop's own).
+        :raises ConfigError: see :meth:`build`.
+        """
+        options = self._options()
+        return AsyncHudiTableLock(options.pop("store"), scheduler=scheduler, **options)
+
+
+def _apply(builder: B, properties: Mapping[str, object]) -> B:
+    """Set the ``prioritylock.*`` keys of ``properties`` on ``builder``.
+
+    :raises ConfigError: an unknown key, one the builder does not use, or a value of the wrong
+        type; the message names the key.
+    """
+    for key, value in properties.items():
+        if not key.startswith(_PREFIX):
+            continue
+        option = key[len(_PREFIX) :]
+        if option not in _PROPERTY_OPTIONS:
+            known = ", ".join(sorted(_PREFIX + o for o in _PROPERTY_OPTIONS))
+            raise ConfigError(f"{key}: unknown option (known: {known})", option=key)
+        if isinstance(builder, HudiTableBuilder) and not hasattr(builder, option):
+            raise ConfigError(
+                f"{key}: not used by a Hudi table lock (it lives at the table's {KEY};"
+                " force it free with prioritylock hudi force-unlock BASE_PATH)",
+                option=key,
+            )
+        converted = _convert(key, value, _PROPERTY_OPTIONS[option])
+        if option == "scope":
+            assert isinstance(builder, LockBuilder)
+            try:
+                builder.scope(LockScope.from_key(str(converted)))
+            except ValueError as exc:
+                raise ConfigError(f"{key}: {exc}", option=key) from exc
+        else:
+            getattr(builder, option)(converted)
+    return builder
+
+
 _PREFIX = "prioritylock."
 _HUDI_LOCATION = "hoodie.write.lock.conditional_write.locks_location"
 _HUDI_BASE_PATH = "hoodie.base.path"
+_HUDI_PROVIDER = "hoodie.write.lock.provider"
 _PROPERTY_OPTIONS = {
     "store": "str",
     "path": "str",

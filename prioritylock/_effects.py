@@ -1,15 +1,19 @@
 """The effects a lock's flows yield (``_flows``), and what a driver sends back for each.
 
 A flow asks its driver to do something by yielding one of these; the driver performs it and
-sends the result (or throws in the store's error). :data:`Effect` is their union: the drivers
-dispatch on it with ``match`` (``_driver.LockBase._perform_effect``), so the type checker sees
-every branch. Like the flows, nothing here does I/O.
+sends the result (or throws in the store's error). :data:`Effect` is the union a lease flow
+(``_flows``) may yield, :data:`HudiEffect` a Hudi table lock's (``_hudi_flows``); both share
+:data:`Shared`, the effects any flow may yield (store calls, waits, the clock, arming). The
+drivers dispatch with ``match`` ending in :func:`assert_never` (``_runner.FlowRunner``,
+``_driver.LockBase``, ``_hudi_lock.HudiBase``), so the type checker shows every ``match`` a new
+effect must be handled in. The effects a driver must wait for derive from :class:`Waits`: the
+asyncio driver awaits exactly those. Like the flows, nothing here does I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import attrs
 
@@ -26,6 +30,12 @@ __all__ = [
     "End",
     "Flow",
     "Hold",
+    "HudiEffect",
+    "HudiEnded",
+    "HudiFlow",
+    "HudiHeld",
+    "HudiLost",
+    "HudiUnsettled",
     "Instant",
     "Lose",
     "Now",
@@ -34,19 +44,40 @@ __all__ = [
     "Read",
     "Renewed",
     "RetryRelease",
+    "Shared",
+    "SharedFlow",
     "Sleep",
     "Unsettled",
+    "Waits",
     "Withdrawn",
+    "assert_never",
 ]
 
 T = TypeVar("T")
 
 #: A flow: yields effects (:data:`Effect`), is sent their results, returns its outcome.
 Flow = Generator["Effect", Any, T]
+#: A flow that yields only :data:`Shared` effects: a step any lock's flows can use.
+SharedFlow = Generator["Shared", Any, T]
+#: A Hudi table lock's flow (``_hudi_flows``).
+HudiFlow = Generator["HudiEffect", Any, T]
+
+
+def assert_never(effect: NoReturn) -> NoReturn:
+    """The default of an effect ``match``: mypy rejects the call while any effect of the union
+    matched on is unhandled (``typing.assert_never``, which Python 3.10 lacks)."""
+    raise AssertionError(f"unhandled effect: {effect!r}")
+
+
+class Waits:
+    """An effect the driver must wait for (a store call, a sleep, a pause): the asyncio driver
+    awaits what performing it returns; every other effect is done at once."""
+
+    __slots__ = ()
 
 
 @attrs.frozen
-class Read:
+class Read(Waits):
     """Read the document once (conditionally against ``known`` when the store can).
     Result: what the store's read returns; store errors are thrown in. ``by``: when the call
     must have ended, on the lock's monotonic clock (see :class:`Put`)."""
@@ -56,7 +87,7 @@ class Read:
 
 
 @attrs.frozen
-class Put:
+class Put(Waits):
     """One conditional write: create when ``create``, else replace ``version`` (skipping the sync
     when ``unsynced``). Result: the new version; store errors are thrown in. Unless ``quiet``
     (a renewal, which tells nobody anything), a write that may have landed is noticed by the
@@ -90,7 +121,7 @@ NOW = Now()
 
 
 @attrs.frozen
-class Sleep:
+class Sleep(Waits):
     """Back off before retrying a store call; the lock stays busy meanwhile."""
 
     seconds: float
@@ -108,7 +139,7 @@ ARM = Arm()
 
 
 @attrs.frozen
-class Pause:
+class Pause(Waits):
     """Wait between attempts to acquire: up to ``seconds``, or until a release in this process
     wakes us (if armed); then arm again. Other calls on the lock may run meanwhile. Result:
     True when the wait is to end now (cancelled, or the lock object closed)."""
@@ -194,7 +225,41 @@ class Unsettled:
     lock_id: str
 
 
-#: Effects a driver performs at once, without waiting (``_driver.LockBase._perform_effect``).
+@attrs.frozen
+class HudiHeld:
+    """A Hudi table lock holds the lock now: renew it from ``due`` (and hear notices)."""
+
+    due: float
+
+
+@attrs.frozen
+class HudiLost:
+    """The Hudi holding is lost for ``reason``: unless it already was (or ended), mark it, stop
+    its renewals and tell the holder once."""
+
+    reason: str
+
+
+class HudiEnded:
+    """The Hudi holding ended (released, or its release given up on): renew it no more."""
+
+    def __repr__(self) -> str:
+        return "HudiEnded()"
+
+
+class HudiUnsettled:
+    """A write of ours may have left a claim (or an unreleased holding) in Hudi's document:
+    take it back in the background (``_hudi_flows.background_settle``)."""
+
+    def __repr__(self) -> str:
+        return "HudiUnsettled()"
+
+
+#: The effects any flow may yield: store calls, waits, the clock and arming for a notice
+#: (``_runner.FlowRunner._perform_shared``).
+Shared = Read | Put | Sleep | Pause | Now | Arm
+
+#: Effects a lease driver performs at once, without waiting (``_driver.LockBase``).
 Instant = (
     Now
     | Arm
@@ -209,5 +274,8 @@ Instant = (
     | Unsettled
 )
 
-#: Every effect a flow may yield: store calls, waits, and the instant ones.
+#: Every effect a lease flow may yield: store calls, waits, and the instant ones.
 Effect = Read | Put | Sleep | Pause | Instant
+
+#: Every effect a Hudi table lock's flow may yield.
+HudiEffect = Shared | HudiHeld | HudiLost | HudiEnded | HudiUnsettled

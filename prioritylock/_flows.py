@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -48,6 +48,7 @@ from prioritylock._effects import (
     Read,
     Renewed,
     RetryRelease,
+    SharedFlow,
     Sleep,
     Unsettled,
     Withdrawn,
@@ -83,6 +84,7 @@ __all__ = [
     "TRY_STORE_TIMEOUT",
     "Attempt",
     "Backoff",
+    "Bounded",
     "acquire",
     "after_cleanup",
     "background_release",
@@ -90,9 +92,11 @@ __all__ = [
     "beat",
     "force_unlock",
     "limit",
+    "now",
     "read",
     "release",
     "renew_now",
+    "retrying",
     "settle_abandoned",
     "write",
 ]
@@ -117,7 +121,7 @@ class Backoff:
 # -- store access: reads, writes and their unknown outcomes --------------------------------------
 
 
-def now() -> Flow[float]:
+def now() -> SharedFlow[float]:
     mono, _wall = yield NOW
     return float(mono)
 
@@ -133,8 +137,19 @@ LATE_GRACE = 1.0
 TRY_STORE_TIMEOUT = 2.0
 
 
+class Bounded(Protocol):
+    """What the store-access steps need of a lock's state (a lease's ``LockState``, Hudi's
+    ``HudiState``): its key, for the log, and its store timeout."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def store_timeout(self) -> float: ...
+
+
 def limit(
-    state: LockState, mono: float, cap: float | None = None, timeout: float | None = None
+    state: Bounded, mono: float, cap: float | None = None, timeout: float | None = None
 ) -> float:
     """When a store operation starting at ``mono`` must have ended, retries and the request in
     flight included: ``timeout`` (default: the store timeout) from now, or the caller's
@@ -154,8 +169,8 @@ def op_deadline(
 
 
 def retrying(
-    state: LockState, effect: Read, deadline: float, bound: float | None = None
-) -> Flow[Any]:
+    state: Bounded, effect: Read, deadline: float, bound: float | None = None
+) -> SharedFlow[Any]:
     """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``.
     Each request in flight is bounded by ``bound`` (default: ``deadline``). One attempt is
     always made."""

@@ -17,7 +17,8 @@ Its rules, as its ``tryLock``/``renewLock``/``unlock`` apply them:
   holder's version; the object is never deleted.
 
 The force unlock of operators is the release written for someone else: ``expired: true`` over
-exactly the version the operator saw, so a live holder's next renewal fails its condition.
+exactly the version the operator saw (with ``validUntil`` a millisecond short, see
+:func:`forced`), so a live holder's next renewal fails its condition.
 """
 
 from __future__ import annotations
@@ -143,9 +144,15 @@ def released(held: HudiLockData) -> HudiLockData:
 
 
 def forced(seen: HudiLockData) -> HudiLockData:
-    """What a force unlock writes over the version the operator saw: that document, expired.
+    """What a force unlock writes over the version the operator saw: that document, expired,
+    its ``validUntil`` one millisecond short of the holder's.
 
-    Keeping the owner and ``validUntil`` records whose lock was ended; the holder's next renewal
-    (``If-Match`` its own version) then fails, which Hudi's holder reads as "acquired by others".
+    Keeping the owner records whose lock was ended; the holder's next renewal (``If-Match`` its
+    own version) then fails, which Hudi's holder reads as "acquired by others". The millisecond
+    tells a forced release from the holder's own (``released``: the held values, expired), which
+    a holder reading back a write of unknown outcome would otherwise take for its own: ours then
+    hears it lost the lock (``forced``), as a lease holder does. Hudi's readers ignore
+    ``validUntil`` once ``expired`` is true.
     """
-    return HudiLockData(True, seen.valid_until_ms, seen.owner)
+    until = seen.valid_until_ms
+    return HudiLockData(True, until - 1 if until > _LONG_MIN else until + 1, seen.owner)

@@ -1,17 +1,18 @@
 """The synchronous lock: drives the flows in ``_flows`` on threads.
 
 Everything that does no I/O is in ``_driver.LockBase``, shared with ``AsyncLock``; this module
-keeps what threads do: store calls on the calling thread under the object's ``_io`` lock (so the
-heartbeat and the user's own calls never interleave their compare-and-swaps), pauses between
-attempts to acquire that let go of it, and callbacks and signals run outside it (on the
-scheduler's notifier thread, or a thread of their own for a holder's cleanup).
+keeps what threads do (:class:`ThreadRunner`, which Hudi's ``HudiTableLock`` runs on too): store
+calls on the calling thread under the object's ``_io`` lock (so the heartbeat and the user's own
+calls never interleave their compare-and-swaps), pauses between attempts to acquire that let go
+of it, and callbacks and signals run outside it (on the scheduler's notifier thread, or a thread
+of their own for a holder's cleanup).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any, ClassVar
 
@@ -21,26 +22,125 @@ from prioritylock import _effects as effects
 from prioritylock import _flows as flows
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._driver import (
-    CallPool,
-    FlowRun,
-    LockBase,
-    News,
-    StoreCall,
-    T,
-    call_pool,
-    cleanup_notice,
-)
+from prioritylock._driver import LockBase, cleanup_notice
 from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
+from prioritylock._runner import CallPool, FlowRun, FlowRunner, News, StoreCall, T, call_pool
 from prioritylock._scheduler import ScheduledTask, Scheduler, Task, default_scheduler
 from prioritylock._wake import NOTICES, ThreadWaiter, Waiter
 
-__all__ = ["Lock"]
+__all__ = ["Lock", "ThreadRunner"]
 
 
-class Lock(LockBase):
+class ThreadRunner(FlowRunner):
+    """The threaded driver of any flow (a lease's, Hudi's): store calls on the calling thread
+    under the object's ``_io`` lock (so the heartbeat and the user's own calls never interleave
+    their compare-and-swaps), bounded in time on a worker thread for a network store; pauses
+    between attempts to acquire that let go of it; scheduled tasks on the process's scheduler;
+    news told on its notifier thread."""
+
+    _hb: Scheduler
+    _io: threading.RLock
+    _cancel: threading.Event | None  # the running acquire's cancel event
+
+    def _init_threads(self, scheduler: Scheduler | None) -> None:
+        self._hb = scheduler or default_scheduler()
+        self._io = threading.RLock()
+        self._cancel = None
+
+    def _run(self, flow: Generator[Any, Any, T]) -> T:
+        """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
+        throw in the store's error). The caller holds ``_io``; pauses let go of it."""
+        run = FlowRun(flow)
+        with contextlib.closing(flow):
+            while (effect := run.next()) is not None:
+                try:
+                    run.value = self._perform(effect)
+                except Exception as exc:
+                    run.error = exc
+        return run.result
+
+    def _perform(self, effect: Any) -> Any:
+        return self._perform_effect(effect)
+
+    def _store_call(self, call: StoreCall) -> Any:
+        return self._call_here(call, lambda: self._bounded(call))
+
+    def _bounded(self, call: StoreCall) -> Any:
+        """Make ``call`` here if it has no time bound; else on a worker thread, waited for at
+        most the time it has left, then let run on to its end unwatched (``_gave_up``) while
+        ``StoreUnavailable`` is raised."""
+        if (left := self._time_left(call)) is None:
+            return call()
+        future = _call_pool().submit(call)
+        try:
+            return future.result(left)
+        except Exception:
+            if future.done():
+                raise  # what the call itself raised
+        if future.cancel():  # it never started: nothing was sent
+            raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
+        error = self._gave_up(call, future, left)
+        self._after_write_when_done(call, future)
+        raise error
+
+    def _sleep(self, seconds: float) -> None:
+        self._clock.sleep(seconds)
+
+    def _new_waiter(self) -> Waiter:
+        return ThreadWaiter(self)
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait between attempts without holding ``_io``, woken early by a notice (a release in
+        this process). True when the wait is to end: cancelled, or this object closed."""
+        wake = self._armed
+        cancel = self._cancel
+        if self._closed or (cancel is not None and cancel.is_set()):
+            return True
+        self._io.release()  # acquire() runs at the top level: this lets go of it
+        try:
+            event = None if not isinstance(wake, ThreadWaiter) else wake.event
+            end = self._clock.monotonic() + seconds
+            # Two things can end this wait: a notice (wake) and the caller's event. A thread
+            # waits on one event, so with a cancel event the wait goes in short slices.
+            while not self._closed and not (cancel is not None and cancel.is_set()):
+                left = end - self._clock.monotonic()
+                if left <= 0 or (event is not None and event.is_set()):
+                    break
+                step = left if cancel is None else min(left, _CANCEL_SLICE)
+                if event is None:
+                    self._clock.sleep(step)
+                else:
+                    self._clock.wait(event, step)  # close() sets it too
+                if cancel is None:
+                    break
+            self._armed = NOTICES.arm(self._store, self._key, ThreadWaiter(self))
+        finally:
+            self._io.acquire()
+        return self._closed or (cancel is not None and cancel.is_set())
+
+    def _task(self, make: Callable[[], Generator[Any, Any, T]]) -> Callable[[], T]:
+        def run() -> T:
+            with self._io:
+                return self._run(make())
+
+        return run
+
+    def _schedule(self, task: Task, when: float, name: str, **how: Any) -> ScheduledTask:
+        return self._hb.schedule(task, when, name, **how)
+
+    def _unschedule(self, entry: ScheduledTask) -> None:
+        self._hb.cancel(entry)
+
+    def _bring_forward(self, entry: ScheduledTask) -> None:
+        self._hb.reschedule(entry, self._clock.monotonic())
+
+    def _tell(self, news: News) -> None:
+        self._hb.dispatch(lambda: self._tell_now(news))
+
+
+class Lock(ThreadRunner, LockBase):
     """A distributed lock on one lease document. Build it with :class:`~prioritylock.LockBuilder`.
 
     One lock object is one client, on every store: not reentrant (``lock()`` while it holds the
@@ -53,10 +153,8 @@ class Lock(LockBase):
     _who: ClassVar[str] = "thread"
 
     def __init__(self, config: LockConfig) -> None:
-        super().__init__(config)
-        self._hb: Scheduler = config.heartbeat or default_scheduler()
-        self._io = threading.RLock()
-        self._cancel: threading.Event | None = None  # the running acquire's cancel event
+        LockBase.__init__(self, config)
+        self._init_threads(config.heartbeat)
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -202,76 +300,6 @@ class Lock(LockBase):
 
     # -- the driver --------------------------------------------------------------------------------
 
-    def _run(self, flow: effects.Flow[T]) -> T:
-        """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
-        throw in the store's error). The caller holds ``_io``; pauses let go of it."""
-        run = FlowRun(flow)
-        with contextlib.closing(flow):
-            while (effect := run.next()) is not None:
-                try:
-                    run.value = self._perform(effect)
-                except Exception as exc:
-                    run.error = exc
-        return run.result
-
-    _perform = LockBase._perform_effect
-
-    def _store_call(self, call: StoreCall) -> Any:
-        return self._call_here(call, lambda: self._bounded(call))
-
-    def _bounded(self, call: StoreCall) -> Any:
-        """Make ``call`` here if it has no time bound; else on a worker thread, waited for at
-        most the time it has left, then let run on to its end unwatched (``_gave_up``) while
-        ``StoreUnavailable`` is raised."""
-        if (left := self._time_left(call)) is None:
-            return call()
-        future = _call_pool().submit(call)
-        try:
-            return future.result(left)
-        except Exception:
-            if future.done():
-                raise  # what the call itself raised
-        if future.cancel():  # it never started: nothing was sent
-            raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
-        error = self._gave_up(call, future, left)
-        self._after_write_when_done(call, future)
-        raise error
-
-    def _sleep(self, seconds: float) -> None:
-        self._clock.sleep(seconds)
-
-    def _new_waiter(self) -> Waiter:
-        return ThreadWaiter(self)
-
-    def _pause(self, seconds: float) -> bool:
-        """Wait between attempts without holding ``_io``, woken early by a notice (a release in
-        this process). True when the wait is to end: cancelled, or this object closed."""
-        wake = self._armed
-        cancel = self._cancel
-        if self._closed or (cancel is not None and cancel.is_set()):
-            return True
-        self._io.release()  # acquire() runs at the top level: this lets go of it
-        try:
-            event = None if not isinstance(wake, ThreadWaiter) else wake.event
-            end = self._clock.monotonic() + seconds
-            # Two things can end this wait: a notice (wake) and the caller's event. A thread
-            # waits on one event, so with a cancel event the wait goes in short slices.
-            while not self._closed and not (cancel is not None and cancel.is_set()):
-                left = end - self._clock.monotonic()
-                if left <= 0 or (event is not None and event.is_set()):
-                    break
-                step = left if cancel is None else min(left, _CANCEL_SLICE)
-                if event is None:
-                    self._clock.sleep(step)
-                else:
-                    self._clock.wait(event, step)  # close() sets it too
-                if cancel is None:
-                    break
-            self._armed = NOTICES.arm(self._store, self._key, ThreadWaiter(self))
-        finally:
-            self._io.acquire()
-        return self._closed or (cancel is not None and cancel.is_set())
-
     # -- acquiring ---------------------------------------------------------------------------------
 
     def _acquire(
@@ -298,22 +326,6 @@ class Lock(LockBase):
 
     # -- holding -----------------------------------------------------------------------------------
 
-    def _task(self, make: Callable[[], effects.Flow[T]]) -> Callable[[], T]:
-        def run() -> T:
-            with self._io:
-                return self._run(make())
-
-        return run
-
-    def _schedule(self, task: Task, when: float, name: str, **how: Any) -> ScheduledTask:
-        return self._hb.schedule(task, when, name, **how)
-
-    def _unschedule(self, entry: ScheduledTask) -> None:
-        self._hb.cancel(entry)
-
-    def _bring_forward(self, entry: ScheduledTask) -> None:
-        self._hb.reschedule(entry, self._clock.monotonic())
-
     def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         notice = cleanup_notice(self, cleanup)
         listener = self._cfg.listener
@@ -327,11 +339,10 @@ class Lock(LockBase):
 
         self._hb.spawn(cleanup_then_hand_over, f"prioritylock-cleanup {self._key}")
 
+    _perform = LockBase._perform_effect
+
     #: Tell now, on this thread (the caller's, or the cleanup's).
     _announce = LockBase._tell_now
-
-    def _tell(self, news: News) -> None:
-        self._hb.dispatch(lambda: self._tell_now(news))
 
 
 #: Threads that make the store calls a lock waits for only so long (network stores): a call that

@@ -7,9 +7,10 @@ Connect with ``weak=False`` (blinker's weak default silently drops closures)::
     @signals.lock_lost.connect_via(signals.ANY, weak=False)   # or .connect(fn, weak=False)
     def on_lost(lock, info, reason): ...
 
-Every signal's sender is the :class:`~prioritylock.Lock`; keyword arguments are listed per
-signal. Receivers run outside the library's internal locks; one that raises is logged and never
-stops the heartbeat.
+Every signal's sender is the :class:`~prioritylock.Lock` (or ``AsyncLock``); keyword arguments
+are listed per signal. Hudi's table locks (``HudiTableLock``, ``AsyncHudiTableLock``) send
+``lock_lost`` only, its ``info`` a ``HudiLockInfo``. Receivers run outside the library's
+internal locks; one that raises is logged and never stops the heartbeat.
 """
 
 from __future__ import annotations

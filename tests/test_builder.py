@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,14 @@ def test_scope_and_url() -> None:
     assert isinstance(cfg.store, MemoryStore)
 
 
+def lease_builder(props: Mapping[str, object]) -> LockBuilder:
+    """``from_properties`` over keys that name no Hudi provider: a ``LockBuilder`` (its type
+    says it may be a ``HudiTableBuilder``; this narrows it)."""
+    builder = LockBuilder.from_properties(props)
+    assert isinstance(builder, LockBuilder)
+    return builder
+
+
 def test_from_properties(tmp_path: Path) -> None:
     props = {
         "prioritylock.store": f"file://{tmp_path}",
@@ -139,12 +148,12 @@ def test_from_properties(tmp_path: Path) -> None:
         "prioritylock.waiting_timeout": "4",
         "unrelated.key": "ignored",
     }
-    cfg = LockBuilder.from_properties(props).config()
+    cfg = lease_builder(props).config()
     assert isinstance(cfg.store, LocalStore)
     assert cfg.key == "v1/resource/prod/orders-db"
     assert (cfg.owner, cfg.priority, cfg.forceful, cfg.keep_waiting) == ("worker-7", 5, True, False)
     assert (cfg.lease_timeout, cfg.cleanup_timeout, cfg.waiting_timeout) == (12, 2.5, 4)
-    lock = LockBuilder.from_properties(props).build()
+    lock = lease_builder(props).build()
     assert lock.try_lock()
     lock.unlock()
 
@@ -161,7 +170,7 @@ def test_from_properties(tmp_path: Path) -> None:
 )
 def test_from_properties_errors_name_the_key(props: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
-        LockBuilder.from_properties(props).config()
+        lease_builder(props).config()
 
 
 def test_hudi_keys(tmp_path: Path) -> None:
@@ -170,24 +179,20 @@ def test_hudi_keys(tmp_path: Path) -> None:
         "hoodie.write.lock.storage.validity.timeout.secs": "60",
         "hoodie.write.lock.storage.renew.interval.secs": "5",
     }
-    cfg = LockBuilder.from_properties(props).config()
+    cfg = lease_builder(props).config()
     assert isinstance(cfg.store, LocalStore)
     assert cfg.lease_timeout == 60 and cfg.renew_interval == 5 and cfg.watch_interval == 5
     assert cfg.key.startswith("v1/path/hudi/orders-")
     # Another writer of the same table names the same lock; another table does not.
-    again = LockBuilder.from_properties(dict(props)).config()
+    again = lease_builder(dict(props)).config()
     assert again.key == cfg.key
-    other = LockBuilder.from_properties(
-        {**props, "hoodie.base.path": str(tmp_path / "t2")}
-    ).config()
+    other = lease_builder({**props, "hoodie.base.path": str(tmp_path / "t2")}).config()
     assert other.key != cfg.key
-    defaults = LockBuilder.from_properties(
-        {"hoodie.base.path": str(tmp_path / "lake" / "x")}
-    ).config()
+    defaults = lease_builder({"hoodie.base.path": str(tmp_path / "lake" / "x")}).config()
     assert defaults.lease_timeout == 300 and defaults.renew_interval == 30
     assert (tmp_path / "lake" / "x" / ".hoodie" / ".locks").is_dir()
     # our own keys win over Hudi's
-    mixed = LockBuilder.from_properties({**props, "prioritylock.lease_timeout": "90"}).config()
+    mixed = lease_builder({**props, "prioritylock.lease_timeout": "90"}).config()
     assert mixed.lease_timeout == 90
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from prioritylock import ConfigError, LockBuilder
+from prioritylock import ConfigError, HudiTableBuilder, LockBuilder
 from prioritylock._hudi_config import read_hudi, store_url
-from prioritylock._hudi_lock import KEY, HudiTableBuilder, HudiTableLock
+from prioritylock._hudi_lock import KEY, HudiTableLock
 from prioritylock.stores import LocalStore
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -37,7 +37,7 @@ def test_a_writer_configuration_file_as_it_is(tmp_path: Path) -> None:
     assert isinstance(builder, HudiTableBuilder)
     lock = builder.build()
     assert isinstance(lock, HudiTableLock) and lock.key == KEY
-    assert (lock._validity, lock._renew_interval, lock._drift) == (600, 45, 0.5)
+    assert (lock._st.validity, lock._st.renew_interval, lock._st.drift) == (600, 45, 0.5)
     assert isinstance(lock.store, LocalStore)
     assert lock.try_lock()
     assert lock.store.read(KEY) is not None
@@ -52,13 +52,15 @@ def test_defaults_are_hudis() -> None:
 
 
 def test_without_a_provider_the_lease_is_prioritylocks_own(tmp_path: Path) -> None:
-    cfg = LockBuilder.from_properties(
+    builder = LockBuilder.from_properties(
         {
             "hoodie.base.path": str(tmp_path / "orders"),
             "hoodie.write.lock.storage.validity.timeout.secs": "120",
             "hoodie.write.lock.storage.renew.interval.secs": "12",
         }
-    ).config()
+    )
+    assert isinstance(builder, LockBuilder)  # no provider named: prioritylock's own lease
+    cfg = builder.config()
     assert (cfg.lease_timeout, cfg.renew_interval, cfg.watch_interval) == (120, 12, 12)
     assert cfg.key.startswith("v1/path/hudi/orders-")
 
@@ -191,7 +193,7 @@ def test_prioritylock_keys_still_win(tmp_path: Path) -> None:
     )
     assert isinstance(builder, HudiTableBuilder)  # narrows: build() is a HudiTableLock
     lock = builder.build()
-    assert lock.name == "backup-job" and lock._poll == 0.2
+    assert lock.name == "backup-job" and lock._st.poll_interval == 0.2
 
 
 def test_the_azure_connection_string_key_reaches_the_table(request: pytest.FixtureRequest) -> None:
@@ -219,7 +221,13 @@ def test_an_unused_option_points_at_a_command_the_cli_has(tmp_path: Path) -> Non
     from prioritylock.cli._parse import build_parser
 
     with pytest.raises(ConfigError) as caught:
-        LockBuilder.hudi_table(str(tmp_path)).store("memory://x").build()
+        LockBuilder.from_properties(
+            {
+                "hoodie.base.path": str(tmp_path),
+                "hoodie.write.lock.provider": PROVIDER,
+                "prioritylock.store": "memory://x",
+            }
+        )
     found = re.search(r"with prioritylock (.+?) BASE_PATH\)", str(caught.value))
     assert found is not None, caught.value
     words = [*found.group(1).split(), str(tmp_path)]

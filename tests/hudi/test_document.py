@@ -81,9 +81,14 @@ def test_a_renewal_never_shortens_the_lease() -> None:
     assert stepped_back.valid_until_ms == held.valid_until_ms and not stepped_back.expired
 
 
-def test_a_force_unlock_writes_what_was_seen_expired() -> None:
+def test_a_force_unlock_writes_what_was_seen_expired_a_millisecond_short() -> None:
     seen = hudi.decode(DOCS["java_after_crash"].encode(), key="k")
-    assert hudi.encode(hudi.forced(seen)) == DOCS["java_after_release"].encode()
+    until = seen.valid_until_ms
+    java_release = DOCS["java_after_release"].encode()
+    # Java's release document, but for validUntil: the holder tells it from its own release.
+    shorter = java_release.replace(str(until).encode(), str(until - 1).encode())
+    assert hudi.encode(hudi.forced(seen)) == shorter != java_release
+    assert hudi.forced(seen) != hudi.released(seen) and hudi.is_free(hudi.forced(seen), 0)
 
 
 def test_non_ascii_owners_are_written_as_utf8_like_jackson() -> None:

@@ -11,7 +11,6 @@ from prioritylock import (
     ConditionFailed,
     CorruptLease,
     FakeClock,
-    HudiTableLock,
     LockBuilder,
     LockHeld,
     LockLost,
@@ -23,6 +22,7 @@ from prioritylock._hudi_lock import KEY, force_unlock, read_info
 from prioritylock._scheduler import Scheduler
 from prioritylock.stores import MemoryStore, ObjectStore
 from prioritylock.testing.faults import FaultyStore
+from tests.hudi.drivers import HudiFace, hudi_lock
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,7 +39,7 @@ def store() -> FaultyStore:
     return FaultyStore(MemoryStore())
 
 
-def make(store: ObjectStore, clock: FakeClock, **kw: float) -> HudiTableLock:
+def make(store: ObjectStore, clock: FakeClock, driver: str = "sync", **kw: float) -> HudiFace:
     options: dict[str, float] = {
         "lease_timeout": V,
         "renew_interval": RENEW,
@@ -48,7 +48,7 @@ def make(store: ObjectStore, clock: FakeClock, **kw: float) -> HudiTableLock:
         "store_timeout": 2.0,
         **kw,
     }
-    return HudiTableLock(store, clock=clock, heartbeat=False, **options)  # type: ignore[arg-type]
+    return hudi_lock(driver, store, clock=clock, heartbeat=False, **options)
 
 
 def doc(store: ObjectStore) -> hudi.HudiLockData:
@@ -68,9 +68,9 @@ def requests(store: FaultyStore, action: Callable[[], object]) -> dict[str, int]
 
 
 def test_acquire_renew_release_write_hudis_document_within_hudis_budget(
-    store: FaultyStore, clock: FakeClock
+    driver: str, store: FaultyStore, clock: FakeClock
 ) -> None:
-    a = make(store, clock)
+    a = make(store, clock, driver)
     assert requests(store, lambda: assert_true(a.try_lock())) == {"reads": 1, "creates": 1}
     assert doc(store) == hudi.HudiLockData(False, now_ms(clock) + 60_000, a.owner_id)
     clock.advance(RENEW)
@@ -87,9 +87,9 @@ def assert_true(value: bool) -> None:
 
 
 def test_a_held_lock_is_not_taken_until_hudis_rule_frees_it(
-    store: FaultyStore, clock: FakeClock
+    driver: str, store: FaultyStore, clock: FakeClock
 ) -> None:
-    a, b = make(store, clock), make(store, clock)
+    a, b = make(store, clock, driver), make(store, clock, driver)
     assert a.try_lock()
     with pytest.raises(LockHeld):
         a.try_lock()
@@ -109,8 +109,25 @@ def test_a_held_lock_is_not_taken_until_hudis_rule_frees_it(
     assert doc(store).owner == b.owner_id
 
 
-def test_a_released_lock_is_taken_at_once(store: FaultyStore, clock: FakeClock) -> None:
-    a, b = make(store, clock), make(store, clock)
+def test_a_renewed_holder_believes_for_the_validity_less_the_drift_from_its_renewal(
+    driver: str, store: FaultyStore, clock: FakeClock
+) -> None:
+    a = make(store, clock, driver)
+    assert a.try_lock()
+    clock.advance(RENEW)
+    a.renew()
+    clock.advance(V - DRIFT - 0.001)
+    assert a.is_current_owner()
+    clock.advance(0.001)
+    assert not a.is_current_owner()
+    with pytest.raises(LockLost):
+        a.unlock()
+
+
+def test_a_released_lock_is_taken_at_once(
+    driver: str, store: FaultyStore, clock: FakeClock
+) -> None:
+    a, b = make(store, clock, driver), make(store, clock, driver)
     assert a.try_lock()
     a.unlock()
     assert b.try_lock()
@@ -119,11 +136,12 @@ def test_a_released_lock_is_taken_at_once(store: FaultyStore, clock: FakeClock) 
 
 
 def test_a_holder_never_looks_free_to_hudis_readers_while_it_believes_it_holds(
+    driver: str,
     store: FaultyStore,
 ) -> None:
     master = FakeClock()
     holder_clock = FakeClock(master=master, wall_offset=master.wall_offset - DRIFT / 2)
-    a = make(store, holder_clock)
+    a = make(store, holder_clock, driver)
     assert a.try_lock()
     next_renew = holder_clock.monotonic() + RENEW
     for step in range(2000):
@@ -139,27 +157,67 @@ def test_a_holder_never_looks_free_to_hudis_readers_while_it_believes_it_holds(
     assert step > 1000  # it held through the renewals, then lapsed when they stopped
 
 
-def test_renewal_over_a_lock_taken_by_others_is_lost(store: FaultyStore, clock: FakeClock) -> None:
+@pytest.mark.parametrize("by", ["force_unlock", "another writer"])
+def test_renewal_over_a_lock_taken_by_others_is_lost(
+    driver: str, store: FaultyStore, clock: FakeClock, by: str
+) -> None:
     lost: list[str] = []
     # on_lost is told from the scheduler's notifier thread: a manual scheduler tells it inline.
     manual = Scheduler(clock, threaded=False)
-    a = HudiTableLock(
-        store, clock=clock, heartbeat=False, lease_timeout=V, on_lost=lost.append, scheduler=manual
+    a = hudi_lock(
+        driver,
+        store,
+        clock=clock,
+        heartbeat=False,
+        lease_timeout=V,
+        on_lost=lost.append,
+        scheduler=manual,
     )
     assert a.try_lock()
     seen = doc(store)
     force_unlock(store, if_owner=seen.owner, if_valid_until_ms=seen.valid_until_ms, clock=clock)
+    if by == "another writer":
+        assert make(store, clock, driver).try_lock()
     with pytest.raises(LockLost):
         a.renew()
-    assert lost == ["acquired by others"] and not a.is_current_owner()
+    reason = "forced" if by == "force_unlock" else "acquired by others"
+    assert lost == [reason] and not a.is_current_owner()
+    with pytest.raises(LockLost):
+        a.unlock()
+
+
+def test_a_holder_forced_free_hears_it_at_its_release_like_a_lease_holder(
+    driver: str, store: FaultyStore, clock: FakeClock
+) -> None:
+    """The release reads back a refused write: a force unlock (whose validUntil is a millisecond
+    short of the holder's) is not taken for the holder's own release."""
+    lost: list[str] = []
+    manual = Scheduler(clock, threaded=False)  # tells on_lost inline
+    a = hudi_lock(
+        driver,
+        store,
+        clock=clock,
+        heartbeat=False,
+        lease_timeout=V,
+        on_lost=lost.append,
+        scheduler=manual,
+    )
+    assert a.try_lock()
+    seen = doc(store)
+    force_unlock(store, if_owner=seen.owner, if_valid_until_ms=seen.valid_until_ms, clock=clock)
+    assert a.is_current_owner()  # no read yet: it can't know
+    with pytest.raises(LockLost) as raised:
+        a.unlock()
+    assert raised.value.reason == "forced" and lost == ["forced"]
+    assert not a.is_current_owner() and doc(store) == hudi.forced(seen)
 
 
 @pytest.mark.parametrize("fault", ["lost_response", "precondition_after_success"])
 @pytest.mark.parametrize("op", ["create", "replace"])
 def test_writes_whose_outcome_is_unknown_are_read_back(
-    store: FaultyStore, clock: FakeClock, fault: str, op: str
+    driver: str, store: FaultyStore, clock: FakeClock, fault: str, op: str
 ) -> None:
-    a = make(store, clock)
+    a = make(store, clock, driver)
     if op == "replace":
         assert a.try_lock()
         a.unlock()
@@ -174,9 +232,9 @@ def test_writes_whose_outcome_is_unknown_are_read_back(
 
 
 def test_throttling_is_retried_within_the_store_timeout(
-    store: FaultyStore, clock: FakeClock
+    driver: str, store: FaultyStore, clock: FakeClock
 ) -> None:
-    a = make(store, clock)
+    a = make(store, clock, driver)
     store.inject("read", "unavailable", times=2)
     store.inject("create", "unavailable", times=2)
     assert a.try_lock()
@@ -184,12 +242,12 @@ def test_throttling_is_retried_within_the_store_timeout(
 
 
 def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(
-    store: FaultyStore, clock: FakeClock
+    driver: str, store: FaultyStore, clock: FakeClock
 ) -> None:
     # A Java writer's release got a 429 and was never retried (apache/hudi#18438).
     dangling = hudi.HudiLockData(False, now_ms(clock) + 3_600_000, "java-writer-uuid")
     store.create(KEY, hudi.encode(dangling))
-    a = make(store, clock)
+    a = make(store, clock, driver)
     assert not a.try_lock()
     info = read_info(store, clock=clock)
     assert info is not None and not info.free and info.time_left == pytest.approx(3600.5)
@@ -201,16 +259,18 @@ def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(
     assert a.try_lock()
 
 
-def test_a_corrupt_document_is_left_untouched(store: FaultyStore, clock: FakeClock) -> None:
+def test_a_corrupt_document_is_left_untouched(
+    driver: str, store: FaultyStore, clock: FakeClock
+) -> None:
     store.create(KEY, b'{"owner":"x"}')
     with pytest.raises(CorruptLease):
-        make(store, clock).try_lock()
+        make(store, clock, driver).try_lock()
     seen = store.read(KEY)
     assert seen is not None and seen.data == b'{"owner":"x"}'
 
 
-def test_lock_waits_and_times_out(store: FaultyStore, clock: FakeClock) -> None:
-    a, b = make(store, clock), make(store, clock)
+def test_lock_waits_and_times_out(driver: str, store: FaultyStore, clock: FakeClock) -> None:
+    a, b = make(store, clock, driver), make(store, clock, driver)
     assert a.try_lock()
     start = clock.monotonic()
     with pytest.raises(LockTimeout):

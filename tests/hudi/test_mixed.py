@@ -1,5 +1,5 @@
-"""Java-style writers (tests/_helpers/hudi_participant.py, other processes) and HudiTableLock on
-one table's lock, on a real emulator, directly and through the fault proxy.
+"""Java-style writers (tests/_helpers/hudi_participant.py, other processes) and HudiTableLock (and
+its asyncio twin) on one table's lock, on a real emulator, directly and through the fault proxy.
 
 moto runs in every run; fake-gcs-server and Azurite on demand:
 ``PRIORITYLOCK_HUDI_EMULATORS=all pytest tests/hudi/test_mixed.py``.
@@ -22,11 +22,12 @@ from typing import Any
 
 import pytest
 
-from prioritylock import HudiTableLock, LockTimeout, NotLockOwner, StoreUnavailable
+from prioritylock import LockTimeout, NotLockOwner, StoreUnavailable
 from prioritylock._hudi_lock import KEY, force_unlock, read_info
 from prioritylock.stores import ObjectStore
 from tests._helpers.fault_proxy import FaultPlan, FaultProxy
 from tests.conftest import selected_kinds
+from tests.hudi.drivers import HudiFace, hudi_lock
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -147,8 +148,11 @@ def events(proc: subprocess.Popen[str], timeout: float = 30) -> list[dict[str, A
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def our_lock(store: ObjectStore, *, lease: float = 3.0, renew: float = 0.3) -> HudiTableLock:
-    return HudiTableLock(
+def our_lock(
+    driver: str, store: ObjectStore, *, lease: float = 3.0, renew: float = 0.3
+) -> HudiFace:
+    return hudi_lock(
+        driver,
         store,
         lease_timeout=lease,
         renew_interval=renew,
@@ -157,7 +161,7 @@ def our_lock(store: ObjectStore, *, lease: float = 3.0, renew: float = 0.3) -> H
     )
 
 
-def _contend(lock: HudiTableLock, until: float, holds: list[tuple[float, float, str]]) -> None:
+def _contend(lock: HudiFace, until: float, holds: list[tuple[float, float, str]]) -> None:
     while time.time() < until:
         try:
             lock.lock(timeout=max(0.05, until - time.time()))
@@ -174,7 +178,7 @@ def _contend(lock: HudiTableLock, until: float, holds: list[tuple[float, float, 
 
 
 @pytest.mark.parametrize("faults", [False, True], ids=["direct", "fault-proxy"])
-def test_never_two_holders(table: Table, faults: bool) -> None:
+def test_never_two_holders(driver: str, table: Table, faults: bool) -> None:
     seconds = 4.0
     with FaultProxy(
         table.upstream,
@@ -200,7 +204,7 @@ def test_never_two_holders(table: Table, faults: bool) -> None:
         threads = [
             threading.Thread(
                 target=_contend,
-                args=(our_lock(table.open_store(proxy.route(f"py-{i}"))), until, holds),
+                args=(our_lock(driver, table.open_store(proxy.route(f"py-{i}"))), until, holds),
             )
             for i in range(2)
         ]
@@ -209,7 +213,7 @@ def test_never_two_holders(table: Table, faults: bool) -> None:
         for thread in threads:
             thread.join()
         if not holds:  # every try lost to the Java writers' 50 ms retries (a loaded machine)
-            late = our_lock(table.open_store(proxy.route("py-late")))
+            late = our_lock(driver, table.open_store(proxy.route("py-late")))
             late_until = time.time() + 6.0
             while not holds and time.time() < late_until:
                 _contend(late, min(late_until, time.time() + 0.5), holds)
@@ -226,8 +230,10 @@ def test_never_two_holders(table: Table, faults: bool) -> None:
         assert end <= start, f"{who} and {next_who} held the lock at once"
 
 
-def test_a_dead_java_holder_is_taken_over_after_valid_until_plus_drift(table: Table) -> None:
-    lock = our_lock(table.open_store(None))
+def test_a_dead_java_holder_is_taken_over_after_valid_until_plus_drift(
+    driver: str, table: Table
+) -> None:
+    lock = our_lock(driver, table.open_store(None))
     assert lock.info() is None  # the store's client is ready before the Java writer starts
     crashed = events(
         participant({**table.participant(None), "mode": "crash", "validity": 3.0, "renew": 0.3})
@@ -241,12 +247,14 @@ def test_a_dead_java_holder_is_taken_over_after_valid_until_plus_drift(table: Ta
     lock.unlock()
 
 
-def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(table: Table) -> None:
+def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(
+    driver: str, table: Table
+) -> None:
     crashed = events(
         participant({**table.participant(None), "mode": "crash", "validity": 600.0, "renew": 60.0})
     )
     store = table.open_store(None)
-    lock = our_lock(store)
+    lock = our_lock(driver, store)
     assert not lock.try_lock()
     seen = read_info(store)
     assert seen is not None and not seen.free and seen.owner == crashed[0]["owner"]
@@ -255,8 +263,8 @@ def test_a_dangling_lock_is_recovered_by_the_guarded_force_unlock(table: Table) 
     lock.unlock()
 
 
-def test_our_holder_is_never_seen_free_by_a_java_reader(table: Table) -> None:
-    lock = our_lock(table.open_store(None), lease=2.0, renew=0.2)
+def test_our_holder_is_never_seen_free_by_a_java_reader(driver: str, table: Table) -> None:
+    lock = our_lock(driver, table.open_store(None), lease=2.0, renew=0.2)
     reader = participant(
         {**table.participant(None), "mode": "watch", "retry": 0.02, "seconds": 4.0}
     )

@@ -158,7 +158,7 @@ def test_the_builders_scheduler_renews_a_hudi_lock() -> None:
     manual = Scheduler(clock, threaded=False)
     store = MemoryStore()
     lock = LockBuilder.hudi_table(store).clock(clock).scheduler(manual).build()
-    assert lock.try_lock()  # a HudiTableLock (typed as the builder's Lock)
+    assert lock.try_lock()  # a HudiTableLock, as the builder types it
     before = store.read(KEY).version  # type: ignore[union-attr]
     clock.advance(30.0)
     manual.run_due()
