@@ -97,7 +97,9 @@ class Container:
     ) -> None:
         self.name = f"plk-test-{uuid.uuid4().hex[:12]}"
         # The HEALTHCHECK is run by the test (`podman healthcheck run`), not by systemd timers.
-        command = ["run", "-d", "--name", self.name, "--network", network, *_podman_flags()]
+        # --read-only: as Kubernetes runs it (deploy/kubernetes: readOnlyRootFilesystem).
+        command = ["run", "-d", "--name", self.name, "--network", network, "--read-only"]
+        command += _podman_flags()
         command += ["--health-interval", "disable"]
         for name, value in env.items():
             command += ["-e", f"{name}={value}"]
