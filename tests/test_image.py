@@ -1,8 +1,10 @@
 """The sidecar image (Containerfile, scripts/build-image), built and run with podman.
 
 The image is built once per run by ``scripts/build-image`` (on the Debian base it makes from
-Debian's packages where python:3.11-slim can't be pulled, reused when the machine has it), under
-a file lock so that pytest-xdist's workers share one build. Containers run as CI here can run
+Debian's packages where python:3.11-slim can't be pulled, reused when the machine has it), in
+the parallel run of scripts/test: its tests are one xdist group, so one worker builds and runs
+them while the others run the rest; a file lock still shares one build between workers that
+don't group them. Containers run as CI here can run
 them: runc (crun fails on hybrid cgroups), lowered limits, and the host's network so that the
 service, bound to 127.0.0.1 as in a pod, reaches the emulators and the tests reach it.
 """
@@ -46,6 +48,9 @@ MAX_OVER_BASE_MB = 150
 
 pytestmark = [
     pytest.mark.timeout(BUILD_TIMEOUT + 120),
+    # One xdist worker takes them all (scripts/test runs --dist loadgroup): the others don't
+    # wait for the build.
+    pytest.mark.xdist_group("image"),
     pytest.mark.skipif(
         shutil.which("podman") is None and os.geteuid() != 0,
         reason="needs podman (scripts/build-image installs it only as root)",
@@ -229,7 +234,7 @@ def test_alpha1_over_http_and_the_full_api_over_grpc(
         assert _post(f"{alpha1}/unlock/locks", unlock) == (200, {"status": 1})
 
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            api = lock_pb2_grpc.LockServiceStub(channel)
+            api = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
             request = lock_pb2.LockRequest(
                 store_name="locks", resource_id="report", owner="batch", immediate=True
             )
@@ -270,7 +275,8 @@ def test_podman_stop_ends_it_with_status_0_releasing_its_stream_locks(
                 request = lock_pb2.LockRequest(
                     store_name="locks", resource_id="nightly", owner="batch"
                 )
-                stream = lock_pb2_grpc.LockServiceStub(channel).Lock(request, timeout=60)
+                stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
+                stream = stub.Lock(request, timeout=60)
                 first = next(event for event in stream if not event.HasField("ping"))
                 assert first.HasField("lock_acquired"), first
                 assert not other_lock.try_lock()  # held in the bucket, under the app's prefix
