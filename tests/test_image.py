@@ -72,9 +72,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent
-    marker = shared / "image-built"
+    marker = shared / "image-build.json"
     with FileLock(str(shared / "image-build.lock")):
-        if not marker.exists():
+        if not marker.exists():  # a failed build is not tried again by every test
             env = {**os.environ, "CONTAINER_ENGINE": "podman"}
             done = subprocess.run(
                 [str(ROOT / "scripts" / "build-image")],
@@ -84,9 +84,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> str:
                 timeout=BUILD_TIMEOUT,
                 check=False,
             )
-            assert done.returncode == 0, done.stdout + done.stderr
-            marker.write_text(done.stdout.strip().splitlines()[-1])
-    return marker.read_text()
+            lines = done.stdout.strip().splitlines() or [""]
+            ok = done.returncode == 0
+            marker.write_text(json.dumps([ok, lines[-1] if ok else done.stdout + done.stderr]))
+    ok, text = json.loads(marker.read_text())
+    assert ok, f"scripts/build-image failed: {text}"
+    return str(text)
 
 
 class Container:
