@@ -1,12 +1,14 @@
 """The sidecar image (Containerfile, scripts/build-image), built and run with podman.
 
 The image is built once per run by ``scripts/build-image`` (on the Debian base it makes from
-Debian's packages where python:3.11-slim can't be pulled, reused when the machine has it), in
-the parallel run of scripts/test: its tests are one xdist group, so one worker builds and runs
-them while the others run the rest; a file lock still shares one build between workers that
-don't group them. Containers run as CI here can run
-them: runc (crun fails on hybrid cgroups), lowered limits, and the host's network so that the
-service, bound to 127.0.0.1 as in a pod, reaches the emulators and the tests reach it.
+Debian's packages where python:3.11-slim can't be pulled, reused when the machine has it).
+scripts/test builds it in the background from its start, so that by the time the parallel run
+reaches these tests it is there (``PRIORITYLOCK_IMAGE_BUILD``); a plain pytest run builds it at
+the first test that needs it, under a file lock that pytest-xdist's workers share.
+
+Containers run as CI here can run them: runc (crun fails on hybrid cgroups), lowered limits,
+and the host's network, so that the service, bound to 127.0.0.1 as in a pod, reaches the
+emulators and the tests reach it.
 """
 
 from __future__ import annotations
@@ -48,9 +50,6 @@ MAX_OVER_BASE_MB = 150
 
 pytestmark = [
     pytest.mark.timeout(BUILD_TIMEOUT + 120),
-    # One xdist worker takes them all (scripts/test runs --dist loadgroup): the others don't
-    # wait for the build.
-    pytest.mark.xdist_group("image"),
     pytest.mark.skipif(
         shutil.which("podman") is None and os.geteuid() != 0,
         reason="needs podman (scripts/build-image installs it only as root)",
@@ -69,6 +68,9 @@ def _podman_flags() -> list[str]:
 def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The last line of ``scripts/build-image``'s output (the sizes), after building the image
     once for the whole run (every xdist worker shares the first one's build)."""
+    background = os.environ.get("PRIORITYLOCK_IMAGE_BUILD")
+    if background:
+        return _background_build(Path(background))
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent
@@ -90,6 +92,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     ok, text = json.loads(marker.read_text())
     assert ok, f"scripts/build-image failed: {text}"
     return str(text)
+
+
+def _background_build(log: Path) -> str:
+    """The result of scripts/test's background build, writing ``log`` and, when it ends, its
+    exit status in ``log.status``."""
+    status = log.with_name(log.name + ".status")
+    deadline = time.monotonic() + BUILD_TIMEOUT
+    while not status.exists() or not status.read_text().strip():
+        assert time.monotonic() < deadline, f"scripts/build-image: not done in {BUILD_TIMEOUT} s"
+        time.sleep(0.5)  # another process's build: no event to wait on
+    text = log.read_text(errors="replace")
+    assert status.read_text().strip() == "0", f"scripts/build-image failed: {text}"
+    return [line for line in text.splitlines() if "over its base" in line][-1]
 
 
 class Container:
