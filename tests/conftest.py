@@ -76,3 +76,20 @@ def store(store_factory: StoreFactory) -> Iterator[ObjectStore]:
     opened = store_factory()
     yield opened
     opened.close()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Shows, after the run, the figures tests report (``record_property("figure", text)``),
+    such as the container image's size: from every xdist worker too."""
+    figures = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == "figure"
+    ]
+    if figures:
+        terminalreporter.section("figures")
+        for figure in figures:
+            terminalreporter.write_line(str(figure))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 from collections.abc import Iterator
 from typing import NoReturn
 
@@ -253,8 +254,13 @@ def build_parser() -> Parser:
         metavar="DIR",
         help="also the lock stores of the Dapr component files in DIR (type lock.prioritylock)",
     )
+    # From the environment too: the container image's default command names no app id.
+    app_id = os.environ.get("PRIORITYLOCK_APP_ID") or None
     server.add_argument(
-        "--app-id", required=True, help="the app's id: the prefix of its keys, as in Dapr"
+        "--app-id",
+        required=app_id is None,
+        default=app_id,
+        help="the app's id: the prefix of its keys, as in Dapr (default: PRIORITYLOCK_APP_ID)",
     )
     server.add_argument("--http-port", type=_port, default=3500, help="HTTP port (3500)")
     server.add_argument(
