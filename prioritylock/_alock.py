@@ -362,7 +362,7 @@ class AsyncLock(LockBase):
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), seconds)  # aclose() sets it too
-            self._armed = NOTICES.arm(self._store, self._key, LoopWaiter(self))
+            self._armed = NOTICES.arm_at(self._place, LoopWaiter(self))
         finally:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it
             self._guard_held = True

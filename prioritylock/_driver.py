@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator
@@ -42,7 +43,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
 from prioritylock._listener import CleanupNotice
 from prioritylock._reserve import boot_id
-from prioritylock._wake import NOTICES, Stamp, Waiter
+from prioritylock._wake import GRACE, NOTICES, Stamp, Waiter, place
 from prioritylock.stores._base import (
     WOULD_BLOCK,
     ConditionalReader,
@@ -320,6 +321,8 @@ class LockBase:
         self._clock = config.clock
         self._st = new_state(config)
         self._calls = StoreCalls(config)
+        # Where notices for the document are posted, and whether the store feeds them: once.
+        self._place = place(self._store, self._key)
         self._armed: Waiter | None = None  # woken by a notice while we wait to acquire
         self._acquiring = False
         self._acquiring_lock = threading.Lock()
@@ -478,7 +481,7 @@ class LockBase:
             case effects.Now():
                 return self._clock.monotonic(), self._clock.time()
             case effects.Arm():
-                self._armed = NOTICES.arm(self._store, self._key, self._new_waiter())
+                self._armed = NOTICES.arm_at(self._place, self._new_waiter())
             case effects.Hold():
                 self._hold(effect)
             case effects.Lose(holding=holding, reason=reason, force=force):
@@ -552,22 +555,40 @@ class LockBase:
         when_all_done(list(self._late), start)
 
     def _hold(self, hold: effects.Hold) -> None:
-        """Schedule the holding's heartbeat (renew and watch)."""
+        """Schedule the holding's heartbeat (renew and watch), and hear notices for it."""
         holding = hold.holding
+        # A write to the document by another lock of the process (a request, an override, a
+        # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
+        # The store's own notices (another process's writes) may wait for the first heartbeat,
+        # GRACE from now, when this process holds the document in quick bursts (``_wake``).
+        now = self._clock.monotonic()
+        watching = holding.watching = NOTICES.watch_at(
+            self._place, self, lambda stamp: self._poke(holding, stamp), started=now
+        )
+        due, tolerance = hold.due, hold.tolerance
+        if not watching.fed:
+            # On a grid of GRACE, so that a burst of holdings shares the scheduler's wakeups.
+            due, tolerance = min(due, math.ceil((now + GRACE) / GRACE) * GRACE), GRACE
         holding.entry = self._schedule(
-            self._task(lambda: flows.beat(self._st, holding)),
-            hold.due,
+            self._task(lambda: self._beat(holding, hold.tolerance)),
+            due,
             f"lease {self._key}",
             # An in-process store answers in microseconds: run its heartbeat on the scheduler's
             # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
             inline=self._st.inline,
-            tolerance=hold.tolerance,
+            tolerance=tolerance,
         )
-        # A write to the document by another lock of the process (a request, an override, a
-        # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
-        holding.watching = NOTICES.watch(
-            self._store, self._key, self, lambda stamp: self._poke(holding, stamp)
-        )
+
+    def _beat(self, holding: lockstate.Holding, tolerance: float) -> effects.Flow[float | None]:
+        """The holding's heartbeat; the first run of one whose store notices were deferred
+        subscribes now, and reads what landed meanwhile."""
+        watching = holding.watching
+        if watching is not None and not watching.fed:
+            holding.entry.tolerance = tolerance  # from now on, the heartbeat's own grid
+            if holding.active:
+                NOTICES.feed(watching)
+                holding.poked = True
+        return flows.beat(self._st, holding)
 
     def _poke(self, holding: lockstate.Holding, stamp: Stamp | None = None) -> None:
         """A notice for a holding's document (any thread): read it at once. A request write's
@@ -585,7 +606,7 @@ class LockBase:
             self._unschedule(holding.entry)
         watching, holding.watching = holding.watching, None
         if watching is not None:
-            NOTICES.unwatch(watching)
+            NOTICES.unwatch(watching, self._clock.monotonic())
 
     def _call_here(self, call: StoreCall, make: Callable[[], Any]) -> Any:
         """Make a store call on this thread by ``make`` (which may answer ``WOULD_BLOCK``,
@@ -609,7 +630,7 @@ class LockBase:
             stamp = None
             if call.sent is not None and error is None and isinstance(version, str):
                 stamp = Stamp(version, call.sent, self._clock)
-            NOTICES.after_write(self._store, self._key, error, source=self, stamp=stamp)
+            NOTICES.after_write_at(self._place, error, source=self, stamp=stamp)
 
     def _after_write_when_done(
         self, call: StoreCall, future: Future[Any] | asyncio.Future[Any]

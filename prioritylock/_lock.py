@@ -267,7 +267,7 @@ class Lock(LockBase):
                     self._clock.wait(event, step)  # close() sets it too
                 if cancel is None:
                     break
-            self._armed = NOTICES.arm(self._store, self._key, ThreadWaiter(self))
+            self._armed = NOTICES.arm_at(self._place, ThreadWaiter(self))
         finally:
             self._io.acquire()
         return self._closed or (cancel is not None and cancel.is_set())
