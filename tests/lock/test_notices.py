@@ -18,7 +18,7 @@ import pytest
 
 from prioritylock import FakeClock, Heartbeat, Lock, signals
 from prioritylock import _flows as flows_module
-from prioritylock._wake import BRIEF_STREAK, GRACE, NOTICES
+from prioritylock._wake import BRIEF_STREAK, GRACE, NOTICES, ThreadWaiter
 from prioritylock.stores import LocalStore, ObjectStore
 from prioritylock.stores._base import KeyWatcher
 from prioritylock.testing import DelegatingStore
@@ -432,3 +432,12 @@ def test_a_holder_in_quick_bursts_subscribes_only_once_a_holding_outlives_the_gr
     assert holder.try_lock()
     assert list(watching.live) == [holder.key], "the streak began again after the notice"
     holder.unlock()
+
+
+def test_a_notice_wakes_a_waiter_when_no_lock_of_the_process_holds(store: ObjectStore) -> None:
+    """A notice nobody listens for returns at once; one a waiter alone listens for wakes it."""
+    waiter = ThreadWaiter(owner=object())
+    NOTICES.notice(store, "jobs/nobody")  # nobody: nothing to do
+    NOTICES.arm(store, "jobs/alone", waiter)
+    NOTICES.notice(store, "jobs/alone")
+    assert waiter.event.is_set()
