@@ -298,7 +298,10 @@ class AsyncLock(LockBase):
         try:
             while (effect := stepper.next()) is not None:
                 try:
-                    stepper.value = await self._perform(effect)
+                    if isinstance(effect, _AWAITED):
+                        stepper.value = await self._perform(effect)
+                    else:  # done at once (most effects): no coroutine to make and await
+                        stepper.value = self._perform_effect(effect)
                 except Exception as exc:
                     stepper.error = exc
         finally:

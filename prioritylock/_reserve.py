@@ -1,10 +1,11 @@
 """Fence reservations: how a store on one machine's disk skips the sync on most acquisitions.
 
 A ``LocalStore`` write that is synced costs an ``fdatasync`` (100 µs on a fast disk, 4 ms on a
-virtual one: many times the rest of an acquire+release cycle). Writes that keep the fence (renew, release, request) never
-needed it: lost to a power loss, they leave the lease as it was, at the same fence. A write that
-*raises* the fence is different: lost, it would let the next holder after the reboot get a fence
-a holder before it already used. Fences must only grow, so those writes were all synced.
+virtual one: many times the rest of an acquire+release cycle). Writes that keep the fence
+(renew, release, request) never needed it: lost to a power loss, they leave the lease as it was,
+at the same fence. A write that *raises* the fence is different: lost, it would let the next
+holder after the reboot get a fence a holder before it already used. Fences must only grow, so
+those writes were all synced.
 
 A reservation makes most of them safe to leave unsynced. A synced raise also records
 ``reserve = (fence + RESERVE_BLOCK, boot)``: the fences up to ``reserve.fence`` may be handed out
