@@ -206,12 +206,14 @@ class Lock(LockBase):
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
         throw in the store's error). The caller holds ``_io``; pauses let go of it."""
         run = FlowRun(flow)
-        with contextlib.closing(flow):
+        try:
             while (effect := run.next()) is not None:
                 try:
                     run.value = self._perform(effect)
                 except Exception as exc:
                     run.error = exc
+        finally:
+            flow.close()
         return run.result
 
     _perform = LockBase._perform_effect
