@@ -155,7 +155,10 @@ class LoopRunner(FlowRunner):
         try:
             while (effect := stepper.next()) is not None:
                 try:
-                    stepper.value = await self._perform(effect)
+                    if isinstance(effect, effects.Waits):
+                        stepper.value = await self._perform(effect)
+                    else:  # done at once (most effects): no coroutine to make and await
+                        stepper.value = self._perform_effect(effect)
                 except Exception as exc:
                     stepper.error = exc
         finally:
@@ -219,7 +222,7 @@ class LoopRunner(FlowRunner):
             else:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), seconds)  # aclose() sets it too
-            self._armed = NOTICES.arm(self._store, self._key, LoopWaiter(self))
+            self._armed = NOTICES.arm_at(self._place, LoopWaiter(self))
         finally:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it
             self._guard_held = True

@@ -13,6 +13,7 @@ pause, a heartbeat and a callback are run. Neither imports the other.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -43,7 +44,7 @@ from prioritylock._runner import (
     send,
     when_all_done,
 )
-from prioritylock._wake import NOTICES, Stamp
+from prioritylock._wake import GRACE, NOTICES, Stamp
 from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
 
 __all__ = [
@@ -312,22 +313,40 @@ class LockBase(FlowRunner):
         )
 
     def _hold(self, hold: effects.Hold) -> None:
-        """Schedule the holding's heartbeat (renew and watch)."""
+        """Schedule the holding's heartbeat (renew and watch), and hear notices for it."""
         holding = hold.holding
+        # A write to the document by another lock of the process (a request, an override, a
+        # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
+        # The store's own notices (another process's writes) may wait for the first heartbeat,
+        # GRACE from now, when this process holds the document in quick bursts (``_wake``).
+        now = self._clock.monotonic()
+        watching = holding.watching = NOTICES.watch_at(
+            self._place, self, lambda stamp: self._poke(holding, stamp), started=now
+        )
+        due, tolerance = hold.due, hold.tolerance
+        if not watching.fed:
+            # On a grid of GRACE, so that a burst of holdings shares the scheduler's wakeups.
+            due, tolerance = min(due, math.ceil((now + GRACE) / GRACE) * GRACE), GRACE
         holding.entry = self._schedule(
-            self._task(lambda: flows.beat(self._st, holding)),
-            hold.due,
+            self._task(lambda: self._beat(holding, hold.tolerance)),
+            due,
             f"lease {self._key}",
             # An in-process store answers in microseconds: run its heartbeat on the scheduler's
             # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
             inline=self._st.inline,
-            tolerance=hold.tolerance,
+            tolerance=tolerance,
         )
-        # A write to the document by another lock of the process (a request, an override, a
-        # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
-        holding.watching = NOTICES.watch(
-            self._store, self._key, self, lambda stamp: self._poke(holding, stamp)
-        )
+
+    def _beat(self, holding: lockstate.Holding, tolerance: float) -> effects.Flow[float | None]:
+        """The holding's heartbeat; the first run of one whose store notices were deferred
+        subscribes now, and reads what landed meanwhile."""
+        watching = holding.watching
+        if watching is not None and not watching.fed:
+            holding.entry.tolerance = tolerance  # from now on, the heartbeat's own grid
+            if holding.active:
+                NOTICES.feed(watching)
+                holding.poked = True
+        return flows.beat(self._st, holding)
 
     def _poke(self, holding: lockstate.Holding, stamp: Stamp | None = None) -> None:
         """A notice for a holding's document (any thread): read it at once. A request write's
@@ -345,7 +364,7 @@ class LockBase(FlowRunner):
             self._unschedule(holding.entry)
         watching, holding.watching = holding.watching, None
         if watching is not None:
-            NOTICES.unwatch(watching)
+            NOTICES.unwatch(watching, self._clock.monotonic())
 
     def _lose(self, holding: lockstate.Holding, reason: str, *, force: bool = False) -> None:
         """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""

@@ -53,12 +53,14 @@ class ThreadRunner(FlowRunner):
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
         throw in the store's error). The caller holds ``_io``; pauses let go of it."""
         run = FlowRun(flow)
-        with contextlib.closing(flow):
+        try:
             while (effect := run.next()) is not None:
                 try:
                     run.value = self._perform(effect)
                 except Exception as exc:
                     run.error = exc
+        finally:
+            flow.close()
         return run.result
 
     def _perform(self, effect: Any) -> Any:
@@ -115,7 +117,7 @@ class ThreadRunner(FlowRunner):
                     self._clock.wait(event, step)  # close() sets it too
                 if cancel is None:
                     break
-            self._armed = NOTICES.arm(self._store, self._key, ThreadWaiter(self))
+            self._armed = NOTICES.arm_at(self._place, ThreadWaiter(self))
         finally:
             self._io.acquire()
         return self._closed or (cancel is not None and cancel.is_set())

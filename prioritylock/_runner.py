@@ -29,7 +29,7 @@ from blinker import Signal
 from prioritylock import _effects as effects
 from prioritylock._clock import Clock, FakeClock
 from prioritylock._errors import ConfigError, LockCancelled, LockHeld, LockLost, StoreUnavailable
-from prioritylock._wake import NOTICES, Stamp, Waiter
+from prioritylock._wake import NOTICES, Stamp, Waiter, place
 from prioritylock.stores._base import (
     WOULD_BLOCK,
     ConditionalReader,
@@ -230,6 +230,8 @@ class FlowRunner:
         self._store = store
         self._key = key
         self._clock = clock
+        # Where notices for the document are posted, and whether the store feeds them: once.
+        self._place = place(store, key)
         self._calls = StoreCalls(store, key, clock)
         self._armed: Waiter | None = None  # woken by a notice while we wait to acquire
         self._closed = False
@@ -275,7 +277,7 @@ class FlowRunner:
             case effects.Now():
                 return self._clock.monotonic(), self._clock.time()
             case effects.Arm():
-                self._armed = NOTICES.arm(self._store, self._key, self._new_waiter())
+                self._armed = NOTICES.arm_at(self._place, self._new_waiter())
             case _:
                 effects.assert_never(effect)
         return None
@@ -342,7 +344,7 @@ class FlowRunner:
             stamp = None
             if call.sent is not None and error is None and isinstance(version, str):
                 stamp = Stamp(version, call.sent, self._clock)
-            NOTICES.after_write(self._store, self._key, error, source=self, stamp=stamp)
+            NOTICES.after_write_at(self._place, error, source=self, stamp=stamp)
 
     def _after_write_when_done(
         self, call: StoreCall, future: Future[Any] | asyncio.Future[Any]

@@ -26,6 +26,18 @@ the call to its loop (:class:`LoopWaiter`, and the async scheduler's ``poke``).
 A store that can tell when a key may have changed (``stores._base.KeyWatcher``: ``watch_key``,
 e.g. file-system notification) feeds the same board: the first interest in a location of such a
 store subscribes, and the subscription ends when a notice finds nobody interested any more.
+Whether a store can is decided once per lock object (:func:`place`), not per notice.
+
+A holder that is never asked pays almost nothing for being askable: its in-process interest is
+a dictionary entry, and its store subscription (an inotify watch, whose every event another
+thread must read, GIL and all) waits while this process holds the document in quick bursts.
+After :data:`BRIEF_STREAK` holdings in a row that ended within :data:`GRACE` of their start
+un-asked, a new holding's subscription is *deferred*: the driver makes it (:meth:`Notices.feed`)
+at the holding's first heartbeat, :data:`GRACE` later, and reads the document then (what
+landed meanwhile). A holding that was asked, or outlived the grace, makes the next one
+subscribe at once. So a try-lock/unlock loop subscribes nothing, and a request from another
+process reaches a holder at once unless it lands in the first :data:`GRACE` (up to twice that,
+on the heartbeat's grid) of a holding that follows such a burst.
 
 ``PRIORITYLOCK_NOTICES=off`` drops every notice (each lock polls); ``faults:SEED`` drops,
 duplicates and delays them at random (:class:`Faults`), for tests.
@@ -41,20 +53,25 @@ import random
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from prioritylock._errors import ConditionFailed
 from prioritylock.stores._base import KeyWatcher
 
 __all__ = [
+    "BRIEF_STREAK",
+    "GRACE",
     "NOTICES",
     "Faults",
     "LoopWaiter",
     "Notices",
+    "Place",
     "Stamp",
     "ThreadWaiter",
     "Waiter",
+    "Watching",
     "location",
+    "place",
 ]
 
 log = logging.getLogger("prioritylock")
@@ -62,12 +79,34 @@ log = logging.getLogger("prioritylock")
 #: A document, process-wide: (what the store addresses, key).
 Location = tuple[object, str]
 
+#: Seconds a holding must last (or be asked) for the next holding to subscribe at once.
+GRACE = 0.01
+#: Brief, un-asked holdings in a row after which a holding's store subscription is deferred.
+BRIEF_STREAK = 3
+
 
 def location(store: object, key: str) -> Location:
     """The document ``key`` of ``store``, process-wide: stores that know what they address (a
     directory, a bucket) say so in ``namespace``, so lock objects with separate store objects on
     the same data hear each other."""
     return (getattr(store, "namespace", None) or id(store), key)
+
+
+class Place(NamedTuple):
+    """A lock object's document on the board, worked out once (:func:`place`): its location,
+    its key, and the store that feeds notices for it (``KeyWatcher``), if the store can."""
+
+    where: Location
+    store: object
+    key: str
+    feed: KeyWatcher | None
+
+
+def place(store: object, key: str) -> Place:
+    """``key`` of ``store`` on the board; whether the store notices changes itself is looked up
+    here, once (a runtime-checkable ``Protocol`` check costs microseconds)."""
+    feed = store if isinstance(store, KeyWatcher) else None
+    return Place(location(store, key), store, key, feed)
 
 
 class Stamp(NamedTuple):
@@ -133,11 +172,30 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
 
 
 class _Watcher:
-    __slots__ = ("callback", "owner")
+    __slots__ = ("callback", "heard", "owner")
 
     def __init__(self, owner: object, callback: Callable[[Stamp | None], None]) -> None:
         self.owner = owner
         self.callback = callback
+        self.heard = False  # a notice reached it
+
+
+class Watching:
+    """A holder's interest (:meth:`Notices.watch_at`): whether its store subscription is made
+    (``fed``; False: deferred, the driver calls :meth:`Notices.feed`), when it began on the
+    holder's clock (``started``), and whether a notice reached it (``heard``)."""
+
+    __slots__ = ("fed", "place", "started", "watcher")
+
+    def __init__(self, place: Place, watcher: _Watcher, started: float, fed: bool) -> None:
+        self.place = place
+        self.watcher = watcher
+        self.started = started
+        self.fed = fed
+
+    @property
+    def heard(self) -> bool:
+        return self.watcher.heard
 
 
 class Notices:
@@ -148,6 +206,8 @@ class Notices:
         self._waiters: dict[Location, weakref.WeakSet[Waiter]] = {}
         self._watchers: dict[Location, list[_Watcher]] = {}
         self._feeds: dict[Location, Callable[[], None]] = {}
+        # Brief, un-asked holdings in a row, by location (see GRACE); bounded.
+        self._brief: dict[Location, int] = {}
         #: False: notices are dropped (tests show the locks are correct without them).
         self.enabled = True
         #: Seeded faults on every notice (tests show the locks are correct with them).
@@ -157,27 +217,57 @@ class Notices:
 
     def arm(self, store: object, key: str, waiter: Waiter) -> Waiter:
         """Wake ``waiter`` at the next notice for ``key`` of ``store`` (once)."""
-        where = location(store, key)
+        return self.arm_at(place(store, key), waiter)
+
+    def arm_at(self, at: Place, waiter: Waiter) -> Waiter:
+        """:meth:`arm`, on a place worked out once."""
+        where = at.where
         with self._lock:
             self._waiters.setdefault(where, weakref.WeakSet()).add(waiter)
-        self._feed(store, key, where)
+        self._feed(at)
         return waiter
 
     def watch(
         self, store: object, key: str, owner: object, callback: Callable[[Stamp | None], None]
-    ) -> Any:
+    ) -> Watching:
         """Call ``callback`` (from any thread) at every notice for ``key`` of ``store`` that
         ``owner`` did not send, with the notice's :class:`Stamp` (None: none), until
         :meth:`unwatch` is given the handle returned."""
-        where = location(store, key)
+        return self.watch_at(place(store, key), owner, callback, started=0.0, may_defer=False)
+
+    def watch_at(
+        self,
+        at: Place,
+        owner: object,
+        callback: Callable[[Stamp | None], None],
+        *,
+        started: float,
+        may_defer: bool = True,
+    ) -> Watching:
+        """:meth:`watch`, on a place worked out once, for a holding that began at ``started``
+        (its lock's monotonic clock). ``may_defer``: the caller will call :meth:`feed` at the
+        holding's first heartbeat if the handle says the store subscription was deferred (see
+        the module docstring)."""
+        where = at.where
         watcher = _Watcher(owner, callback)
         with self._lock:
             self._watchers.setdefault(where, []).append(watcher)
-        self._feed(store, key, where)
-        return (where, watcher)
+            defer = may_defer and at.feed is not None and self._brief.get(where, 0) >= BRIEF_STREAK
+        if not defer:
+            self._feed(at)
+        return Watching(at, watcher, started, not defer)
 
-    def unwatch(self, handle: Any) -> None:
-        where, watcher = handle
+    def feed(self, watching: Watching) -> None:
+        """Make a deferred store subscription (at the holding's first heartbeat; idempotent)."""
+        if not watching.fed:
+            watching.fed = True
+            self._feed(watching.place)
+
+    def unwatch(self, handle: Watching, ended: float | None = None) -> None:
+        """Stop the calls of :meth:`watch`; ``ended``: when the holding ended (its lock's clock),
+        to judge whether it was brief."""
+        where, watcher = handle.place.where, handle.watcher
+        brief = ended is not None and not handle.heard and ended - handle.started < GRACE
         with self._lock:
             watchers = self._watchers.get(where)
             if watchers is not None:
@@ -185,6 +275,12 @@ class Notices:
                     watchers.remove(watcher)
                 if not watchers:
                     del self._watchers[where]
+            if brief:
+                if len(self._brief) >= _BRIEF_KEYS:
+                    self._brief.clear()
+                self._brief[where] = min(BRIEF_STREAK, self._brief.get(where, 0) + 1)
+            elif ended is not None:
+                self._brief.pop(where, None)
         self._unfeed_if_idle(where)
 
     # -- notices -----------------------------------------------------------------------------
@@ -211,10 +307,27 @@ class Notices:
         if not isinstance(error, ConditionFailed):
             self.notice(store, key, source=source, stamp=stamp)
 
+    def after_write_at(
+        self,
+        at: Place,
+        error: BaseException | None,
+        *,
+        source: object = None,
+        stamp: Stamp | None = None,
+    ) -> None:
+        """:meth:`after_write`, on a place worked out once."""
+        if not isinstance(error, ConditionFailed):
+            self.notice_at(at.where, source=source, stamp=stamp)
+
     def notice_at(
         self, where: Location, *, source: object = None, stamp: Stamp | None = None
     ) -> None:
         if not self.enabled:
+            return
+        # Nobody of this process waits on or holds the document, and no feed is left to end:
+        # nothing to do (read without the lock: an interest added meanwhile armed before its
+        # read, which then sees the write this notice is about).
+        if where not in self._watchers and where not in self._waiters and where not in self._feeds:
             return
         if self.faults is not None:
             self.faults.deliver(lambda: self._deliver(where, source, stamp))
@@ -235,21 +348,23 @@ class Notices:
         for waiter in woken:
             waiter.notify()
         for watcher in watchers:
+            watcher.heard = True
             watcher.callback(stamp)
         if not woken and not watchers:
             self._unfeed_if_idle(where)
 
     # -- stores that notice changes themselves -------------------------------------------------
 
-    def _feed(self, store: object, key: str, where: Location) -> None:
-        if not isinstance(store, KeyWatcher):
+    def _feed(self, at: Place) -> None:
+        feed, where = at.feed, at.where
+        if feed is None:
             return
         with self._lock:
             if where in self._feeds:
                 return
             self._feeds[where] = _nothing  # taken: subscribe outside the lock
         try:
-            unsubscribe = store.watch_key(key, lambda: self.notice_at(where))
+            unsubscribe = feed.watch_key(at.key, lambda: self.notice_at(where))
         except Exception:
             with self._lock:
                 self._feeds.pop(where, None)
@@ -258,6 +373,8 @@ class Notices:
             self._feeds[where] = unsubscribe
 
     def _unfeed_if_idle(self, where: Location) -> None:
+        if where not in self._feeds:  # none to end (read without the lock: a hint)
+            return
         with self._lock:
             if where in self._waiters or where in self._watchers:
                 return
@@ -268,6 +385,10 @@ class Notices:
 
 def _nothing() -> None:
     pass
+
+
+#: Locations whose brief holdings are counted (the count is a hint: emptied when full).
+_BRIEF_KEYS = 4096
 
 
 class Faults:

@@ -52,11 +52,14 @@ operations, except that the key's lock is only tried (the stripe lock and ``floc
 ``LOCK_NB``), and a call that would wait for it, or that must sync (a create or synced replace or
 delete of a durable store, a document outgrowing its file, a record to repair), is refused before
 it writes anything; the caller then makes it on a thread.
+
+**Change notices** (``watch_key``: file-system hints, less this process's own writes) are in
+:mod:`~prioritylock.stores._local_notices`; this module only logs each write to it, under the
+key's lock, before the write lands.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import enum
 import errno
@@ -80,7 +83,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
-from prioritylock.stores import _fsnotify
+from prioritylock.stores import _local_notices as _notices
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     WOULD_BLOCK,
@@ -158,119 +161,6 @@ _version_prefix = b""
 _version_counter = itertools.count(1)
 _reseed_versions()
 os.register_at_fork(after_in_child=_reseed_versions)
-
-
-#: The version of an absent object, in the own-writes log.
-_ABSENT: Final = ""
-
-
-class _OwnWrites:
-    """The writes this process made to the keys it watches, as (version before, version after),
-    oldest first, a few per key: how :meth:`LocalStore.watch_key` tells a file-system hint for
-    a change this process made itself (it told its own locks in-process) from another
-    process's. A write is logged under the key's lock *before* it lands, so its hint never
-    outruns it; one that never lands is a version that never appears, so it matches nothing.
-    """
-
-    _KEEP = 32  # writes per watched key
-    _KEYS = 4096  # keys whose last write is remembered
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._logs: dict[tuple[str, str], tuple[int, collections.deque[tuple[str, str]]]] = {}
-        self._last: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
-
-    def start(self, where: tuple[str, str]) -> None:
-        with self._lock:
-            count, log = self._logs.get(where, (0, collections.deque(maxlen=self._KEEP)))
-            self._logs[where] = (count + 1, log)
-
-    def stop(self, where: tuple[str, str]) -> None:
-        with self._lock:
-            count, log = self._logs[where]
-            if count == 1:
-                del self._logs[where]
-            else:
-                self._logs[where] = (count - 1, log)
-
-    def wrote(self, where: tuple[str, str], before: str, after: str) -> None:
-        entry = self._logs.get(where)  # the keys watched keep a log
-        with self._lock:
-            if entry is not None:
-                entry[1].append((before, after))
-            # Every key: the last write, for a watch that begins after it (a holder's).
-            self._last[where] = after
-            self._last.move_to_end(where)
-            if len(self._last) > self._KEYS:
-                self._last.popitem(last=False)
-
-    def made(self, where: tuple[str, str], version: str) -> bool:
-        """Whether ``version`` (not absent) is one this process wrote."""
-        if version == _ABSENT:
-            return False
-        with self._lock:
-            if self._last.get(where) == version:
-                return True
-            entry = self._logs.get(where)
-            return entry is not None and any(after == version for _, after in entry[1])
-
-    def lead(self, where: tuple[str, str], known: str, current: str) -> bool:
-        """Whether this process's writes alone lead from ``known`` to ``current``. Versions are
-        unique and every write was conditional on the one before, so no other process's write
-        lies between them (only a change it made and undid before this process wrote over the
-        absent object, which no read would show any more)."""
-        entry = self._logs.get(where)
-        if entry is None:
-            return False
-        with self._lock:
-            log = list(entry[1])
-        at = known
-        for before, after in log:
-            if before == at:
-                at = after
-        return at == current
-
-    def forget(self) -> None:
-        """In a forked child: the parent's writes are another process's."""
-        self._lock = threading.Lock()
-        self._logs = {}
-        self._last = collections.OrderedDict()
-
-
-_OWN = _OwnWrites()
-os.register_at_fork(after_in_child=_OWN.forget)
-
-
-class _KeyHints:
-    """One :meth:`LocalStore.watch_key` subscription's filter: passes a hint on unless the
-    object is at a version its subscriber was already told of, or that this process's own
-    writes alone led to from there."""
-
-    __slots__ = ("_known", "_lock", "_where")
-
-    def __init__(self, where: tuple[str, str]) -> None:
-        self._where = where
-        self._lock = threading.Lock()
-        self._known: str | None = None  # None: not known; the next hint is passed on
-
-    def begin(self, current: str | None) -> None:
-        """The version when the watch began: known only if this process wrote it (its locks
-        know it); otherwise the first hint is passed on."""
-        with self._lock:
-            if self._known is None and current is not None and _OWN.made(self._where, current):
-                self._known = current
-
-    def news(self, current: str | None) -> bool:
-        """Whether a hint that found the object at ``current`` is news. Unsure (``None``, a
-        write in flight): it is, and what the subscriber was told of stays as it was."""
-        with self._lock:
-            known = self._known
-            if current is None:
-                return True
-            self._known = current
-        if known is None:
-            return True
-        return current != known and not _OWN.lead(self._where, known, current)
 
 
 class _WouldBlock(Exception):
@@ -491,38 +381,20 @@ class LocalStore:
         :raises ConfigError: invalid key.
         """
         path, _ = _key_paths(self._root, key)
-        if not _fsnotify.active():
-            return _fsnotify.watch(self._root, path, callback)  # nothing watched: polled
         where = (self._namespace, key)
-        hints = _KeyHints(where)
-        _OWN.start(where)
-
-        def hinted() -> None:
-            if hints.news(self._peek(key, path)):
-                callback()
-
-        stop = _fsnotify.watch(self._root, path, hinted)
-        hints.begin(self._peek(key, path))  # after the watch: a write from now on is hinted
-        stopped = threading.Lock()
-
-        def unsubscribe() -> None:
-            if stopped.acquire(blocking=False):
-                stop()
-                _OWN.stop(where)
-
-        return unsubscribe
+        return _notices.watch(self._root, where, path, lambda: self._peek(key, path), callback)
 
     def _peek(self, key: str, path: str) -> str | None:
-        """The object's version now (:data:`_ABSENT` when absent), or ``None`` when unsure (a
-        write in flight, an error): one lock-free read, never waiting, not counted in
-        :attr:`stats` (it is how a hint is checked, not a request the lock made)."""
+        """The object's version now (``ABSENT`` when absent), or ``None`` when unsure (a write
+        in flight, an error): one lock-free read, never waiting, not counted in :attr:`stats`
+        (it is how a hint is checked, not a request the lock made)."""
         for _ in range(_LOCK_FREE_ATTEMPTS):
             try:
                 found = self._read_once(key, path, None, locked=False)
             except StoreError:
                 return None
             if found is None:
-                return _ABSENT
+                return _notices.ABSENT
             if isinstance(found, Current):
                 return found.version
         return None
@@ -554,7 +426,7 @@ class LocalStore:
             if self._locked_current(key, path, "create") is not None:
                 raise ConditionFailed(key, "already exists")
             version = _new_version()
-            _OWN.wrote((self._namespace, key), _ABSENT, version.hex())
+            _notices.OWN.wrote((self._namespace, key), _notices.ABSENT, version.hex())
             self._write_file(key, path, "create", seq=1, version=version, data=data)
         return version.hex()
 
@@ -568,7 +440,7 @@ class LocalStore:
                 raise ConditionFailed(key, "absent")
             if current.version != version:
                 raise ConditionFailed(key, "version changed")
-            _OWN.wrote((self._namespace, key), version, _ABSENT)
+            _notices.OWN.wrote((self._namespace, key), version, _notices.ABSENT)
             # A reader that opened the file before the unlink finishes reading the old document
             # (its read overlaps the delete); writers open the path only under the lock, so none
             # can write into the unlinked file.
@@ -745,7 +617,7 @@ class LocalStore:
                 if current.version != version:
                     raise ConditionFailed(key, "version changed")
                 new_version = _new_version()
-                _OWN.wrote((self._namespace, key), version, new_version.hex())
+                _notices.OWN.wrote((self._namespace, key), version, new_version.hex())
                 seq = current.slot.seq + 1
                 if SLOT_BYTES + len(data) <= current.capacity:
                     self._write_slot(

@@ -21,7 +21,7 @@ import pytest
 
 from prioritylock import FakeClock, Heartbeat, Lock, signals
 from prioritylock import _flows as flows_module
-from prioritylock._wake import NOTICES
+from prioritylock._wake import BRIEF_STREAK, GRACE, NOTICES, ThreadWaiter
 from prioritylock.stores import LocalStore, ObjectStore
 from prioritylock.stores._base import KeyWatcher
 from prioritylock.testing import DelegatingStore
@@ -401,3 +401,71 @@ def test_a_store_that_notices_changes_brings_the_holders_watch_forward(
     assert (stats.reads, stats.total) == (1, 1)
     holder.unlock()
     assert watching.unwatched == [holder.key], "nobody is interested any more: the feed ends"
+
+
+class _Subscriptions(DelegatingStore):
+    """A store that notices changes (``KeyWatcher``) and counts its subscriptions."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.live: dict[str, Callable[[], None]] = {}
+        self.made = 0
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        self.made += 1
+        self.live[key] = callback
+
+        def stop() -> None:
+            self.live.pop(key, None)
+
+        return stop
+
+
+def test_a_holder_in_quick_bursts_subscribes_only_once_a_holding_outlives_the_grace(
+    store: ObjectStore,
+) -> None:
+    """Brief holdings, never asked, stop paying for the store's subscription (an inotify watch
+    on a LocalStore); a holding that outlives the grace subscribes at its first heartbeat and
+    reads what landed meanwhile; one that was asked makes the next subscribe at once."""
+    watching = _Subscriptions(store)
+    clock = FakeClock()
+    heartbeat = Heartbeat(clock, threaded=False)
+    holder = make(watching, owner="holder", clock=clock, heartbeat=heartbeat, **SLOW)
+    for _ in range(BRIEF_STREAK):  # held for no time at all, and never asked
+        assert holder.try_lock()
+        assert list(watching.live) == [holder.key], "subscribed at once until the streak"
+        holder.unlock()
+        assert not watching.live
+    made = watching.made
+    for _ in range(5):
+        assert holder.try_lock()
+        holder.unlock()
+    assert watching.made == made, "a burst of brief holdings subscribes nothing"
+    assert holder.try_lock()
+    assert not watching.live
+    stats = store.stats
+    stats.reset()
+    clock.advance(2 * GRACE)  # it outlives the grace: its first heartbeat subscribes
+    heartbeat.run_due()
+    assert list(watching.live) == [holder.key], "subscribed at the first heartbeat"
+    assert (stats.reads, stats.total) == (1, 1), f"one read of what landed meanwhile: {stats!r}"
+    holder.unlock()
+    assert holder.try_lock()
+    assert list(watching.live) == [holder.key], "after a long holding: at once again"
+    NOTICES.notice(store, holder.key)  # asked (any notice): the next holding subscribes too
+    holder.unlock()
+    for _ in range(BRIEF_STREAK - 1):
+        assert holder.try_lock()
+        holder.unlock()
+    assert holder.try_lock()
+    assert list(watching.live) == [holder.key], "the streak began again after the notice"
+    holder.unlock()
+
+
+def test_a_notice_wakes_a_waiter_when_no_lock_of_the_process_holds(store: ObjectStore) -> None:
+    """A notice nobody listens for returns at once; one a waiter alone listens for wakes it."""
+    waiter = ThreadWaiter(owner=object())
+    NOTICES.notice(store, "jobs/nobody")  # nobody: nothing to do
+    NOTICES.arm(store, "jobs/alone", waiter)
+    NOTICES.notice(store, "jobs/alone")
+    assert waiter.event.is_set()
