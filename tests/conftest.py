@@ -1,8 +1,8 @@
 """Fixtures shared by the whole suite: one parametrized store fixture over every store.
 
-``store_factory`` makes a fresh, empty namespace (a bucket, container or directory) for one test
-and returns a callable that opens a *new client* on it each time it is called, so tests can give
-each thread or client its own SDK connection. ``store`` is one client from that factory.
+``store_factory`` makes a fresh, empty namespace (a bucket, container, directory or znode) for one
+test and returns a callable that opens a *new client* on it each time it is called, so tests can
+give each thread or client its own SDK connection. ``store`` is one client from that factory.
 
 Cloud stores come from plugin modules in ``tests/_servers`` which start their server once per
 session on 127.0.0.1 and stop it at the end. ``PRIORITYLOCK_STORES`` (comma-separated kinds)
@@ -23,13 +23,14 @@ from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
 StoreFactory = Callable[[], ObjectStore]
 
 LOCAL_KINDS = ["memory", "local"]
-CLOUD_KINDS = ["s3-moto", "s3-seaweedfs", "gcs", "azure"]
+CLOUD_KINDS = ["s3-moto", "s3-seaweedfs", "gcs", "azure", "zookeeper"]
 ALL_KINDS = LOCAL_KINDS + CLOUD_KINDS
 
 pytest_plugins = [
     "tests._servers.s3",
     "tests._servers.gcs",
     "tests._servers.azure",
+    "tests._servers.zookeeper",
 ]
 
 

@@ -60,6 +60,7 @@ SCHEMES: dict[str, Scheme] = {
     "s3": Scheme("prioritylock.stores._s3", extra="s3", store="S3Store"),
     "gs": Scheme("prioritylock.stores._gcs", extra="gcs", store="GCSStore"),
     "az": Scheme("prioritylock.stores._azure", extra="azure", store="AzureBlobStore"),
+    "zk": Scheme("prioritylock.stores._zookeeper", extra="zookeeper", store="ZooKeeperStore"),
 }
 
 
@@ -68,6 +69,7 @@ _SDKS = {
     "s3": "the AWS SDK, boto3",
     "gcs": "the Google Cloud Storage SDK, google-cloud-storage",
     "azure": "the Azure Blob Storage SDK, azure-storage-blob",
+    "zookeeper": "the ZooKeeper client, kazoo",
 }
 
 
