@@ -3,9 +3,9 @@
 Layout: the store's prefix is a znode path (``zk://HOSTS/prioritylock/locks``:
 ``/prioritylock/locks``) and each document is one child of it, named by its key percent-encoded
 (``team/resource`` is ``/prioritylock/locks/team%2Fresource``), its data the document's bytes as
-they are (an operator can ``zkCli get`` the lease JSON). A flat layout: a key and a key under it (``a`` and ``a/b``) are two
-siblings, never a node and the parent ZooKeeper would need for the other, and ``list`` is one
-``getChildren``.
+they are (an operator can ``zkCli get`` the lease JSON). A flat layout: a key and a key under it
+(``a`` and ``a/b``) are two siblings, never a node and the parent ZooKeeper would need for the
+other, and ``list`` is one ``getChildren``.
 
 The version token is ``CZXID.VERSION``: the transaction that created the znode, then its data
 version. Create is ZooKeeper's create (it fails if the node exists); replace and delete are
