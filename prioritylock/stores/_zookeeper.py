@@ -93,8 +93,10 @@ class ZooKeeperStore:
 
     ``hosts`` is kazoo's ``HOST:PORT[,HOST:PORT...]``. With ``username`` and ``password``, the
     session authenticates with ZooKeeper's ``digest`` scheme and the nodes it creates are
-    readable and writable by that user alone; without them, they get ZooKeeper's open ACL. Every
-    request counts in :attr:`stats`; a watch's re-arming (``exists``) does not.
+    readable and writable by that user alone; without them, they get ZooKeeper's open ACL.
+    ``client``: a kazoo client of the caller's, not started, for ``hosts`` (the store starts and
+    stops it; its credentials and retries are the caller's). Every request counts in
+    :attr:`stats`; a watch's re-arming (``exists``) does not.
 
     :raises ConfigError: invalid hosts, prefix, credentials or timeouts.
     """
@@ -117,6 +119,7 @@ class ZooKeeperStore:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         session_timeout: float = 10.0,
+        client: Any = None,
     ) -> None:
         self._hosts = _check_hosts(hosts)
         self._base = _base_path(prefix)
@@ -133,7 +136,7 @@ class ZooKeeperStore:
         if username is not None and password is not None:
             options["auth_data"] = [("digest", f"{username}:{password}")]
             options["default_acl"] = [make_digest_acl(username, password, all=True)]
-        self._zk: Any = KazooClient(
+        self._zk: Any = client or KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
             # Reconnect for ever in the background (a restarted server is found again); no

@@ -15,6 +15,11 @@ networks and servers fail them:
   ``RequestsTransport``), as ``tests/stores/test_gcs.py`` and ``test_azure.py`` do; this subclass
   picks faults by seam operation instead of HTTP method, and can keep failing until cleared.
 
+- **ZooKeeper**: a ``KazooClient`` subclass whose asynchronous calls (the store's requests) fail
+  as planned. ZooKeeper has no statuses: a refused request is its ``ThrottledOpError`` (a 409 or
+  412: ``NodeExistsError`` for a create, ``BadVersionError`` otherwise); a lost answer is
+  ``ConnectionLoss``, a timeout an answer that never comes (the store's read timeout is 1 s).
+
 With ``via="proxy"`` the same faults are injected on the wire instead, by a
 :class:`~tests._helpers.fault_proxy.FaultProxy` in front of the server (the store's endpoint is
 the proxy's route): a refused request is answered by the proxy, a reset cuts the connection
@@ -28,6 +33,7 @@ type on every store), ``"delete"`` and ``"list"``. Everything else goes to the r
 
 from __future__ import annotations
 
+import functools
 import http
 import threading
 from collections.abc import Callable
@@ -353,6 +359,66 @@ def _azure_injector(request: pytest.FixtureRequest, like: ObjectStore) -> Inject
     return injector
 
 
+# -- ZooKeeper: a kazoo client whose calls fail ------------------------------------------------
+
+
+def _zookeeper_injector(like: ObjectStore) -> Injector:
+    from kazoo import exceptions as zk_errors
+    from kazoo.client import KazooClient
+
+    from prioritylock.stores._zookeeper import ZooKeeperStore
+
+    assert isinstance(like, ZooKeeperStore)
+    plan = _Plan()
+
+    class FaultyClient(KazooClient):  # type: ignore[misc]
+        def _planned(self, op: str, send: Callable[[], Any], refused: BaseException) -> Any:
+            fault = plan.take(op)
+            if fault is None:
+                return send()
+            if fault.before is not None:
+                fault.before()
+            if fault.deliver:
+                send().get(timeout=10)  # the server applies it; its answer is dropped
+            result = self.handler.async_result()
+            if fault.lose == "timeout":
+                return result  # never answered: the store's read timeout ends the wait
+            if fault.lose == "reset" or (fault.deliver and fault.status not in (409, 412)):
+                result.set_exception(zk_errors.ConnectionLoss())
+            else:
+                throttled = zk_errors.ThrottledOpError()
+                result.set_exception(refused if fault.status in (409, 412) else throttled)
+            return result
+
+        def get_async(self, path: str, watch: Any = None) -> Any:
+            send = functools.partial(super().get_async, path, watch)
+            return self._planned("read", send, zk_errors.BadVersionError())
+
+        def create_async(self, path: str, value: bytes = b"", *args: Any, **kw: Any) -> Any:
+            if path.count("/") <= like.prefix.count("/"):  # the prefix's znodes
+                return super().create_async(path, value, *args, **kw)
+            send = functools.partial(super().create_async, path, value, *args, **kw)
+            return self._planned("write", send, zk_errors.NodeExistsError())
+
+        def set_async(self, path: str, value: bytes, version: int = -1) -> Any:
+            send = functools.partial(super().set_async, path, value, version)
+            return self._planned("write", send, zk_errors.BadVersionError())
+
+        def delete_async(self, path: str, version: int = -1) -> Any:
+            send = functools.partial(super().delete_async, path, version)
+            return self._planned("delete", send, zk_errors.BadVersionError())
+
+        def get_children_async(self, path: str, *args: Any, **kw: Any) -> Any:
+            send = functools.partial(super().get_children_async, path, *args, **kw)
+            return self._planned("list", send, zk_errors.BadVersionError())
+
+    client = FaultyClient(like.hosts)
+    store = ZooKeeperStore(like.hosts, prefix=like.prefix, read_timeout=1.0, client=client)
+    injector = Injector("zookeeper", store, plan)
+    injector._closers.append(store.close)
+    return injector
+
+
 # -- any cloud: the fault proxy on the wire -------------------------------------------------------
 
 
@@ -460,4 +526,6 @@ def open_injector(
         return _gcs_injector(request, like)
     if kind == "azure":
         return _azure_injector(request, like)
+    if kind == "zookeeper":
+        return _zookeeper_injector(like)
     raise ValueError(f"no SDK-boundary faults for store kind {kind!r}")

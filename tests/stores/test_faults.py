@@ -34,6 +34,10 @@ pytestmark = [pytest.mark.timeout(60)]
 one_per_sdk = pytest.mark.parametrize(
     "store_kind", selected_kinds(["s3-moto", "gcs", "azure"]), indirect=True
 )
+#: The same, and ZooKeeper (which has no HTTP statuses to throttle with).
+one_per_client = pytest.mark.parametrize(
+    "store_kind", selected_kinds(["s3-moto", "gcs", "azure", "zookeeper"]), indirect=True
+)
 
 KEY = "team/resource"
 WRITES = ("create", "replace", "delete")
@@ -75,6 +79,8 @@ def faults(
     request: pytest.FixtureRequest, store_kind: str, store_factory: StoreFactory, via: Via
 ) -> Iterator[Injector]:
     """A store of the kind under test, on a fresh bucket, whose requests fail as told."""
+    if via == "proxy" and store_kind == "zookeeper":
+        pytest.skip("the fault proxy speaks HTTP: ZooKeeper's faults are injected at its client")
     injector = open_injector(request, store_kind, store_factory(), via=via)
     try:
         yield injector
@@ -100,6 +106,11 @@ def _sdk_errors(kind: str) -> tuple[type[BaseException], ...]:
 
 def _lost_answer_errors(kind: str, lose: str) -> tuple[type[BaseException], ...]:
     """What the SDK raises when the answer never comes (S3: exactly botocore's error)."""
+    if kind == "zookeeper":
+        from kazoo.exceptions import ConnectionLoss
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        return (ConnectionLoss, KazooTimeoutError)
     if kind.startswith("s3-"):
         import botocore.exceptions
 
@@ -159,7 +170,7 @@ def test_throttling_and_5xx_are_unavailable_after_one_attempt_unknown_for_writes
     assert store.read(key) == before, "the refused request changed the object"
 
 
-@one_per_sdk
+@one_per_client
 @pytest.mark.parametrize(
     ("via", "lose"), [("sdk", "timeout"), ("sdk", "reset"), ("proxy", "reset")], indirect=["via"]
 )
@@ -181,7 +192,7 @@ def test_a_lost_answer_is_unavailable_and_unknown_for_writes(
     assert store.read(key) == before
 
 
-@one_per_sdk
+@one_per_client
 def test_connection_refused_is_unavailable_with_a_known_outcome(
     request: pytest.FixtureRequest, store_kind: str, store_factory: StoreFactory
 ) -> None:
@@ -237,12 +248,18 @@ def _closed_port() -> int:
 
 
 def _version_like(kind: str) -> str:
-    return "1" if kind == "gcs" else '"0x1"'
+    return {"gcs": "1", "zookeeper": "1.1"}.get(kind, '"0x1"')
 
 
 def _unreachable(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -> ObjectStore:
     """A store of ``kind`` on ``like``'s bucket whose endpoint is a port nobody listens on."""
     closed = f"http://127.0.0.1:{_closed_port()}"
+    if kind == "zookeeper":
+        from prioritylock.stores._zookeeper import ZooKeeperStore
+
+        assert isinstance(like, ZooKeeperStore)
+        hosts = f"127.0.0.1:{_closed_port()}"
+        return ZooKeeperStore(hosts, prefix=like.prefix, connect_timeout=1.0)
     if kind.startswith("s3-"):
         from prioritylock.stores._s3 import S3Store
         from tests._servers.s3 import S3Server
