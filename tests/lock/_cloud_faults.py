@@ -370,6 +370,7 @@ def _zookeeper_injector(like: ObjectStore) -> Injector:
 
     assert isinstance(like, ZooKeeperStore)
     plan = _Plan()
+    depth = like.prefix.count("/")  # the prefix's znodes are made unfailed
 
     class FaultyClient(KazooClient):  # type: ignore[misc]
         def _planned(self, op: str, send: Callable[[], Any], refused: BaseException) -> Any:
@@ -395,7 +396,7 @@ def _zookeeper_injector(like: ObjectStore) -> Injector:
             return self._planned("read", send, zk_errors.BadVersionError())
 
         def create_async(self, path: str, value: bytes = b"", *args: Any, **kw: Any) -> Any:
-            if path.count("/") <= like.prefix.count("/"):  # the prefix's znodes
+            if path.count("/") <= depth:
                 return super().create_async(path, value, *args, **kw)
             send = functools.partial(super().create_async, path, value, *args, **kw)
             return self._planned("write", send, zk_errors.NodeExistsError())
