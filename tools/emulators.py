@@ -11,8 +11,9 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
 - ``gcs``: fake-gcs-server, in memory;
 - ``azure``: Azurite's blob service, in memory, with its well-known development account;
 - ``zookeeper``: Debian's ZooKeeper 3.8 (``scripts/install-zookeeper``), standalone, its data on
-  disk and synced as ZooKeeper does by default; :func:`restart_zookeeper` stops and starts it
-  again on the same port and data.
+  disk, written but not fsynced (``forceSync=no``: a process restart forgets nothing, the page
+  cache keeps it; a machine crash could, which tests don't do); :func:`restart_zookeeper` stops
+  and starts it again on the same port and data.
 
 Each runs in its own process group, from ``work``, with its output appended to a log file there
 whose tail is in the error when it does not start. It is ready once it answers *as itself* (and,
@@ -489,10 +490,11 @@ def _launch_azurite(_work: Path, _attempt: int, _key: tuple[str, str]) -> _Launc
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's: its manifest names the rest
 _ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"  # standalone, from a file
-#: On 127.0.0.1, no Jetty admin server on :8080, ``ruok`` allowed for the probe.
+#: On 127.0.0.1, no Jetty admin server on :8080, ``ruok`` allowed for the probe; no fsync per
+#: write (a loaded CI disk takes tens of ms for one, which the 50 ms notice tests can't afford).
 _ZOOKEEPER_CONFIG = (
     "dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\ntickTime=500\n"
-    "admin.enableServer=false\n4lw.commands.whitelist=ruok\n"
+    "admin.enableServer=false\n4lw.commands.whitelist=ruok\nforceSync=no\n"
 )
 
 

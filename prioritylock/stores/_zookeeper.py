@@ -83,8 +83,18 @@ _KAZOO_LOG = logging.getLogger("prioritylock.stores.zookeeper")
 #: Versions this process wrote, per znode (``HOSTS`` + path), the latest few: a watch that finds
 #: one of them at the node does not wake this process's locks (they were told in-process).
 _written: collections.OrderedDict[str, collections.deque[str]] = collections.OrderedDict()
+#: Writes this process began, per znode: a watch that fires with none begun since it was armed
+#: heard another's write, and calls its watchers at once (no ``exists`` to ask whose it was).
+_began: collections.Counter[str] = collections.Counter()
 _written_lock = threading.Lock()
 _WRITTEN_PATHS = 4096
+
+
+def _begin_write(node: str) -> None:
+    with _written_lock:
+        _began[node] += 1
+        if len(_began) > _WRITTEN_PATHS:
+            _began.clear()  # a watch then asks whose each change was, once
 
 
 class ZooKeeperStore:
@@ -130,7 +140,6 @@ class ZooKeeperStore:
         self._stats = StoreStats()
         self._closed = False
         self._start_lock = threading.Lock()
-        self._started = False
         self._connected = threading.Event()
         options: dict[str, Any] = {}
         if username is not None and password is not None:
@@ -147,6 +156,9 @@ class ZooKeeperStore:
         )
         self._zk.add_listener(self._on_state)
         self._watcher: _Watcher | None = None
+        # Connect in the background now: the first request finds the session (its creation is
+        # a write on the ensemble) made, or waits for it at most the connect timeout.
+        self._zk.start_async()
 
     # -- what every store shows --------------------------------------------------------------
 
@@ -193,6 +205,7 @@ class ZooKeeperStore:
 
     def create(self, key: str, data: bytes) -> str:
         path = self._path(key)
+        _begin_write(self._hosts + path)
         payload = self._payload("create", key, data)
         send = lambda: self._zk.create_async(path, payload, include_data=True)  # noqa: E731
         try:
@@ -211,6 +224,7 @@ class ZooKeeperStore:
         czxid, number = _parse(version)
         if number is None:
             raise self._logged("replace", key, ConditionFailed(key, "at another version"))
+        _begin_write(self._hosts + path)
         stat = self._call(
             "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
         )
@@ -225,6 +239,7 @@ class ZooKeeperStore:
         _czxid, number = _parse(version)
         if number is None:
             raise self._logged("delete", key, ConditionFailed(key, "at another version"))
+        _begin_write(self._hosts + path)
         self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
         self._log_outcome("delete", key, None)
 
@@ -326,16 +341,13 @@ class ZooKeeperStore:
             raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
 
     def _connect_session(self, op: str, key: str) -> None:
-        """Start the session once; wait up to the connect timeout for it to be connected.
+        """Wait up to the connect timeout for the session to be connected.
 
         :raises StoreUnavailable: not connected by then (nothing was sent).
         """
         with self._start_lock:
             if self._closed:
                 raise StoreError(f"{self._describe(op, key)}: the store is closed")
-            if not self._started:
-                self._started = True
-                self._zk.start_async()
         if not self._connected.wait(self._connect_timeout):
             raise self._logged(
                 op,
@@ -529,14 +541,15 @@ class _Watcher:
         self._lock = threading.Lock()
         self._callbacks: dict[str, list[Callable[[], None]]] = {}
         self._stopped = False
-        self._was_lost = False
+        self._was_lost = False  # set when the session is suspended or lost, until connected
+        self._began_at_arm: dict[str, int] = {}  # this process's writes begun, per watched node
 
     def add(self, path: str, callback: Callable[[], None]) -> Callable[[], None]:
         with self._lock:
             first = path not in self._callbacks
             self._callbacks.setdefault(path, []).append(callback)
         if first:
-            self._arm(path, fired=False)
+            self._arm(path, check=False)
         done = threading.Lock()
 
         def remove() -> None:
@@ -557,37 +570,51 @@ class _Watcher:
             self._callbacks.clear()
 
     def on_state(self, state: str) -> None:
-        """After the session was suspended or lost, arm every watch again and call every
-        watcher once (changes may have gone unannounced)."""
+        """Once connected, arm every watch (again: kazoo keeps one per node and function); after
+        the session was suspended or lost, also call every watcher once (changes may have gone
+        unannounced meanwhile)."""
         if state != KazooState.CONNECTED:
             self._was_lost = True
             return
-        if not self._was_lost:
-            return
-        self._was_lost = False
+        lost, self._was_lost = self._was_lost, False
         with self._lock:
             paths = list(self._callbacks)
-            everyone = [cb for listed in self._callbacks.values() for cb in listed]
+            everyone = [cb for listed in self._callbacks.values() for cb in listed] if lost else []
         for path in paths:
-            self._arm(path, fired=False)
+            self._arm(path, check=False)
         for callback in everyone:
             self._call(callback)
 
-    def _arm(self, path: str, *, fired: bool) -> None:
+    def _arm(self, path: str, *, check: bool) -> None:
+        """Set the node's watch (one ``exists``); with ``check``, call the watchers when its
+        answer shows a version this process did not write."""
+        node = self._store.hosts + path
         with self._lock:
             if self._stopped or path not in self._callbacks:
                 return
+            with _written_lock:
+                self._began_at_arm[path] = _began[node]
         if not self._zk.connected:
             return  # on_state arms it again once connected
         try:
             result = self._zk.exists_async(path, watch=self._fired)
         except Exception:  # closed or stopping: nothing to watch
             return
-        if fired:
+        if check:
             result.rawlink(lambda answer: self._armed(path, answer))
 
     def _fired(self, event: Any) -> None:
-        self._arm(event.path, fired=True)
+        """The node changed (or the session was disconnected: on_state handles that)."""
+        path = event.path
+        if not path:
+            return
+        with _written_lock:
+            ours = _began[self._store.hosts + path] != self._began_at_arm.get(path)
+        if ours:  # this process wrote since: ask whose the change is
+            self._arm(path, check=True)
+            return
+        self._arm(path, check=False)
+        self._notify(path)
 
     def _armed(self, path: str, answer: Any) -> None:
         """The answer of the ``exists`` that re-armed a fired watch: call the watchers unless
@@ -601,6 +628,9 @@ class _Watcher:
                 mine = _token(stat) in _written.get(self._store.hosts + path, ())
             if mine:
                 return
+        self._notify(path)
+
+    def _notify(self, path: str) -> None:
         with self._lock:
             listed = list(self._callbacks.get(path, ()))
         for callback in listed:
