@@ -77,8 +77,23 @@ MAX_OBJECT_BYTES = 1_000_000
 """The largest document the store writes: ZooKeeper refuses a znode over ``jute.maxbuffer``
 (1 MiB by default) with its request."""
 
-#: kazoo's own log lines (connection attempts) go here, under the stores' logger.
+
+class _NoCredentials(logging.Filter):
+    """Drops kazoo's lines that show a request carrying credentials (at DEBUG it logs every
+    request it sends, ``Auth(scheme='digest', auth='USER:PASSWORD')`` among them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a line we can't read is a line we can't vouch for
+            return False
+        return "Auth(" not in message and "auth_data" not in message and "sasl" not in message
+
+
+#: kazoo's own log lines (connections, and at DEBUG each request) go here, under the stores'
+#: logger, without credentials.
 _KAZOO_LOG = logging.getLogger("prioritylock.stores.zookeeper")
+_KAZOO_LOG.addFilter(_NoCredentials())
 
 #: Versions this process wrote, per znode (``HOSTS`` + path), the latest few: a watch that finds
 #: one of them at the node does not wake this process's locks (they were told in-process).
@@ -90,11 +105,34 @@ _written_lock = threading.Lock()
 _WRITTEN_PATHS = 4096
 
 
-def _begin_write(node: str) -> None:
+def _begin_write(node: str, expected: str | None = None) -> None:
+    """A write of this process to ``node`` begins; ``expected``: the version it will make if it
+    lands (a replace's is known: same node, data version + 1), counted as ours from now on, so
+    a watch that hears it before our answer comes does not wake this process's locks."""
     with _written_lock:
         _began[node] += 1
         if len(_began) > _WRITTEN_PATHS:
             _began.clear()  # a watch then asks whose each change was, once
+        if expected is not None:
+            _remember(node, expected)
+
+
+def _remember(node: str, version: str) -> None:
+    """(``_written_lock`` held.)"""
+    versions = _written.setdefault(node, collections.deque(maxlen=8))
+    _written.move_to_end(node)
+    if version not in versions:
+        versions.append(version)
+    while len(_written) > _WRITTEN_PATHS:
+        _written.popitem(last=False)
+
+
+def _forget(node: str, version: str) -> None:
+    """A replace that did not land: its expected version is not ours."""
+    with _written_lock:
+        versions = _written.get(node)
+        if versions is not None and version in versions:
+            versions.remove(version)
 
 
 class ZooKeeperStore:
@@ -224,10 +262,15 @@ class ZooKeeperStore:
         czxid, number = _parse(version)
         if number is None:
             raise self._logged("replace", key, ConditionFailed(key, "at another version"))
-        _begin_write(self._hosts + path)
-        stat = self._call(
-            "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
-        )
+        node, expected = self._hosts + path, f"{czxid}.{number + 1}"
+        _begin_write(node, expected)
+        try:
+            stat = self._call(
+                "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
+            )
+        except BaseException:
+            _forget(node, expected)
+            raise
         if stat.czxid != czxid:
             # The version matched a later incarnation of the node (created again after a
             # delete): the write landed. Say so; the lock never deletes its documents.
@@ -378,11 +421,7 @@ class ZooKeeperStore:
     def _wrote(self, op: str, key: str, path: str, stat: Any) -> str:
         version = _token(stat)
         with _written_lock:
-            versions = _written.setdefault(self._hosts + path, collections.deque(maxlen=8))
-            _written.move_to_end(self._hosts + path)
-            versions.append(version)
-            while len(_written) > _WRITTEN_PATHS:
-                _written.popitem(last=False)
+            _remember(self._hosts + path, version)
         self._log_outcome(op, key, version)
         return version
 

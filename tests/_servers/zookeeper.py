@@ -10,6 +10,7 @@ test's bucket is), so request counts are those of the test's own operations.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,13 +51,18 @@ class ZooKeeperServer:
 
         return ZooKeeperStore(self.hosts, prefix=prefix, **options)
 
-    def client(self) -> Any:
-        """A plain kazoo client, started."""
+    @contextlib.contextmanager
+    def client(self) -> Iterator[Any]:
+        """A plain kazoo client, started for the ``with`` block, then stopped and closed."""
         from kazoo.client import KazooClient
 
         client = KazooClient(self.hosts)
         client.start(30)
-        return client
+        try:
+            yield client
+        finally:
+            client.stop()
+            client.close()
 
     def restart(self, down: Callable[[], None] = lambda: None) -> None:
         """Stop the server, call ``down``, start it again on the same port and data."""
@@ -74,10 +80,6 @@ def zookeeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKe
 def zookeeper_store_factory(zookeeper_server: ZooKeeperServer) -> Iterator[StoreFactory]:
     """New :class:`ZooKeeperStore` clients on a fresh prefix znode (``/t-<random>/locks``)."""
     prefix = f"/t-{uuid.uuid4().hex[:12]}/locks"
-    client = zookeeper_server.client()
-    try:
+    with zookeeper_server.client() as client:
         client.ensure_path(prefix)
-    finally:
-        client.stop()
-        client.close()
     yield from store_factory(lambda: zookeeper_server.store(prefix))
