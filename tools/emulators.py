@@ -490,20 +490,25 @@ def _launch_azurite(_work: Path, _attempt: int, _key: tuple[str, str]) -> _Launc
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's: its manifest names the rest
 _ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"  # standalone, from a file
-#: On 127.0.0.1, no Jetty admin server on :8080, ``ruok`` allowed for the probe; no fsync per
-#: write (a loaded CI disk takes tens of ms for one, which the 50 ms notice tests can't afford).
+#: On 127.0.0.1, no Jetty admin server on :8080, ``srvr`` allowed for the probe; no fsync per
+#: write (a loaded CI disk takes tens of ms for one, which the 50 ms notice tests can't afford);
+#: sessions may ask for up to 60 s (a restart on a loaded machine can take longer than 10 s).
 _ZOOKEEPER_CONFIG = (
     "dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\ntickTime=500\n"
-    "admin.enableServer=false\n4lw.commands.whitelist=ruok\nforceSync=no\n"
+    "maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n"
+    "forceSync=no\n"
 )
 
 
 def _zookeeper_ok(port: int) -> bool:
-    """Whether ZooKeeper answers ``imok`` to ``ruok`` on ``port``."""
+    """Whether ZooKeeper on ``port`` serves requests (``srvr`` names its mode only then)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
+            sock.sendall(b"srvr")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            return b"Mode: standalone" in answer
     except OSError:
         return False
 

@@ -609,24 +609,21 @@ class _Watcher:
             self._callbacks.clear()
 
     def on_state(self, state: str) -> None:
-        """Once connected, arm every watch (again: kazoo keeps one per node and function); after
-        the session was suspended or lost, also call every watcher once (changes may have gone
-        unannounced meanwhile)."""
+        """Once connected, arm every watch (again: kazoo drops its watches when a connection
+        is lost); after the session was suspended or lost, also call every watcher once, when
+        its watch is set again (a change before that may have gone unannounced)."""
         if state != KazooState.CONNECTED:
             self._was_lost = True
             return
         lost, self._was_lost = self._was_lost, False
         with self._lock:
             paths = list(self._callbacks)
-            everyone = [cb for listed in self._callbacks.values() for cb in listed] if lost else []
         for path in paths:
-            self._arm(path, check=False)
-        for callback in everyone:
-            self._call(callback)
+            self._arm(path, check=False, tell=lost)
 
-    def _arm(self, path: str, *, check: bool) -> None:
-        """Set the node's watch (one ``exists``); with ``check``, call the watchers when its
-        answer shows a version this process did not write."""
+    def _arm(self, path: str, *, check: bool, tell: bool = False) -> None:
+        """Set the node's watch (one ``exists``); once it is set, with ``check``, call the
+        watchers if what is there is not a version this process wrote, with ``tell``, always."""
         node = self._store.hosts + path
         with self._lock:
             if self._stopped or path not in self._callbacks:
@@ -639,7 +636,9 @@ class _Watcher:
             result = self._zk.exists_async(path, watch=self._fired)
         except Exception:  # closed or stopping: nothing to watch
             return
-        if check:
+        if tell:
+            result.rawlink(lambda _answer: self._notify(path))
+        elif check:
             result.rawlink(lambda answer: self._armed(path, answer))
 
     def _fired(self, event: Any) -> None:

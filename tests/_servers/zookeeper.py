@@ -53,10 +53,13 @@ class ZooKeeperServer:
 
     @contextlib.contextmanager
     def client(self) -> Iterator[Any]:
-        """A plain kazoo client, started for the ``with`` block, then stopped and closed."""
+        """A plain kazoo client, started for the ``with`` block, then stopped and closed; its
+        session outlives a restart on a loaded machine (60 s), and it tries to reconnect every
+        0.1 s (kazoo's default backoff grows to a minute, and a call waits for the reconnect)."""
         from kazoo.client import KazooClient
 
-        client = KazooClient(self.hosts)
+        retry = {"max_tries": -1, "delay": 0.05, "max_delay": 0.1}
+        client = KazooClient(self.hosts, timeout=60, connection_retry=retry)
         client.start(30)
         try:
             yield client

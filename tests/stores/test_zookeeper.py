@@ -17,10 +17,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from prioritylock import ConfigError, StoreAccessError, StoreError, StoreUnavailable
+from prioritylock.stores import _zookeeper as zk_module
 from prioritylock.stores import open_store
 from prioritylock.stores._zookeeper import ZooKeeperStore
 from scopes import LockScope
@@ -155,6 +157,7 @@ def test_a_call_ends_by_its_timeout_on_a_server_that_stopped_answering(
         version = store.create("doc", b"1")
         os.kill(pid, signal.SIGSTOP)
         try:
+            _stopped(pid)
             for call, unknown in (
                 (lambda: store.read("doc"), False),
                 (lambda: store.replace("doc", b"2", version), True),
@@ -229,22 +232,30 @@ def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
 
 
 def test_watches_come_back_after_a_restart(
-    zookeeper_server: ZooKeeperServer, store: ZooKeeperStore, prefix: str
+    zookeeper_server: ZooKeeperServer,
+    store: ZooKeeperStore,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The session reconnects by itself and each watcher is called once for what it may have
     missed; later writes from elsewhere are announced again."""
+    # The writer's writes are another process's, as far as the watch can tell.
+    monkeypatch.setattr(zk_module, "_begin_write", lambda *_args: None)
+    monkeypatch.setattr(zk_module, "_remember", lambda *_args: None)
     told = threading.Event()
     stop = store.watch_key("doc", told.set)
-    # Another process's writes, as far as the store knows.
-    with zookeeper_server.client() as writer, contextlib.ExitStack() as stack:
+    writer = zookeeper_server.store(prefix)
+    with contextlib.ExitStack() as stack:
+        stack.callback(writer.close)
         stack.callback(stop)
-        writer.create(f"{prefix}/doc", b"1", makepath=True)
+        version = writer.create("doc", b"1")
         _wait(told, "a write was not announced")
         told.clear()
         zookeeper_server.restart()
         _wait(told, "no call after the session reconnected")
         told.clear()
-        writer.set(f"{prefix}/doc", b"2")
+        _reconnected(writer)
+        writer.replace("doc", b"2", version)
         _wait(told, "a write after the restart was not announced")
 
 
@@ -252,26 +263,39 @@ def test_a_write_of_this_process_calls_no_watcher(
     zookeeper_server: ZooKeeperServer, store: ZooKeeperStore, prefix: str
 ) -> None:
     """This process's locks were told in-process: a renewal must not cost the holder a read.
-    ZooKeeper delivers a session's events in order, so when another's write has been announced,
-    ours before it would have been too."""
+    ZooKeeper delivers a session's events in order: once another's write to a second key has
+    been announced, our writes to the first, made before it, would have been too."""
     mine = ZooKeeperStore(store.hosts, prefix=prefix)
     calls: list[float] = []
-    told = threading.Event()
-
-    def callback() -> None:
-        calls.append(time.monotonic())
-        told.set()
-
+    probe = threading.Event()
     version = mine.create("doc", b"1")
-    stop = store.watch_key("doc", callback)
+    mine.create("probe", b"1")
+    stop = store.watch_key("doc", lambda: calls.append(time.monotonic()))
+    stop_probe = store.watch_key("probe", probe.set)
     with zookeeper_server.client() as writer, contextlib.ExitStack() as stack:
         stack.callback(mine.close)
         stack.callback(stop)
+        stack.callback(stop_probe)
         for i in range(5):
             version = mine.replace("doc", str(i).encode(), version)
-        writer.set(f"{prefix}/doc", b"theirs")
-        _wait(told, "another's write was not announced")
-        assert len(calls) == 1, f"{len(calls) - 1} calls for this process's own writes"
+        writer.set(f"{prefix}/probe", b"theirs")
+        _wait(probe, "another's write was not announced")
+        assert store.read("doc") is not None  # answered after the watch's own requests
+        assert calls == [], f"{len(calls)} calls for this process's own writes"
+
+
+def _stopped(pid: int) -> None:
+    """Wait until every thread of ``pid`` is stopped (SIGSTOP is delivered asynchronously)."""
+    deadline = time.monotonic() + 10
+    while True:
+        states = {
+            (Path(f"/proc/{pid}/task") / task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            for task in os.listdir(f"/proc/{pid}/task")
+        }
+        if states <= {"T", "t"}:
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
+        time.sleep(0.005)  # a bounded poll of a process we don't control
 
 
 def _reconnected(*stores: ZooKeeperStore) -> None:
