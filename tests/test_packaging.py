@@ -63,5 +63,5 @@ def test_emulator_launcher_is_in_the_checkout_tools() -> None:
     assert not (ROOT / "prioritylock" / "testing" / "_servers.py").exists()
     from tools import emulators
 
-    assert set(emulators.EMULATORS) == {"s3-moto", "s3-seaweedfs", "gcs", "azure"}
+    assert set(emulators.EMULATORS) == {"s3-moto", "s3-seaweedfs", "gcs", "azure", "zookeeper"}
     assert emulators._CHECKOUT == ROOT  # where it finds node_modules
