@@ -1,7 +1,7 @@
 """Fixtures shared by the whole suite: one parametrized store fixture over every store.
 
-``store_factory`` makes a fresh, empty namespace (a bucket, container, directory or Redis key
-prefix) for one test and returns a callable that opens a *new client* on it each time it is
+``store_factory`` makes a fresh, empty namespace (a bucket, container, directory, Redis key
+prefix or znode) for one test and returns a callable that opens a *new client* on it each time it is
 called, so tests can give each thread or client its own SDK connection. ``store`` is one client
 from that factory.
 
@@ -24,7 +24,7 @@ from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
 StoreFactory = Callable[[], ObjectStore]
 
 LOCAL_KINDS = ["memory", "local"]
-CLOUD_KINDS = ["s3-moto", "s3-seaweedfs", "gcs", "azure", "redis"]
+CLOUD_KINDS = ["s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper"]
 ALL_KINDS = LOCAL_KINDS + CLOUD_KINDS
 
 pytest_plugins = [
@@ -32,6 +32,7 @@ pytest_plugins = [
     "tests._servers.gcs",
     "tests._servers.azure",
     "tests._servers.redis",
+    "tests._servers.zookeeper",
 ]
 
 

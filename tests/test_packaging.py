@@ -63,5 +63,6 @@ def test_emulator_launcher_is_in_the_checkout_tools() -> None:
     assert not (ROOT / "prioritylock" / "testing" / "_servers.py").exists()
     from tools import emulators
 
-    assert set(emulators.EMULATORS) == {"s3-moto", "s3-seaweedfs", "gcs", "azure", "redis"}
+    kinds = {"s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper"}
+    assert set(emulators.EMULATORS) == kinds
     assert emulators._CHECKOUT == ROOT  # where it finds node_modules

@@ -13,6 +13,10 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
 - ``redis``: Debian's ``redis-server`` (``scripts/install-redis``), with the append-only file
   synced on every write (``appendfsync always``, so a restart forgets nothing it acknowledged)
   and a throwaway password; :func:`restart_redis` stops and starts it again on the same port.
+- ``zookeeper``: Debian's ZooKeeper 3.8 (``scripts/install-zookeeper``), standalone, its data on
+  disk, written but not fsynced (``forceSync=no``: a process restart forgets nothing, the page
+  cache keeps it; a machine crash could, which tests don't do); :func:`restart_zookeeper` stops
+  and starts it again on the same port and data.
 
 Each runs in its own process group, from ``work``, with its output appended to a log file there
 whose tail is in the error when it does not start. It is ready once it answers *as itself* (and,
@@ -70,10 +74,11 @@ __all__ = [
     "http_get",
     "redis_argv",
     "restart_redis",
+    "restart_zookeeper",
     "running",
 ]
 
-EMULATORS = ("s3-moto", "s3-seaweedfs", "gcs", "azure", "redis")
+EMULATORS = ("s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper")
 
 START_DEADLINE = 30.0
 """Seconds one attempt may take to answer (each takes about 0.2-1.5 s on an idle machine)."""
@@ -563,12 +568,88 @@ def restart_redis(emulator: Emulator, *, down: Callable[[], None] = lambda: None
     object.__setattr__(emulator, "process", restarted)
 
 
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's: its manifest names the rest
+_ZOOKEEPER_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"  # standalone, from a file
+#: On 127.0.0.1, no Jetty admin server on :8080, ``srvr`` allowed for the probe; no fsync per
+#: write (a loaded CI disk takes tens of ms for one, which the 50 ms notice tests can't afford);
+#: sessions may ask for up to 60 s (a restart on a loaded machine can take longer than 10 s).
+_ZOOKEEPER_CONFIG = (
+    "dataDir={data}\nclientPort={port}\nclientPortAddress=127.0.0.1\ntickTime=500\n"
+    "maxSessionTimeout=60000\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n"
+    "forceSync=no\n"
+)
+
+
+def _zookeeper_ok(port: int) -> bool:
+    """Whether ZooKeeper on ``port`` serves requests (``srvr`` names its mode only then)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"srvr")
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            return b"Mode: standalone" in answer
+    except OSError:
+        return False
+
+
+def _zookeeper_argv(config: Path) -> list[str]:
+    java = shutil.which("java")
+    if java is None or not ZOOKEEPER_JAR.exists():
+        raise EmulatorError(
+            "ZooKeeper is not installed: run scripts/install-zookeeper (apt-get install"
+            " zookeeper, Debian 12's 3.8, which brings Java)"
+        )
+    # A small heap and the quick JIT tier: a test server starts in about a second.
+    jvm = ["-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"]
+    return [java, *jvm, "-cp", str(ZOOKEEPER_JAR), _ZOOKEEPER_MAIN, str(config)]
+
+
+def _launch_zookeeper(work: Path, attempt: int, _key: tuple[str, str]) -> _Launch:
+    port = free_port()
+    data_dir = work / f"zookeeper-data-{attempt}-{uuid.uuid4().hex[:6]}"
+    data_dir.mkdir()
+    config = data_dir / "zoo.cfg"
+    config.write_text(_ZOOKEEPER_CONFIG.format(data=data_dir, port=port))
+    return _Launch(
+        argv=_zookeeper_argv(config),
+        env=_server_env(),
+        endpoint=f"127.0.0.1:{port}",
+        probe=lambda: _zookeeper_ok(port),
+    )
+
+
+def restart_zookeeper(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
+    """Stop the ``zookeeper`` emulator (SIGTERM), call ``down`` while it is down, then start it
+    again on the same port and data and wait until it answers. ``emulator.process`` is the new
+    process afterwards.
+
+    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
+    """
+    process = emulator.process
+    process.stop()
+    down()
+    port = int(emulator.endpoint.rsplit(":", 1)[1])
+    config = Path(process.argv[-1])
+    restarted = ServerProcess(
+        "zookeeper", process.argv, env=_server_env(), cwd=config.parent, log_path=process.log_path
+    )
+    began = time.monotonic()
+    while not _zookeeper_ok(port):
+        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
+            restarted.stop()
+            raise EmulatorError(f"zookeeper did not come back on port {port}:\n{restarted.tail()}")
+        time.sleep(0.02)  # a bounded poll of a process we don't control
+    object.__setattr__(emulator, "process", restarted)
+
+
 _LAUNCHERS: dict[str, _Launcher] = {
     "s3-moto": _launch_moto,
     "s3-seaweedfs": _launch_seaweedfs,
     "gcs": _launch_fake_gcs,
     "azure": _launch_azurite,
     "redis": _launch_redis,
+    "zookeeper": _launch_zookeeper,
 }
 
 
@@ -580,7 +661,7 @@ class Emulator:
     """A running emulator: where it is, what it accepts, how long it took to start."""
 
     name: str  # one of EMULATORS
-    endpoint: str  # S3 and GCS: the server's URL; Azure: the account URL
+    endpoint: str  # S3 and GCS: the server's URL; Azure: the account URL; ZooKeeper: HOST:PORT
     startup_s: float  # from spawning the process to its first answer as itself
     key: tuple[str, str]  # the S3 access key id and secret it accepts; Redis: [1] is its password
     log_path: Path

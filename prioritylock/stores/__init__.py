@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from prioritylock.stores._gcs import GCSStore
     from prioritylock.stores._redis import RedisStore
     from prioritylock.stores._s3 import S3Store
+    from prioritylock.stores._zookeeper import ZooKeeperStore
 
 _LAZY = {scheme.store: scheme for scheme in SCHEMES.values() if scheme.store}
 
@@ -70,6 +71,7 @@ __all__ = [
     "StoreStats",
     "UnsyncedWriter",
     "Versioned",
+    "ZooKeeperStore",
     "open_store",
     "replace_if_unchanged",
 ]

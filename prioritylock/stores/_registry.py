@@ -62,6 +62,7 @@ SCHEMES: dict[str, Scheme] = {
     "az": Scheme("prioritylock.stores._azure", extra="azure", store="AzureBlobStore"),
     "redis": Scheme("prioritylock.stores._redis", extra="redis", store="RedisStore"),
     "rediss": Scheme("prioritylock.stores._redis", extra="redis"),
+    "zk": Scheme("prioritylock.stores._zookeeper", extra="zookeeper", store="ZooKeeperStore"),
 }
 
 
@@ -71,6 +72,7 @@ _SDKS = {
     "gcs": "the Google Cloud Storage SDK, google-cloud-storage",
     "azure": "the Azure Blob Storage SDK, azure-storage-blob",
     "redis": "the Redis client, redis-py",
+    "zookeeper": "the ZooKeeper client, kazoo",
 }
 
 

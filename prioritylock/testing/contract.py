@@ -80,6 +80,10 @@ _INVALID_PREFIXES = {
 }
 
 
+_REPEATING_VERSIONS = (
+    "this store's versions may repeat (content hashes, or a node's version restarted when it is"
+    " created again); lease writes carry a nonce and the lock never deletes its documents"
+)
 _HAVE_TIMEOUT = importlib.util.find_spec("pytest_timeout") is not None
 
 
@@ -326,7 +330,7 @@ class StoreContract:
         """ABA: content-hash versions (plain S3 ETags) would let a stale writer win here."""
         key = _new_base() + "doc"
         if not store.capabilities.unique_versions:
-            pytest.skip("this store's versions are content hashes; lease writes carry a nonce")
+            pytest.skip(_REPEATING_VERSIONS)
         versions = [store.create(key, b"same")]
         for _ in range(2):
             versions.append(store.replace(key, b"same", versions[-1]))
@@ -341,7 +345,7 @@ class StoreContract:
     def test_version_is_new_after_delete_and_create(self, store: ObjectStore) -> None:
         key = _new_base() + "doc"
         if not store.capabilities.unique_versions:
-            pytest.skip("this store's versions are content hashes; lease writes carry a nonce")
+            pytest.skip(_REPEATING_VERSIONS)
         first = store.create(key, b"same")
         store.delete(key, first)
         second = store.create(key, b"same")

@@ -20,6 +20,10 @@ networks and servers fail them:
   under (``LOADING`` for a 5xx or 429, the script's own "condition failed" answer for a 409 or
   412); a delivered fault with a status loses the answer instead (an error reply always means
   the script did not run, so "landed, then answered 503" is a lost answer on Redis).
+- **ZooKeeper**: a ``KazooClient`` subclass whose asynchronous calls (the store's requests) fail
+  as planned. ZooKeeper has no statuses: a refused request is its ``ThrottledOpError`` (a 409 or
+  412: ``NodeExistsError`` for a create, ``BadVersionError`` otherwise); a lost answer is
+  ``ConnectionLoss``, a timeout an answer that never comes (the store's read timeout is 1 s).
 
 With ``via="proxy"`` the same faults are injected on the wire instead, by a
 :class:`~tests._helpers.fault_proxy.FaultProxy` in front of the server (the store's endpoint is
@@ -34,6 +38,7 @@ type on every store), ``"delete"`` and ``"list"``. Everything else goes to the r
 
 from __future__ import annotations
 
+import functools
 import http
 import threading
 from collections.abc import Callable
@@ -421,6 +426,67 @@ def _redis_injector(like: ObjectStore) -> Injector:
     return injector
 
 
+# -- ZooKeeper: a kazoo client whose calls fail ------------------------------------------------
+
+
+def _zookeeper_injector(like: ObjectStore) -> Injector:
+    from kazoo import exceptions as zk_errors
+    from kazoo.client import KazooClient
+
+    from prioritylock.stores._zookeeper import ZooKeeperStore
+
+    assert isinstance(like, ZooKeeperStore)
+    plan = _Plan()
+    depth = like.prefix.count("/")  # the prefix's znodes are made unfailed
+
+    class FaultyClient(KazooClient):  # type: ignore[misc]
+        def _planned(self, op: str, send: Callable[[], Any], refused: BaseException) -> Any:
+            fault = plan.take(op)
+            if fault is None:
+                return send()
+            if fault.before is not None:
+                fault.before()
+            if fault.deliver:
+                send().get(timeout=10)  # the server applies it; its answer is dropped
+            result = self.handler.async_result()
+            if fault.lose == "timeout":
+                return result  # never answered: the store's read timeout ends the wait
+            if fault.lose == "reset" or (fault.deliver and fault.status not in (409, 412)):
+                result.set_exception(zk_errors.ConnectionLoss())
+            else:
+                throttled = zk_errors.ThrottledOpError()
+                result.set_exception(refused if fault.status in (409, 412) else throttled)
+            return result
+
+        def get_async(self, path: str, watch: Any = None) -> Any:
+            send = functools.partial(super().get_async, path, watch)
+            return self._planned("read", send, zk_errors.BadVersionError())
+
+        def create_async(self, path: str, value: bytes = b"", *args: Any, **kw: Any) -> Any:
+            if path.count("/") <= depth:
+                return super().create_async(path, value, *args, **kw)
+            send = functools.partial(super().create_async, path, value, *args, **kw)
+            return self._planned("write", send, zk_errors.NodeExistsError())
+
+        def set_async(self, path: str, value: bytes, version: int = -1) -> Any:
+            send = functools.partial(super().set_async, path, value, version)
+            return self._planned("write", send, zk_errors.BadVersionError())
+
+        def delete_async(self, path: str, version: int = -1) -> Any:
+            send = functools.partial(super().delete_async, path, version)
+            return self._planned("delete", send, zk_errors.BadVersionError())
+
+        def get_children_async(self, path: str, *args: Any, **kw: Any) -> Any:
+            send = functools.partial(super().get_children_async, path, *args, **kw)
+            return self._planned("list", send, zk_errors.BadVersionError())
+
+    client = FaultyClient(like.hosts)
+    store = ZooKeeperStore(like.hosts, prefix=like.prefix, read_timeout=1.0, client=client)
+    injector = Injector("zookeeper", store, plan)
+    injector._closers.append(store.close)
+    return injector
+
+
 # -- any cloud: the fault proxy on the wire -------------------------------------------------------
 
 
@@ -530,4 +596,6 @@ def open_injector(
         return _azure_injector(request, like)
     if kind == "redis":
         return _redis_injector(like)
+    if kind == "zookeeper":
+        return _zookeeper_injector(like)
     raise ValueError(f"no SDK-boundary faults for store kind {kind!r}")

@@ -1,10 +1,11 @@
 """Notices: a write through any lock of the process tells the other locks of the process on the
 same document at once (``prioritylock._wake``), on both drivers, on the stores of one machine;
 a write by another process on the same local directory tells them through the file system
-(``LocalStore.watch_key``), and a write by another process on the same Redis tells them through
-its pub/sub channel (``RedisStore.watch_key``). The lease (60 s) and cleanup window (20 s) are
-long, the holder's watch reads 30 s apart and the waiters' polls slow, so without the notice each
-of these would take seconds."""
+(``LocalStore.watch_key``), and a write by another process on the same Redis or ZooKeeper tells
+them through its pub/sub channel or its watches (``RedisStore.watch_key``,
+``ZooKeeperStore.watch_key``). The lease (60 s) and cleanup window (45 s) are long, the holder's
+watch reads 30 s apart and the waiters' polls slow, so without the notice each of these would
+take seconds."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ AT_ONCE = 0.05
 
 SLOW: dict[str, Any] = {
     "lease_timeout": 60,
-    "cleanup_timeout": 20,
+    "cleanup_timeout": 45,  # the watch interval (30 s) fits in it (the builder warns otherwise)
     "waiting_timeout": 20,
     "poll_interval": 30,
     "watch_interval": 30,
@@ -151,7 +152,10 @@ def _opener(store: ObjectStore) -> Callable[[], ObjectStore]:
     if isinstance(store, LocalStore):
         return functools.partial(LocalStore, store.directory)
     from prioritylock.stores._redis import RedisStore
+    from prioritylock.stores._zookeeper import ZooKeeperStore
 
+    if isinstance(store, ZooKeeperStore):
+        return functools.partial(ZooKeeperStore, store.hosts, prefix=store.prefix)
     assert isinstance(store, RedisStore)
     options = store.client.connection_pool.connection_kwargs
     return functools.partial(
@@ -167,7 +171,8 @@ class ProcessPeer(Peer):
     """A :class:`Peer` in another process (a forkserver's child, this module preloaded)."""
 
     def __init__(self, store: ObjectStore) -> None:
-        # The file system's notices within 100 ms; Redis's pub/sub within 50 ms (issue 31).
+        # The file system's notices within 100 ms; Redis's pub/sub and ZooKeeper's watches within
+        # 50 ms (issue 31).
         self.told_within = self.handed_within = 0.100 if isinstance(store, LocalStore) else 0.050
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([__name__])
@@ -216,17 +221,21 @@ class ProcessPeer(Peer):
 
 
 #: (store, where the other client is): every store of one machine in this process, two
-#: processes on one directory, and two processes on one Redis (its pub/sub channel alone).
+#: processes on one directory, and two processes on one Redis or one ZooKeeper (its pub/sub
+#: channel or its watches alone).
 TOPOLOGIES = [(kind, "thread") for kind in selected_kinds(LOCAL_KINDS)]
 if "local" in selected_kinds(LOCAL_KINDS) and sys.platform.startswith("linux"):
     TOPOLOGIES.append(("local", "process"))
 if "redis" in selected_kinds(CLOUD_KINDS):
     TOPOLOGIES.append(("redis", "process"))
+if "zookeeper" in selected_kinds(CLOUD_KINDS):
+    TOPOLOGIES.append(("zookeeper", "process"))
 
 
 #: Under 50 ms across processes is a timing measurement: run alone (scripts/test's serial pass).
+_SERVERS = ("redis", "zookeeper")
 _PARAMS = [
-    pytest.param(t, id="-".join(t), marks=[pytest.mark.serial] if t[0] == "redis" else [])
+    pytest.param(t, id="-".join(t), marks=[pytest.mark.serial] if t[0] in _SERVERS else [])
     for t in TOPOLOGIES
 ]
 

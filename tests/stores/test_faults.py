@@ -34,9 +34,9 @@ pytestmark = [pytest.mark.timeout(60)]
 one_per_sdk = pytest.mark.parametrize(
     "store_kind", selected_kinds(["s3-moto", "gcs", "azure"]), indirect=True
 )
-#: The same, and Redis (which has no HTTP statuses to throttle with).
+#: The same, and Redis and ZooKeeper (which have no HTTP statuses to throttle with).
 one_per_client = pytest.mark.parametrize(
-    "store_kind", selected_kinds(["s3-moto", "gcs", "azure", "redis"]), indirect=True
+    "store_kind", selected_kinds(["s3-moto", "gcs", "azure", "redis", "zookeeper"]), indirect=True
 )
 
 KEY = "team/resource"
@@ -81,6 +81,8 @@ def faults(
     """A store of the kind under test, on a fresh bucket, whose requests fail as told."""
     if via == "proxy" and store_kind == "redis":
         pytest.skip("the fault proxy speaks HTTP: Redis's faults are injected at its connection")
+    if via == "proxy" and store_kind == "zookeeper":
+        pytest.skip("the fault proxy speaks HTTP: ZooKeeper's faults are injected at its client")
     injector = open_injector(request, store_kind, store_factory(), via=via)
     try:
         yield injector
@@ -110,6 +112,11 @@ def _lost_answer_errors(kind: str, lose: str) -> tuple[type[BaseException], ...]
         import redis.exceptions
 
         return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+    if kind == "zookeeper":
+        from kazoo.exceptions import ConnectionLoss
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        return (ConnectionLoss, KazooTimeoutError)
     if kind.startswith("s3-"):
         import botocore.exceptions
 
@@ -247,7 +254,7 @@ def _closed_port() -> int:
 
 
 def _version_like(kind: str) -> str:
-    return "1" if kind in ("gcs", "redis") else '"0x1"'
+    return {"gcs": "1", "redis": "1", "zookeeper": "1.1"}.get(kind, '"0x1"')
 
 
 def _unreachable(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -> ObjectStore:
@@ -258,6 +265,12 @@ def _unreachable(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -
 
         assert isinstance(like, RedisStore)
         return RedisStore("127.0.0.1", _closed_port(), prefix=like.prefix, connect_timeout=2.0)
+    if kind == "zookeeper":
+        from prioritylock.stores._zookeeper import ZooKeeperStore
+
+        assert isinstance(like, ZooKeeperStore)
+        hosts = f"127.0.0.1:{_closed_port()}"
+        return ZooKeeperStore(hosts, prefix=like.prefix, connect_timeout=1.0)
     if kind.startswith("s3-"):
         from prioritylock.stores._s3 import S3Store
         from tests._servers.s3 import S3Server

@@ -1,0 +1,728 @@
+"""ZooKeeperStore: lease documents as znodes, changed by ZooKeeper's version-conditional writes.
+
+Layout: the store's prefix is a znode path (``zk://HOSTS/prioritylock/locks``:
+``/prioritylock/locks``) and each document is one child of it, named by its key percent-encoded
+(``team/resource`` is ``/prioritylock/locks/team%2Fresource``), its data the document's bytes as
+they are (an operator can ``zkCli get`` the lease JSON). A flat layout: a key and a key under it
+(``a`` and ``a/b``) are two siblings, never a node and the parent ZooKeeper would need for the
+other, and ``list`` is one ``getChildren``.
+
+The version token is ``CZXID.VERSION``: the transaction that created the znode, then its data
+version. Create is ZooKeeper's create (it fails if the node exists); replace and delete are
+``setData`` and ``delete`` at the data version. ZooKeeper restarts a node's data version at 0 when
+the node is created again, and its writes can only be conditioned on that version, so a token of
+an earlier incarnation of the same key could match a later one: the store declares
+``unique_versions=False``. Reads compare the whole token, so a node created again never reads as
+unchanged; and the lock never deletes a lease document (release marks it free).
+
+Requests are kazoo's asynchronous calls, each waited for at most the read timeout: a call ends by
+its timeout whatever the server does. A request is sent only while the session is connected (else
+:class:`~prioritylock.StoreUnavailable` at once, nothing sent, rather than queued by kazoo for a
+later reconnect); a connection lost after sending is outcome-unknown for a write, and the lock
+reads back to decide, as on every store. Errors are translated in one place,
+:meth:`ZooKeeperStore._translate`, and always chained; credentials never go into ours or into the
+log. The server's sessions and ephemeral nodes play no part in who holds a lock (docs/stores.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from prioritylock.stores._registry import missing_extra
+
+try:
+    from kazoo import exceptions as zk_errors
+    from kazoo.client import KazooClient
+    from kazoo.protocol.states import KazooState
+    from kazoo.retry import KazooRetry
+    from kazoo.security import make_digest_acl
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("ZooKeeper stores", "zookeeper", _exc) from None
+
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    validate_key,
+    validate_prefix,
+)
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    check_timeouts,
+)
+from prioritylock.stores._log import describe_error, describe_result, log
+
+__all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "ZooKeeperStore", "store_from_url"]
+
+DEFAULT_PORT = 2181
+MAX_OBJECT_BYTES = 1_000_000
+"""The largest document the store writes: ZooKeeper refuses a znode over ``jute.maxbuffer``
+(1 MiB by default) with its request."""
+
+
+class _NoCredentials(logging.Filter):
+    """Drops kazoo's lines that show a request carrying credentials (at DEBUG it logs every
+    request it sends, ``Auth(scheme='digest', auth='USER:PASSWORD')`` among them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a line we can't read is a line we can't vouch for
+            return False
+        return "Auth(" not in message and "auth_data" not in message and "sasl" not in message
+
+
+#: kazoo's own log lines (connections, and at DEBUG each request) go here, under the stores'
+#: logger, without credentials.
+_KAZOO_LOG = logging.getLogger("prioritylock.stores.zookeeper")
+_KAZOO_LOG.addFilter(_NoCredentials())
+
+#: Versions this process wrote, per znode (``HOSTS`` + path), the latest few: a watch that finds
+#: one of them at the node does not wake this process's locks (they were told in-process).
+_written: collections.OrderedDict[str, collections.deque[str]] = collections.OrderedDict()
+#: Writes this process began, per znode: a watch that fires with none begun since it was armed
+#: heard another's write, and calls its watchers at once (no ``exists`` to ask whose it was).
+_began: collections.Counter[str] = collections.Counter()
+_written_lock = threading.Lock()
+_WRITTEN_PATHS = 4096
+
+
+def _begin_write(node: str, expected: str | None = None) -> None:
+    """A write of this process to ``node`` begins; ``expected``: the version it will make if it
+    lands (a replace's is known: same node, data version + 1), counted as ours from now on, so
+    a watch that hears it before our answer comes does not wake this process's locks."""
+    with _written_lock:
+        _began[node] += 1
+        if len(_began) > _WRITTEN_PATHS:
+            _began.clear()  # a watch then asks whose each change was, once
+        if expected is not None:
+            _remember(node, expected)
+
+
+def _remember(node: str, version: str) -> None:
+    """(``_written_lock`` held.)"""
+    versions = _written.setdefault(node, collections.deque(maxlen=8))
+    _written.move_to_end(node)
+    if version not in versions:
+        versions.append(version)
+    while len(_written) > _WRITTEN_PATHS:
+        _written.popitem(last=False)
+
+
+def _forget(node: str, version: str) -> None:
+    """A replace that did not land: its expected version is not ours."""
+    with _written_lock:
+        versions = _written.get(node)
+        if versions is not None and version in versions:
+            versions.remove(version)
+
+
+class ZooKeeperStore:
+    """Documents under the znode ``prefix`` of one ZooKeeper ensemble; shared by every process and
+    host that opens it.
+
+    ``hosts`` is kazoo's ``HOST:PORT[,HOST:PORT...]``. With ``username`` and ``password``, the
+    session authenticates with ZooKeeper's ``digest`` scheme and the nodes it creates are
+    readable and writable by that user alone; without them, they get ZooKeeper's open ACL.
+    ``client``: a kazoo client of the caller's, not started, for ``hosts`` (the store starts and
+    stops it; its credentials and retries are the caller's). Every request counts in
+    :attr:`stats`; a watch's re-arming (``exists``) does not.
+
+    :raises ConfigError: invalid hosts, prefix, credentials or timeouts.
+    """
+
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True,
+        shared_across_hosts=True,
+        conditional_delete=True,
+        # A node created again restarts its data version at 0 (see the module's notes).
+        unique_versions=False,
+    )
+
+    def __init__(
+        self,
+        hosts: str = f"127.0.0.1:{DEFAULT_PORT}",
+        *,
+        prefix: str = "prioritylock",
+        username: str | None = None,
+        password: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        session_timeout: float = 10.0,
+        client: Any = None,
+    ) -> None:
+        self._hosts = _check_hosts(hosts)
+        self._base = _base_path(prefix)
+        timeouts = check_timeouts("ZooKeeper", connect_timeout, read_timeout)
+        self._connect_timeout, self._read_timeout = timeouts
+        if (username is None) != (password is None) or (username is not None and ":" in username):
+            raise ConfigError("ZooKeeper needs both a user name (without ':') and a password")
+        self._stats = StoreStats()
+        self._closed = False
+        self._start_lock = threading.Lock()
+        self._connected = threading.Event()
+        options: dict[str, Any] = {}
+        if username is not None and password is not None:
+            options["auth_data"] = [("digest", f"{username}:{password}")]
+            options["default_acl"] = [make_digest_acl(username, password, all=True)]
+        self._zk: Any = client or KazooClient(
+            hosts=self._hosts,
+            timeout=session_timeout,
+            # Reconnect for ever in the background (a restarted server is found again); no
+            # retries of requests (a retried write that had landed would fail its condition).
+            connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            logger=_KAZOO_LOG,
+            **options,
+        )
+        self._zk.add_listener(self._on_state)
+        self._watcher: _Watcher | None = None
+        # Connect in the background now: the first request finds the session (its creation is
+        # a write on the ensemble) made, or waits for it at most the connect timeout.
+        self._zk.start_async()
+
+    # -- what every store shows --------------------------------------------------------------
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self._CAPABILITIES
+
+    @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share documents."""
+        return f"zk:{self._hosts}{self._base}/"
+
+    @property
+    def prefix(self) -> str:
+        """The znode under which documents live (``/prioritylock``)."""
+        return self._base
+
+    @property
+    def hosts(self) -> str:
+        return self._hosts
+
+    @property
+    def client(self) -> Any:
+        """The kazoo client the store sends its requests through."""
+        return self._zk
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperStore({self._hosts!r}, prefix={self._base!r})"
+
+    # -- the seam ------------------------------------------------------------------------------
+
+    def read(self, key: str) -> Versioned | None:
+        found = self._read(key, None)
+        assert found is not NOT_MODIFIED
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """One ``getData``, compared with ``version`` (ZooKeeper has no conditional read)."""
+        return self._read(key, version)
+
+    def create(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        _begin_write(self._hosts + path)
+        payload = self._payload("create", key, data)
+        send = lambda: self._zk.create_async(path, payload, include_data=True)  # noqa: E731
+        try:
+            try:
+                _path, stat = self._call("create", key, send)
+            except _Missing:  # the prefix's znode: made once, then the create again
+                self._make_base(key)
+                _path, stat = self._call("create", key, send)
+        except _Exists:
+            raise self._logged("create", key, ConditionFailed(key, "already exists")) from None
+        return self._wrote("create", key, path, stat)
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        path = self._path(key)
+        payload = self._payload("replace", key, data)
+        czxid, number = _parse(version)
+        if number is None:
+            raise self._logged("replace", key, ConditionFailed(key, "at another version"))
+        node, expected = self._hosts + path, f"{czxid}.{number + 1}"
+        _begin_write(node, expected)
+        try:
+            stat = self._call(
+                "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
+            )
+        except BaseException:
+            _forget(node, expected)
+            raise
+        if stat.czxid != czxid:
+            # The version matched a later incarnation of the node (created again after a
+            # delete): the write landed. Say so; the lock never deletes its documents.
+            log.warning("%r replace of %r: the node was deleted and created again", self, key)
+        return self._wrote("replace", key, path, stat)
+
+    def delete(self, key: str, version: str) -> None:
+        path = self._path(key)
+        _czxid, number = _parse(version)
+        if number is None:
+            raise self._logged("delete", key, ConditionFailed(key, "at another version"))
+        _begin_write(self._hosts + path)
+        self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
+        self._log_outcome("delete", key, None)
+
+    def list(self, prefix: str) -> list[str]:
+        validate_prefix(prefix)
+        try:
+            names = self._call("list", prefix, lambda: self._zk.get_children_async(self._base))
+        except _Missing:
+            names = []
+        keys = sorted(
+            key for key in (_key_of(name) for name in names) if key and key.startswith(prefix)
+        )
+        self._log_outcome("list", prefix, keys)
+        return keys
+
+    def close(self) -> None:
+        """Close the session (and the store's watch, if any); safe to call twice."""
+        self._closed = True
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+        try:
+            self._zk.stop()
+        finally:
+            self._zk.close()
+
+    # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``key`` may have changed, written by another process or host;
+        return a function that stops the calls.
+
+        A hint, not a fact: ZooKeeper's one-shot watch on the node, armed again (one ``exists``)
+        each time it fires, so changes between a fire and the re-arm come as one call; a change
+        whose version this process wrote calls nothing (its locks were told in-process). After
+        the session was disconnected, every watcher is called once. Calls come from kazoo's
+        event thread.
+
+        :raises ConfigError: invalid key.
+        """
+        path = self._path(key)
+        with self._start_lock:
+            if self._closed:
+                return _nothing
+            if self._watcher is None:
+                self._watcher = _Watcher(self)
+            watcher = self._watcher
+        return watcher.add(path, callback)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _read(self, key: str, version: str | None) -> ReadResult:
+        path = self._path(key)
+        op = "read" if version is None else "read_if_changed"
+        try:
+            data, stat = self._call("read", key, lambda: self._zk.get_async(path), log_as=op)
+        except _Missing:
+            self._log_outcome(op, key, None)
+            return None
+        if stat.ephemeralOwner or stat.numChildren:
+            raise self._logged(op, key, self._foreign(op, key, stat))
+        token = _token(stat)
+        found: ReadResult
+        if token == version:
+            found = NOT_MODIFIED
+            self._stats.count_not_modified()
+        else:
+            found = Versioned(bytes(data), token)
+        self._log_outcome(op, key, found)
+        return found
+
+    def _call(
+        self,
+        op: str,
+        key: str,
+        send: Callable[[], Any],
+        *,
+        condition: bool = False,
+        log_as: str | None = None,
+    ) -> Any:
+        """One request: counted, sent only on a connected session, waited for at most the read
+        timeout, its errors translated. ``condition``: a missing node or another version is
+        :class:`ConditionFailed`; else a missing node raises :class:`_Missing`, an existing one
+        :class:`_Exists` (for the caller to decide)."""
+        self._stats.count(op + "s")
+        logged_op = log_as or op
+        self._connect_session(logged_op, key)
+        try:
+            return send().get(timeout=self._read_timeout)
+        except zk_errors.NoNodeError as exc:
+            if condition:
+                raise self._logged(logged_op, key, ConditionFailed(key, "absent")) from exc
+            raise _Missing from exc
+        except zk_errors.BadVersionError as exc:
+            raise self._logged(logged_op, key, ConditionFailed(key, "at another version")) from exc
+        except zk_errors.NodeExistsError as exc:
+            raise _Exists from exc
+        except Exception as exc:
+            raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
+
+    def _connect_session(self, op: str, key: str) -> None:
+        """Wait up to the connect timeout for the session to be connected.
+
+        :raises StoreUnavailable: not connected by then (nothing was sent).
+        """
+        with self._start_lock:
+            if self._closed:
+                raise StoreError(f"{self._describe(op, key)}: the store is closed")
+        if not self._connected.wait(self._connect_timeout):
+            raise self._logged(
+                op,
+                key,
+                StoreUnavailable(f"{self._describe(op, key)}: no ZooKeeper server answered"),
+            )
+
+    def _on_state(self, state: str) -> None:
+        """kazoo's session listener (its connection thread: never blocks)."""
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.on_state(state)
+
+    def _make_base(self, key: str) -> None:
+        """Create the prefix's znode and its ancestors (an existing one is fine)."""
+        parts = self._base.strip("/").split("/")
+        for depth in range(1, len(parts) + 1):
+            node = "/" + "/".join(parts[:depth])
+            try:
+                self._call("create", key, functools.partial(self._zk.create_async, node, b""))
+            except _Exists:
+                continue
+
+    def _wrote(self, op: str, key: str, path: str, stat: Any) -> str:
+        version = _token(stat)
+        with _written_lock:
+            _remember(self._hosts + path, version)
+        self._log_outcome(op, key, version)
+        return version
+
+    def _payload(self, op: str, key: str, data: bytes) -> bytes:
+        payload = bytes(data)
+        if len(payload) > MAX_OBJECT_BYTES:
+            raise ConfigError(
+                f"ZooKeeper {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f" {MAX_OBJECT_BYTES}"
+            )
+        return payload
+
+    def _path(self, key: str) -> str:
+        validate_key(key)
+        name = urllib.parse.quote(key, safe="")
+        if len(self._base) + 1 + len(name) > 4 * 1024:
+            raise ConfigError(f"ZooKeeper key {key[:60]!r}... is too long with the prefix")
+        return f"{self._base}/{name}"
+
+    def _foreign(self, op: str, key: str, stat: Any) -> StoreError:
+        what = "an ephemeral node" if stat.ephemeralOwner else "a node with children"
+        return StoreError(
+            f"{self._describe(op, key)}: the znode is {what}, not a document of ours; it was"
+            " left untouched (remove it, or use another prefix)"
+        )
+
+    def _translate(self, exc: BaseException, op: str, key: str) -> PriorityLockError:
+        """The one place where kazoo's errors become ours (server messages are not copied).
+
+        Every request here was sent (a session not connected fails before sending).
+        """
+        what = self._describe(op, key)
+        write = op in WRITES
+        name = type(exc).__name__
+        if isinstance(exc, (zk_errors.NoAuthError, zk_errors.AuthFailedError)):
+            return StoreAccessError(f"{what} refused ({name}): {_ACCESS_HINT}")
+        if isinstance(exc, zk_errors.NotEmptyError):
+            return StoreError(f"{what}: the znode has children, so it is not ours ({name})")
+        if isinstance(exc, zk_errors.NoChildrenForEphemeralsError):
+            return StoreError(f"{what}: the prefix's znode is ephemeral, not ours ({name})")
+        if isinstance(exc, (*_LOST, self._zk.handler.timeout_exception)):
+            return StoreUnavailable(
+                f"{what}: the answer was lost or late ({name})", outcome_unknown=write
+            )
+        return StoreError(f"{what} failed ({name})")
+
+    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
+        self._log_outcome(op, key, error)
+        return error
+
+    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            if isinstance(outcome, PriorityLockError):
+                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
+            else:
+                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
+
+    def _describe(self, op: str, key: str) -> str:
+        return f"ZooKeeper {op} of {key!r} at {self._hosts} (prefix {self._base!r})"
+
+
+_ACCESS_HINT = (
+    "check the user name and password (zk://USER:PASSWORD@HOSTS/PREFIX, ZooKeeper's digest"
+    " scheme) and that the prefix's znode lets that user create, read, write and delete"
+    " (docs/stores.md)"
+)
+
+
+#: What kazoo raises when a sent request's answer is lost, refused for now, or late.
+_LOST = (
+    zk_errors.ConnectionLoss,
+    zk_errors.SessionExpiredError,
+    zk_errors.OperationTimeoutError,
+    zk_errors.ThrottledOpError,
+    zk_errors.ConnectionDropped,
+    zk_errors.ZookeeperStoppedError,
+    OSError,
+)
+
+
+class _Missing(Exception):
+    """The node (or the prefix's node) does not exist: the caller decides what that means."""
+
+
+class _Exists(Exception):
+    """create found the node there."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def _token(stat: Any) -> str:
+    return f"{stat.czxid}.{stat.version}"
+
+
+def _parse(version: str) -> tuple[int | None, int | None]:
+    """A token's (czxid, data version); (None, None) for a string that is not one of ours."""
+    czxid, dot, number = version.partition(".")
+    if not dot or not czxid.isdigit() or not number.isdigit():
+        return None, None
+    return int(czxid), int(number)
+
+
+def _key_of(name: str) -> str | None:
+    """The key a child of the prefix's znode holds, or None for a node that is not ours."""
+    key = urllib.parse.unquote(name, errors="strict")
+    if urllib.parse.quote(key, safe="") != name:
+        return None
+    try:
+        return validate_key(key)
+    except ConfigError:
+        return None
+
+
+def _check_hosts(hosts: str) -> str:
+    """``HOST:PORT[,HOST:PORT...]``, each port given or 2181, sorted (one namespace per set)."""
+    if not isinstance(hosts, str) or not hosts.strip():
+        raise ConfigError(f"ZooKeeper hosts must be HOST:PORT[,HOST:PORT...], got {hosts!r}")
+    found: list[str] = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon:
+            host, port = item.strip(), str(DEFAULT_PORT)
+        if not host or any(c in host for c in "/@?# ") or not port.isdigit():
+            raise ConfigError(f"ZooKeeper host must be HOST:PORT, got {item!r} in {hosts!r}")
+        if not 0 < int(port) < 65536:
+            raise ConfigError(f"ZooKeeper port must be 1-65535, got {port!r}")
+        found.append(f"{host}:{int(port)}")
+    return ",".join(sorted(found))
+
+
+def _base_path(prefix: str) -> str:
+    """The prefix as a znode path: ``/`` and its segments, at least one."""
+    if not isinstance(prefix, str):
+        raise ConfigError(f"ZooKeeper prefix must be a string, got {prefix!r}")
+    stripped = prefix.strip("/")
+    if not stripped:
+        raise ConfigError(
+            "ZooKeeper prefix must name a znode under the root (zk://HOSTS/PREFIX, e.g."
+            " zk://127.0.0.1:2181/prioritylock)"
+        )
+    validate_key(stripped)
+    if stripped.split("/")[0] == "zookeeper":
+        raise ConfigError("ZooKeeper prefix must not be under /zookeeper (the server's own)")
+    return "/" + stripped
+
+
+class _Watcher:
+    """A store's watches: one-shot ZooKeeper watches on the watched nodes, armed again each time
+    they fire (one ``exists``, whose answer says whether this process wrote what is there)."""
+
+    def __init__(self, store: ZooKeeperStore) -> None:
+        self._store = store
+        self._zk: Any = store.client
+        self._lock = threading.Lock()
+        self._callbacks: dict[str, list[Callable[[], None]]] = {}
+        self._stopped = False
+        self._was_lost = False  # set when the session is suspended or lost, until connected
+        self._began_at_arm: dict[str, int] = {}  # this process's writes begun, per watched node
+
+    def add(self, path: str, callback: Callable[[], None]) -> Callable[[], None]:
+        with self._lock:
+            first = path not in self._callbacks
+            self._callbacks.setdefault(path, []).append(callback)
+        if first:
+            self._arm(path, check=False)
+        done = threading.Lock()
+
+        def remove() -> None:
+            if not done.acquire(blocking=False):
+                return
+            with self._lock:
+                listed = self._callbacks.get(path, [])
+                if callback in listed:
+                    listed.remove(callback)
+                if not listed:
+                    self._callbacks.pop(path, None)
+
+        return remove
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._callbacks.clear()
+
+    def on_state(self, state: str) -> None:
+        """Once connected, arm every watch (again: kazoo drops its watches when a connection
+        is lost); after the session was suspended or lost, also call every watcher once, when
+        its watch is set again (a change before that may have gone unannounced)."""
+        if state != KazooState.CONNECTED:
+            self._was_lost = True
+            return
+        lost, self._was_lost = self._was_lost, False
+        with self._lock:
+            paths = list(self._callbacks)
+        for path in paths:
+            self._arm(path, check=False, tell=lost)
+
+    def _arm(self, path: str, *, check: bool, tell: bool = False) -> None:
+        """Set the node's watch (one ``exists``); once it is set, with ``check``, call the
+        watchers if what is there is not a version this process wrote, with ``tell``, always."""
+        node = self._store.hosts + path
+        with self._lock:
+            if self._stopped or path not in self._callbacks:
+                return
+            with _written_lock:
+                self._began_at_arm[path] = _began[node]
+        if not self._zk.connected:
+            return  # on_state arms it again once connected
+        try:
+            result = self._zk.exists_async(path, watch=self._fired)
+        except Exception:  # closed or stopping: nothing to watch
+            return
+        if tell:
+            result.rawlink(lambda _answer: self._notify(path))
+        elif check:
+            result.rawlink(lambda answer: self._armed(path, answer))
+
+    def _fired(self, event: Any) -> None:
+        """The node changed (or the session was disconnected: on_state handles that)."""
+        path = event.path
+        if not path:
+            return
+        with _written_lock:
+            ours = _began[self._store.hosts + path] != self._began_at_arm.get(path)
+        if ours:  # this process wrote since: ask whose the change is
+            self._arm(path, check=True)
+            return
+        self._arm(path, check=False)
+        self._notify(path)
+
+    def _armed(self, path: str, answer: Any) -> None:
+        """The answer of the ``exists`` that re-armed a fired watch: call the watchers unless
+        what is there now is a version this process wrote."""
+        try:
+            stat = answer.get_nowait()
+        except Exception:
+            stat = None  # lost: tell them anyway
+        if stat is not None:
+            with _written_lock:
+                mine = _token(stat) in _written.get(self._store.hosts + path, ())
+            if mine:
+                return
+        self._notify(path)
+
+    def _notify(self, path: str) -> None:
+        with self._lock:
+            listed = list(self._callbacks.get(path, ()))
+        for callback in listed:
+            self._call(callback)
+
+    def _call(self, callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:  # a hint's receiver must not end the watch
+            log.exception("%r: a change callback raised", self._store)
+
+
+_URL_OPTIONS = ("connect_timeout", "read_timeout", "session_timeout")
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> ZooKeeperStore:
+    """The store for ``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX``.
+
+    The path is the znode under which documents live. Options: ``connect_timeout``,
+    ``read_timeout`` and ``session_timeout`` (seconds). The user name and password (ZooKeeper's
+    digest scheme) may be percent-encoded.
+
+    :raises ConfigError: no host or prefix, an unknown or empty option (named), or an invalid value.
+    """
+    for name in sorted(options):
+        if name not in _URL_OPTIONS:
+            raise ConfigError(
+                f"unknown zk:// store URL option {name!r}; known options: {', '.join(_URL_OPTIONS)}"
+            )
+    if parts.fragment:
+        raise ConfigError("zk:// store URL must not have a #fragment")
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if not hosts:
+        raise ConfigError("zk:// store URL needs hosts: zk://HOST:PORT[,HOST:PORT...]/PREFIX")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        if not colon:
+            raise ConfigError("zk:// store URL credentials must be USER:PASSWORD@")
+        username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
+    timeouts: dict[str, float] = {}
+    for option in _URL_OPTIONS:
+        if option in options:
+            try:
+                timeouts[option] = float(options[option])
+            except ValueError:
+                raise ConfigError(
+                    f"zk:// store URL option {option!r} must be a number of seconds,"
+                    f" got {options[option]!r}"
+                ) from None
+    return ZooKeeperStore(
+        hosts,
+        prefix=urllib.parse.unquote(parts.path),
+        username=username,
+        password=password,
+        **timeouts,
+    )
