@@ -404,8 +404,10 @@ def _told_only_by_reads(store: ObjectStore) -> bool:
 
 def _warn_if_watch_misses_window(watch: float, cleanup: float, drift: float) -> None:
     """Warn (at the caller of build()) of a watch interval too long for the cleanup window."""
-    if cleanup <= 0 or watch < cleanup - drift:
-        return  # no cleanup window to be told in, or at least one watch read falls in it
+    if cleanup <= drift or watch < cleanup - drift:
+        # No window to be told in (no cleanup, or one no longer than the drift allowance: no
+        # watch interval could fit it), or at least one watch read falls in it.
+        return
     warnings.warn(
         f"watch_interval ({watch:g} s) is not shorter than cleanup_timeout ({cleanup:g} s) less"
         f" max_clock_drift ({drift:g} s): a holder on another host hears of a request only when"

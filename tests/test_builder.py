@@ -222,6 +222,8 @@ def test_a_watch_interval_that_misses_the_cleanup_window_warns_on_a_shared_store
         lambda _: _s3().cleanup_timeout(2).watch_interval(1),  # one read falls in the window
         lambda _: _s3().cleanup_timeout(2),  # the default always fits
         lambda _: _s3().cleanup_timeout(0).watch_interval(5),  # no window: passes at once
+        # A window no longer than the drift allowance is empty: no watch interval fits it.
+        lambda _: _s3().cleanup_timeout(0.5).max_clock_drift(0.5).watch_interval(0.05),
         lambda _: base().cleanup_timeout(2).watch_interval(5),  # one process: told by a notice
         lambda tmp: (
             LockBuilder().store(LocalStore(tmp)).path("x").cleanup_timeout(2).watch_interval(5)

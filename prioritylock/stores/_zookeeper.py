@@ -101,6 +101,9 @@ _written: collections.OrderedDict[str, collections.deque[str]] = collections.Ord
 #: Writes this process began, per znode: a watch that fires with none begun since it was armed
 #: heard another's write, and calls its watchers at once (no ``exists`` to ask whose it was).
 _began: collections.Counter[str] = collections.Counter()
+#: Writes this process has under way, per znode: one that began before a watch was armed may land
+#: after it, and fire it with no write begun since.
+_pending: collections.Counter[str] = collections.Counter()
 _written_lock = threading.Lock()
 _WRITTEN_PATHS = 4096
 
@@ -111,10 +114,19 @@ def _begin_write(node: str, expected: str | None = None) -> None:
     a watch that hears it before our answer comes does not wake this process's locks."""
     with _written_lock:
         _began[node] += 1
+        _pending[node] += 1
         if len(_began) > _WRITTEN_PATHS:
             _began.clear()  # a watch then asks whose each change was, once
         if expected is not None:
             _remember(node, expected)
+
+
+def _end_write(node: str) -> None:
+    """A write :func:`_begin_write` announced has its answer (or gave up waiting for it)."""
+    with _written_lock:
+        _pending[node] -= 1
+        if _pending[node] <= 0:
+            del _pending[node]
 
 
 def _remember(node: str, version: str) -> None:
@@ -243,9 +255,9 @@ class ZooKeeperStore:
 
     def create(self, key: str, data: bytes) -> str:
         path = self._path(key)
-        _begin_write(self._hosts + path)
         payload = self._payload("create", key, data)
         send = lambda: self._zk.create_async(path, payload, include_data=True)  # noqa: E731
+        _begin_write(self._hosts + path)
         try:
             try:
                 _path, stat = self._call("create", key, send)
@@ -254,6 +266,8 @@ class ZooKeeperStore:
                 _path, stat = self._call("create", key, send)
         except _Exists:
             raise self._logged("create", key, ConditionFailed(key, "already exists")) from None
+        finally:
+            _end_write(self._hosts + path)
         return self._wrote("create", key, path, stat)
 
     def replace(self, key: str, data: bytes, version: str) -> str:
@@ -271,6 +285,8 @@ class ZooKeeperStore:
         except BaseException:
             _forget(node, expected)
             raise
+        finally:
+            _end_write(node)
         if stat.czxid != czxid:
             # The version matched a later incarnation of the node (created again after a
             # delete): the write landed. Say so; the lock never deletes its documents.
@@ -283,7 +299,10 @@ class ZooKeeperStore:
         if number is None:
             raise self._logged("delete", key, ConditionFailed(key, "at another version"))
         _begin_write(self._hosts + path)
-        self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
+        try:
+            self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
+        finally:
+            _end_write(self._hosts + path)
         self._log_outcome("delete", key, None)
 
     def list(self, prefix: str) -> list[str]:
@@ -582,6 +601,7 @@ class _Watcher:
         self._stopped = False
         self._was_lost = False  # set when the session is suspended or lost, until connected
         self._began_at_arm: dict[str, int] = {}  # this process's writes begun, per watched node
+        self._pending_at_arm: set[str] = set()  # watched nodes with one of our writes under way
 
     def add(self, path: str, callback: Callable[[], None]) -> Callable[[], None]:
         with self._lock:
@@ -630,6 +650,10 @@ class _Watcher:
                 return
             with _written_lock:
                 self._began_at_arm[path] = _began[node]
+                if _pending[node] > 0:
+                    self._pending_at_arm.add(path)
+                else:
+                    self._pending_at_arm.discard(path)
         if not self._zk.connected:
             return  # on_state arms it again once connected
         try:
@@ -647,7 +671,10 @@ class _Watcher:
         if not path:
             return
         with _written_lock:
-            ours = _began[self._store.hosts + path] != self._began_at_arm.get(path)
+            ours = (
+                _began[self._store.hosts + path] != self._began_at_arm.get(path)
+                or path in self._pending_at_arm
+            )
         if ours:  # this process wrote since: ask whose the change is
             self._arm(path, check=True)
             return
