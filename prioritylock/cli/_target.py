@@ -17,7 +17,7 @@ from prioritylock.stores._cloud import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIM
 from prioritylock.stores._registry import SCHEMES
 from scopes import LockScope
 
-__all__ = ["builder", "opened", "operator", "path_of", "public_url", "scope", "the_store"]
+__all__ = ["builder", "opened", "operator", "public_url", "scope", "the_store"]
 
 
 def scope(path: str) -> LockScope:
@@ -118,8 +118,3 @@ def operator() -> str:
     except Exception:
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-def path_of(lock_scope: LockScope) -> str | None:
-    """The lock path, or None for a scope that is not a plain path."""
-    return "/".join(lock_scope.parts) if lock_scope.kind.value == "path" else None
