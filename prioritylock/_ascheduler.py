@@ -34,12 +34,12 @@ AsyncTask = Callable[[], Awaitable["float | None"]]
 #: Longest run (CPU seconds of the loop's thread) of in-process (inline) tasks, or of starting
 #: others, before the runner lets the other tasks of the loop run ...
 _INLINE_SLICE = 0.005
-#: ... unless the runner is behind (it ran a task over :data:`_LATE` seconds after its due time):
-#: it then takes up to this much per turn of the loop. One slice per turn is all the runner gets,
-#: so when the loop's other work grows (thousands of streams, a burst of requests) a 5 ms slice
-#: no longer keeps up with the renewals due, and leases expire: a loop lagging 50 ms loses
-#: nothing, a renewal 20 s late loses a lease. Slices are CPU time, not wall time: on a machine
-#: short of CPU, a slice of wall time is mostly time the process was not running at all.
+#: ... unless the runner is behind (it ran an inline task over :data:`_LATE` seconds after its
+#: due time): it then takes up to this much per turn of the loop. One slice per turn is all the
+#: runner gets, so when the loop's other work grows (thousands of streams, a burst of requests)
+#: a 5 ms slice no longer keeps up with the renewals due, and leases expire: a loop lagging 50 ms
+#: loses nothing, a renewal 20 s late loses a lease. Slices are CPU time, not wall time: on a
+#: machine short of CPU, a slice of wall time is mostly time the process was not running at all.
 _BEHIND_SLICE = 0.05
 _LATE = 0.1
 
@@ -151,9 +151,9 @@ class AsyncScheduler:
                     self._sleeping_until = None
                     last_yield = cpu()
                     continue
-                behind = self.clock.monotonic() - entry.when > _LATE
-                turn = _BEHIND_SLICE if behind else _INLINE_SLICE
                 if entry.inline:
+                    behind = self.clock.monotonic() - entry.when > _LATE
+                    turn = _BEHIND_SLICE if behind else _INLINE_SLICE
                     await self._run(entry)
                     # In-process renewals take microseconds each, but thousands fall due on the
                     # same grid tick: let the loop breathe every few milliseconds of them.
@@ -168,7 +168,8 @@ class AsyncScheduler:
                 task = loop.create_task(self._run(entry))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-                if cpu() - last_yield > turn:
+                # Started tasks take their own turns of the loop: no larger slice when behind.
+                if cpu() - last_yield > _INLINE_SLICE:
                     await asyncio.sleep(0)
                     last_yield = cpu()
         finally:
