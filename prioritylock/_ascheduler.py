@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
@@ -30,9 +31,17 @@ log = logging.getLogger("prioritylock")
 
 AsyncTask = Callable[[], Awaitable["float | None"]]
 
-#: Longest run of in-process (inline) tasks, or of starting others, before the runner lets the
-#: other tasks of the loop run.
+#: Longest run (CPU seconds of the loop's thread) of in-process (inline) tasks, or of starting
+#: others, before the runner lets the other tasks of the loop run ...
 _INLINE_SLICE = 0.005
+#: ... unless the runner is behind (it ran an inline task over :data:`_LATE` seconds after its
+#: due time): it then takes up to this much per turn of the loop. One slice per turn is all the
+#: runner gets, so when the loop's other work grows (thousands of streams, a burst of requests)
+#: a 5 ms slice no longer keeps up with the renewals due, and leases expire: a loop lagging 50 ms
+#: loses nothing, a renewal 20 s late loses a lease. Slices are CPU time, not wall time: on a
+#: machine short of CPU, a slice of wall time is mostly time the process was not running at all.
+_BEHIND_SLICE = 0.05
+_LATE = 0.1
 
 #: Tasks (renewals and watches on network or disk stores) running at once per loop.
 MAX_RUNNING = 64
@@ -126,7 +135,8 @@ class AsyncScheduler:
     async def _loop(self) -> None:
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
-        last_yield = loop.time()
+        cpu = time.thread_time
+        last_yield = cpu()
         try:
             while not self._closed:
                 entry = self._pop_due(self.clock.monotonic())
@@ -140,16 +150,17 @@ class AsyncScheduler:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), timeout)
                     self._sleeping_until = None
-                    last_yield = loop.time()
+                    last_yield = cpu()
                     continue
                 if entry.inline:
+                    behind = self.clock.monotonic() - entry.when > _LATE
+                    turn = _BEHIND_SLICE if behind else _INLINE_SLICE
                     await self._run(entry)
                     # In-process renewals take microseconds each, but thousands fall due on the
                     # same grid tick: let the loop breathe every few milliseconds of them.
-                    now = loop.time()
-                    if now - last_yield > _INLINE_SLICE:
+                    if cpu() - last_yield > turn:
                         await asyncio.sleep(0)
-                        last_yield = loop.time()
+                        last_yield = cpu()
                     continue
                 if len(self._tasks) >= MAX_RUNNING:
                     # The store's thread pool can't take more anyway: starting a thousand
@@ -158,9 +169,10 @@ class AsyncScheduler:
                 task = loop.create_task(self._run(entry))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-                if loop.time() - last_yield > _INLINE_SLICE:
+                # Started tasks take their own turns of the loop: no larger slice when behind.
+                if cpu() - last_yield > _INLINE_SLICE:
                     await asyncio.sleep(0)
-                    last_yield = loop.time()
+                    last_yield = cpu()
         finally:
             self._runner = None
             self._wake = None

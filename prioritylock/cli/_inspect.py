@@ -11,37 +11,16 @@ import attrs
 
 from prioritylock._errors import CorruptLease
 from prioritylock._info import LockInfo
+from prioritylock._record import record, state
 from prioritylock.cli._exits import Exit
-from prioritylock.cli._output import Output, clean, holder_text, secs, state, when
-from prioritylock.cli._target import (
-    builder,
-    missing_directory,
-    opened,
-    path_of,
-    scope,
-    the_store,
-)
+from prioritylock.cli._output import Output, clean, holder_text, secs, when
+from prioritylock.cli._target import builder, missing_directory, opened, scope, the_store
 from scopes import LockScope
 
-__all__ = ["cmd_info", "cmd_list", "cmd_watch", "record"]
+__all__ = ["cmd_info", "cmd_list", "cmd_watch"]
 
 
 # -- info / list -------------------------------------------------------------------------------
-
-
-def record(lock_scope: LockScope, info: LockInfo | None, now: float) -> dict[str, Any]:
-    """The ``--json`` object of one lock."""
-    result: dict[str, Any] = {
-        "key": lock_scope.key,
-        "path": path_of(lock_scope),
-        "state": state(info),
-        "time_left_approx": None,
-    }
-    if info is not None:
-        result.update(attrs.asdict(info))
-        if info.held and info.expires_at is not None:
-            result["time_left_approx"] = round(info.expires_at - now, 3)
-    return result
 
 
 def _time_left(info: LockInfo, now: float) -> str:

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from prioritylock._info import LockInfo
+from prioritylock._record import state
 
 __all__ = ["PROG", "SLOW_CALL", "Output", "clean", "holder_text", "secs", "state", "when"]
 
@@ -38,13 +39,6 @@ def when(ts: float | None, *, ms: bool = False) -> str:
 
 def secs(value: float | None) -> str:
     return "-" if value is None else f"{value:g} s"
-
-
-def state(info: LockInfo | None) -> str:
-    """``held``, ``free`` or ``never taken``."""
-    if info is None:
-        return "never taken"
-    return "held" if info.held else "free"
 
 
 def holder_text(info: LockInfo) -> str:

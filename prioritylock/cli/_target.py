@@ -22,7 +22,6 @@ __all__ = [
     "missing_directory",
     "opened",
     "operator",
-    "path_of",
     "public_url",
     "scope",
     "the_store",
@@ -136,8 +135,3 @@ def operator() -> str:
     except Exception:
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
-
-
-def path_of(lock_scope: LockScope) -> str | None:
-    """The lock path, or None for a scope that is not a plain path."""
-    return "/".join(lock_scope.parts) if lock_scope.kind.value == "path" else None

@@ -26,7 +26,8 @@ the front end checks the operator token and passes ``operator=True``.
 Everything here is transport-neutral: the HTTP routes (:mod:`._http2`, NDJSON streams) and the
 gRPC ``LockService`` (:mod:`._grpc_lock`, server streams) both drive :class:`Alpha2Locks`, and a
 stream holder's life (waiting with pings, the events, the release when it ends) is one
-:class:`Holding` whichever carries it. Events are dicts, as the NDJSON stream sends them.
+:class:`Holding` whichever carries it. What a stream holder is told is a typed event
+(:mod:`._events`) that each front end renders.
 """
 
 from __future__ import annotations
@@ -59,7 +60,16 @@ from prioritylock._errors import (
 from prioritylock._info import LockInfo
 from prioritylock._lease import OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
-from prioritylock.cli._inspect import record
+from prioritylock._record import record
+from prioritylock.server._events import (
+    PING,
+    CleanupRequested,
+    Event,
+    LockAcquired,
+    Lost,
+    Requestor,
+    RequestWithdrawn,
+)
 from prioritylock.server._metrics import API_ALPHA2, API_GRPC, Metrics
 from prioritylock.server._names import BadRequest, Names
 from scopes import LockScope
@@ -242,7 +252,7 @@ class Stream:
     """The events for one NDJSON stream holder, and the news that the stream has ended."""
 
     def __init__(self) -> None:
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.events: asyncio.Queue[Event | _AcquireEnded] = asyncio.Queue()
         self.closed = asyncio.Event()
         #: The client closed the stream after cleanup-requested, within the window: handing
         #: over then is its release, not a loss.
@@ -250,7 +260,7 @@ class Stream:
         #: When (the loop's time) the stream was last sent something, a ping included.
         self.last_sent = 0.0
 
-    def send(self, event: dict[str, Any]) -> None:
+    def send(self, event: Event) -> None:
         if not self.closed.is_set():
             self.events.put_nowait(event)
 
@@ -263,12 +273,11 @@ class _StreamListener(LockListener):
 
     async def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         self._stream.send(
-            {
-                "type": "cleanup-requested",
-                "deadline": _iso(notice.deadline_wall),
-                "secondsLeft": round(max(0.0, notice.seconds_left()), 3),
-                "requestor": _requestor(notice),
-            }
+            CleanupRequested(
+                deadline=notice.deadline_wall,
+                seconds_left=round(max(0.0, notice.seconds_left()), 3),
+                requestor=Requestor.of(notice),
+            )
         )
         try:
             await asyncio.wait_for(self._stream.closed.wait(), max(0.0, notice.seconds_left()))
@@ -284,23 +293,10 @@ class _StreamListener(LockListener):
             raise asyncio.CancelledError from None
 
     def on_request_withdrawn(self, notice: CleanupNotice) -> None:
-        self._stream.send({"type": "request-withdrawn", "requestor": _requestor(notice)})
+        self._stream.send(RequestWithdrawn(Requestor.of(notice)))
 
     def on_lock_lost(self, lock: Any, reason: str) -> None:
-        self._stream.send({"type": "lost", "reason": reason})
-
-
-def _requestor(notice: CleanupNotice) -> dict[str, Any]:
-    return {
-        "owner": notice.requestor_owner,
-        "priority": notice.requestor_priority,
-        "message": notice.requestor_message,
-        "forceful": notice.forceful,
-    }
-
-
-def _iso(wall: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"
+        self._stream.send(Lost(reason))
 
 
 # -- the locks ---------------------------------------------------------------------------------
@@ -549,7 +545,7 @@ class Alpha2Locks:
         streams = [held for held in self._held.values() if held.stream is not None]
         for held in streams:
             assert held.stream is not None
-            held.stream.send({"type": "lost", "reason": "service-stopping"})
+            held.stream.send(Lost("service-stopping"))
         ends = (self.end(held) for held in streams)
         results = await asyncio.gather(*ends, return_exceptions=True)
         for held, result in zip(streams, results, strict=True):
@@ -655,9 +651,11 @@ class Pinger:
                     stream.events.put_nowait(PING)
 
 
-#: The event sent on an idle stream.
-PING: dict[str, Any] = {"type": "ping"}
-_ACQUIRE_ENDED: dict[str, Any] = {"type": "_acquire-ended"}  # never sent: the loop's cue
+class _AcquireEnded:
+    """Never sent: the cue to :meth:`Holding.events` that the acquire has an outcome."""
+
+
+_ACQUIRE_ENDED = _AcquireEnded()
 
 
 class Holding:
@@ -701,7 +699,7 @@ class Holding:
             if self._acquiring.exception() is not None:
                 self._acquiring.result()
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
+    async def events(self) -> AsyncIterator[Event]:
         """Pings until ``lock-acquired``; then pings, ``cleanup-requested`` (and
         ``request-withdrawn`` when that request is given up) and at last ``lost`` (the
         iteration then ends).
@@ -714,13 +712,13 @@ class Holding:
         loop = asyncio.get_running_loop()
         stream.last_sent = loop.time()
         self._pinger.add(stream)
-        early: list[dict[str, Any]] = []  # told before we could say it was acquired
+        early: list[Event] = []  # told before we could say it was acquired
         while True:
             event = await stream.events.get()
-            if event is _ACQUIRE_ENDED:
+            if isinstance(event, _AcquireEnded):
                 self.held = held = self._acquiring.result()
                 stream.last_sent = loop.time()
-                yield {"type": "lock-acquired", "lockID": held.lock_id, "fence": held.fence}
+                yield LockAcquired(held.lock_id, held.fence)
                 for event in early:
                     stream.events.put_nowait(event)
                 continue
@@ -730,7 +728,7 @@ class Holding:
             if event is not PING:
                 stream.last_sent = loop.time()
             yield event
-            if event["type"] == "lost":
+            if isinstance(event, Lost):
                 return
 
     async def close(self) -> None:

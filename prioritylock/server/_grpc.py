@@ -28,10 +28,18 @@ from grpc_reflection.v1alpha import reflection
 from prioritylock._errors import PriorityLockError
 from prioritylock.server._alpha1 import Alpha1Locks, BadRequest, StoreNotFound
 from prioritylock.server._alpha2 import Alpha2Locks
-from prioritylock.server._grpc_base import Context, abort, check_token, parser, reject_malformed
+from prioritylock.server._grpc_base import (
+    Context,
+    QuietParsing,
+    abort,
+    check_token,
+    parser,
+    reject_malformed,
+)
 from prioritylock.server._grpc_lock import SERVICE as LOCK_SERVICE
-from prioritylock.server._grpc_lock import lock_service_handler
+from prioritylock.server._grpc_lock import add_lock_service
 from prioritylock.server._health import store_failure
+from prioritylock.server._proto import lock_pb2 as lock_service_pb2
 
 __all__ = ["MAX_STREAMS", "SERVICE", "GrpcServer", "make_server"]
 
@@ -136,6 +144,7 @@ def make_server(
         ),
     }
     server = grpc.aio.server(
+        interceptors=[QuietParsing([lock_service_pb2.DESCRIPTOR.services_by_name["LockService"]])],
         options=[
             ("grpc.max_receive_message_length", max_body),
             ("grpc.max_concurrent_streams", MAX_STREAMS),
@@ -149,21 +158,19 @@ def make_server(
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
-    generic = [grpc.method_handlers_generic_handler(SERVICE, handlers)]
+    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, handlers)])
     names = [SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
     if streams is not None:
-        generic.append(
-            lock_service_handler(
-                streams,
-                api_token=api_token,
-                operator_token=operator_token,
-                ping_interval=ping_interval,
-            )
+        add_lock_service(
+            server,
+            streams,
+            api_token=api_token,
+            operator_token=operator_token,
+            ping_interval=ping_interval,
         )
         names.append(LOCK_SERVICE)
-    server.add_generic_rpc_handlers(generic)
     checks = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checks, server)
     reflection.enable_server_reflection(names, server)

@@ -1,13 +1,16 @@
 """What both gRPC services share: request parsing that turns malformed bytes into one quiet
 INVALID_ARGUMENT (never grpc's UNKNOWN with a traceback), the token checks, and errors with
 ``google.rpc`` details (an ``ErrorInfo`` whose reason is the HTTP API's error code).
+
+A service registered by hand uses :func:`parser` as its deserializer; one registered through its
+generated ``add_*Servicer_to_server`` gets the same from :class:`QuietParsing`, an interceptor.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NoReturn, TypeAlias
 
 import attrs
@@ -22,6 +25,7 @@ __all__ = [
     "TOKEN_METADATA",
     "Context",
     "Malformed",
+    "QuietParsing",
     "abort",
     "check_token",
     "has_token",
@@ -51,13 +55,47 @@ def parser(message_type: Any) -> Callable[[bytes], Any]:
     """A request deserializer that answers :class:`Malformed` instead of raising (grpc would
     log the exception with its traceback and answer UNKNOWN)."""
 
+    return _quiet(message_type.FromString, message_type.DESCRIPTOR.full_name)
+
+
+def _quiet(deserialize: Callable[[bytes], Any], name: str) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         try:
-            return message_type.FromString(data)
+            return deserialize(data)
         except Exception:  # DecodeError, and whatever else the runtime makes of garbage
-            return Malformed(message_type.DESCRIPTOR.full_name, len(data))
+            return Malformed(name, len(data))
 
     return parse
+
+
+class QuietParsing(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Gives the methods of the ``services`` (service descriptors) what :func:`parser` gives:
+    a request that doesn't parse arrives as :class:`Malformed` (pass it to
+    :func:`reject_malformed`). Other services' handlers are left as they are."""
+
+    def __init__(self, services: Any) -> None:
+        self._inputs = {
+            f"/{service.full_name}/{method.name}": method.input_type.full_name
+            for service in services
+            for method in service.methods
+        }
+        self._handlers: dict[str, Any] = {}  # method -> (its handler, that handler made quiet)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        name = self._inputs.get(details.method)
+        if handler is None or name is None or handler.request_deserializer is None:
+            return handler
+        known = self._handlers.get(details.method)
+        if known is None or known[0] is not handler:
+            parse = _quiet(handler.request_deserializer, name)
+            quiet = handler._replace(request_deserializer=parse)
+            self._handlers[details.method] = known = (handler, quiet)
+        return known[1]
 
 
 async def abort(

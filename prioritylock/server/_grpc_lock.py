@@ -1,11 +1,18 @@
 """``prioritylock.v1.LockService`` (proto/prioritylock/v1/lock.proto): the full lock API over
 gRPC, on :class:`~prioritylock.server._alpha2.Alpha2Locks` as the HTTP routes are.
 
-A ``Lock`` call is a :class:`~prioritylock.server._alpha2.Holding`: its events become
-``LockServerStream`` messages, and the end of the call (the client cancels, the connection
-drops, the deadline passes) releases the lock or hands it over. Errors are statuses with an
-``ErrorInfo`` whose reason is the HTTP API's error code; a store failure's also carries the
-error's class (metadata ``error``), and its message says the fix.
+:class:`LockService` is the generated servicer's implementation, registered by the generated
+``add_LockServiceServicer_to_server``; :class:`~._grpc_base.QuietParsing` (an interceptor) hands
+its methods bytes that don't parse as :class:`~._grpc_base.Malformed`, so that they answer one
+quiet INVALID_ARGUMENT. Requests become :class:`~._alpha2.Options` and lock records become
+``LockInfo`` messages through ``google.protobuf.json_format`` (the proto's JSON names are the HTTP
+API's).
+
+A ``Lock`` call is a :class:`~prioritylock.server._alpha2.Holding`: its events (:mod:`._events`)
+become ``LockServerStream`` messages (:func:`message`), and the end of the call (the client
+cancels, the connection drops, the deadline passes) releases the lock or hands it over. Errors
+are statuses with an ``ErrorInfo`` whose reason is the HTTP API's error code; a store failure's
+also carries the error's class (metadata ``error``), and its message says the fix.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
-from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf import duration_pb2, json_format, timestamp_pb2
 
 from prioritylock._errors import PriorityLockError, StoreUnavailable
 from prioritylock._lease import OVERRIDE_PRIORITY
@@ -29,21 +36,30 @@ from prioritylock.server._alpha2 import (
     Pinger,
     ResourceLocked,
 )
+from prioritylock.server._events import (
+    CleanupRequested,
+    Event,
+    LockAcquired,
+    Lost,
+    Ping,
+    Requestor,
+    RequestWithdrawn,
+    unrendered,
+)
 from prioritylock.server._grpc_base import (
     OPERATOR_METADATA,
     Context,
     abort,
     check_token,
     has_token,
-    parser,
     reject_malformed,
 )
 from prioritylock.server._health import store_failure
 from prioritylock.server._metrics import API_GRPC
 from prioritylock.server._names import BadRequest, StoreNotFound
-from prioritylock.server._proto import lock_pb2
+from prioritylock.server._proto import lock_pb2, lock_pb2_grpc
 
-__all__ = ["SERVICE", "lock_service_handler"]
+__all__ = ["SERVICE", "LockService", "add_lock_service", "info_message", "message"]
 
 log = logging.getLogger("prioritylock.server")
 
@@ -74,25 +90,48 @@ _FAILURES = {
 }
 
 
-def lock_service_handler(
+def add_lock_service(
+    server: grpc.aio.Server,
     locks: Alpha2Locks,
     *,
     api_token: str | None,
     operator_token: str | None,
     ping_interval: float,
-) -> grpc.GenericRpcHandler:
-    """The handler of ``prioritylock.v1.LockService`` over ``locks``."""
-    pinger = Pinger(ping_interval)
+) -> None:
+    """Serve ``prioritylock.v1.LockService`` over ``locks`` on ``server`` (which must have been
+    made with :class:`~._grpc_base.QuietParsing` for :data:`SERVICE`)."""
+    servicer = LockService(
+        locks, api_token=api_token, operator_token=operator_token, ping_interval=ping_interval
+    )
+    lock_pb2_grpc.add_LockServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
 
-    def is_operator(context: Context) -> bool:
-        return has_token(context, OPERATOR_METADATA, operator_token)
 
-    async def answer(
-        context: Context, request: Any, method: str, call: Callable[[], Awaitable[_T]]
+class LockService(lock_pb2_grpc.LockServiceServicer):
+    """The methods of ``prioritylock.v1.LockService``: each checks the request and the tokens,
+    asks ``locks``, and maps our errors to statuses."""
+
+    def __init__(
+        self,
+        locks: Alpha2Locks,
+        *,
+        api_token: str | None,
+        operator_token: str | None,
+        ping_interval: float,
+    ) -> None:
+        self._locks = locks
+        self._api_token = api_token
+        self._operator_token = operator_token
+        self._pinger = Pinger(ping_interval)
+
+    def _is_operator(self, context: Context) -> bool:
+        return has_token(context, OPERATOR_METADATA, self._operator_token)
+
+    async def _answer(
+        self, context: Context, request: Any, method: str, call: Callable[[], Awaitable[_T]]
     ) -> _T:
         """Check the request, run ``call``, and map its errors to statuses."""
         await reject_malformed(context, request, method)
-        await check_token(context, api_token)
+        await check_token(context, self._api_token)
         try:
             return await call()
         except (BadRequest, StoreNotFound, Forbidden, LockNotFound, ResourceLocked) as exc:
@@ -101,18 +140,18 @@ def lock_service_handler(
             what, code = _FAILURES[method]
             await _store_failed(context, exc, what, code, request.store_name)
 
-    async def lock(request: Any, context: Context) -> None:
+    async def Lock(self, request: Any, context: Context) -> None:  # noqa: N802 (the proto's name)
         await reject_malformed(context, request, "Lock")
-        await check_token(context, api_token)
-        store, resource = request.store_name, request.resource_id
+        await check_token(context, self._api_token)
+        store = request.store_name
         try:
             holding = Holding(
-                locks,
+                self._locks,
                 store,
-                resource,
+                request.resource_id,
                 _options(request),
-                operator=is_operator(context),
-                pinger=pinger,
+                operator=self._is_operator(context),
+                pinger=self._pinger,
                 api=API_GRPC,
             )
         except BadRequest as exc:
@@ -120,7 +159,7 @@ def lock_service_handler(
         try:
             await holding.started()
             async for event in holding.events():
-                await context.write(_event(event))
+                await context.write(message(event))
         except (BadRequest, StoreNotFound, Forbidden, ResourceLocked) as exc:
             await _fail(context, exc)
         except PriorityLockError as exc:
@@ -128,58 +167,54 @@ def lock_service_handler(
         finally:
             await holding.close()
 
-    async def acquire(request: Any, context: Context) -> lock_pb2.LockAcquired:
+    async def _lock(
+        self, request: Any, context: Context, options: Options
+    ) -> lock_pb2.LockAcquired:
+        held = await self._locks.lock(
+            request.store_name,
+            request.resource_id,
+            options,
+            operator=self._is_operator(context),
+            api=API_GRPC,
+        )
+        return lock_pb2.LockAcquired(lock_id=held.lock_id, fence=held.fence)
+
+    async def Acquire(self, request: Any, context: Context) -> lock_pb2.LockAcquired:  # noqa: N802
+        return await self._answer(
+            context, request, "Acquire", lambda: self._lock(request, context, _options(request))
+        )
+
+    async def Override(self, request: Any, context: Context) -> lock_pb2.LockAcquired:  # noqa: N802
+        def options() -> Options:
+            return Options.parse({**_fields(request), "priority": OVERRIDE_PRIORITY})
+
+        return await self._answer(
+            context, request, "Override", lambda: self._lock(request, context, options())
+        )
+
+    async def Renew(self, request: Any, context: Context) -> lock_pb2.LockAcquired:  # noqa: N802
         async def run() -> lock_pb2.LockAcquired:
-            held = await locks.lock(
-                request.store_name,
-                request.resource_id,
-                _options(request),
-                operator=is_operator(context),
-                api=API_GRPC,
+            held = await self._locks.renew(
+                request.store_name, request.resource_id, _lock_id(request)
             )
             return lock_pb2.LockAcquired(lock_id=held.lock_id, fence=held.fence)
 
-        return await answer(context, request, "Acquire", run)
+        return await self._answer(context, request, "Renew", run)
 
-    async def override(request: Any, context: Context) -> lock_pb2.LockAcquired:
-        async def run() -> lock_pb2.LockAcquired:
-            body: dict[str, Any] = {"priority": OVERRIDE_PRIORITY}
-            if request.HasField("ttl"):
-                body["ttl"] = _seconds(request.ttl)
-            if request.owner:
-                body["owner"] = request.owner
-            if request.message:
-                body["message"] = request.message
-            held = await locks.lock(
-                request.store_name,
-                request.resource_id,
-                Options.parse(body),
-                operator=is_operator(context),
-                api=API_GRPC,
-            )
-            return lock_pb2.LockAcquired(lock_id=held.lock_id, fence=held.fence)
-
-        return await answer(context, request, "Override", run)
-
-    async def renew(request: Any, context: Context) -> lock_pb2.LockAcquired:
-        async def run() -> lock_pb2.LockAcquired:
-            held = await locks.renew(request.store_name, request.resource_id, _lock_id(request))
-            return lock_pb2.LockAcquired(lock_id=held.lock_id, fence=held.fence)
-
-        return await answer(context, request, "Renew", run)
-
-    async def unlock(request: Any, context: Context) -> lock_pb2.UnlockResponse:
+    async def Unlock(self, request: Any, context: Context) -> lock_pb2.UnlockResponse:  # noqa: N802
         async def run() -> lock_pb2.UnlockResponse:
-            await locks.unlock(request.store_name, request.resource_id, _lock_id(request))
+            await self._locks.unlock(request.store_name, request.resource_id, _lock_id(request))
             return lock_pb2.UnlockResponse()
 
-        return await answer(context, request, "Unlock", run)
+        return await self._answer(context, request, "Unlock", run)
 
-    async def force_unlock(request: Any, context: Context) -> lock_pb2.ForceUnlockResponse:
+    async def ForceUnlock(  # noqa: N802
+        self, request: Any, context: Context
+    ) -> lock_pb2.ForceUnlockResponse:
         async def run() -> lock_pb2.ForceUnlockResponse:
-            if not is_operator(context):
+            if not self._is_operator(context):
                 raise Forbidden("a force unlock needs the operator token")
-            before = await locks.force_unlock(
+            before = await self._locks.force_unlock(
                 request.store_name,
                 request.resource_id,
                 request.message or "force unlock through prioritylock serve",
@@ -187,50 +222,23 @@ def lock_service_handler(
             )
             return lock_pb2.ForceUnlockResponse(forced=before is not None and before.held)
 
-        return await answer(context, request, "ForceUnlock", run)
+        return await self._answer(context, request, "ForceUnlock", run)
 
-    async def info(request: Any, context: Context) -> lock_pb2.LockInfo:
+    async def Info(self, request: Any, context: Context) -> lock_pb2.LockInfo:  # noqa: N802
         async def run() -> lock_pb2.LockInfo:
-            return info_message(await locks.info(request.store_name, request.resource_id))
+            return info_message(await self._locks.info(request.store_name, request.resource_id))
 
-        return await answer(context, request, "Info", run)
+        return await self._answer(context, request, "Info", run)
 
-    async def listing(request: Any, context: Context) -> lock_pb2.ListResponse:
+    async def List(self, request: Any, context: Context) -> lock_pb2.ListResponse:  # noqa: N802
         async def run() -> lock_pb2.ListResponse:
             limit = request.limit or MAX_LIST
             if not 1 <= limit <= MAX_LIST:
                 raise BadRequest(f"limit: must be in 1..{MAX_LIST} (0: {MAX_LIST})")
-            rows = await locks.list(request.store_name, request.prefix, limit)
+            rows = await self._locks.list(request.store_name, request.prefix, limit)
             return lock_pb2.ListResponse(locks=[info_message(row) for row in rows])
 
-        return await answer(context, request, "List", run)
-
-    def unary(
-        behaviour: Callable[[Any, Context], Awaitable[Any]], request_type: Any, response_type: Any
-    ) -> grpc.RpcMethodHandler:
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour,
-            request_deserializer=parser(request_type),
-            response_serializer=response_type.SerializeToString,
-        )
-
-    handlers = {
-        "Lock": grpc.unary_stream_rpc_method_handler(
-            lock,
-            request_deserializer=parser(lock_pb2.LockRequest),
-            response_serializer=lock_pb2.LockServerStream.SerializeToString,
-        ),
-        "Acquire": unary(acquire, lock_pb2.LockRequest, lock_pb2.LockAcquired),
-        "Renew": unary(renew, lock_pb2.RenewRequest, lock_pb2.LockAcquired),
-        "Unlock": unary(unlock, lock_pb2.UnlockRequest, lock_pb2.UnlockResponse),
-        "ForceUnlock": unary(
-            force_unlock, lock_pb2.ForceUnlockRequest, lock_pb2.ForceUnlockResponse
-        ),
-        "Info": unary(info, lock_pb2.InfoRequest, lock_pb2.LockInfo),
-        "List": unary(listing, lock_pb2.ListRequest, lock_pb2.ListResponse),
-        "Override": unary(override, lock_pb2.OverrideRequest, lock_pb2.LockAcquired),
-    }
-    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+        return await self._answer(context, request, "List", run)
 
 
 async def _fail(context: Context, exc: Exception) -> NoReturn:
@@ -253,8 +261,11 @@ async def _store_failed(
     await abort(context, status, code, message, {"error": type(exc).__name__})
 
 
-def _seconds(duration: duration_pb2.Duration) -> float:
-    return int(duration.seconds) + int(duration.nanos) / 1e9
+def _fields(request: Any) -> dict[str, Any]:
+    """A request's fields by their JSON names (the HTTP API's: ``cleanupTimeout``), durations
+    as ``"1.500s"``; fields left at their default are absent, as in an HTTP body."""
+    fields: dict[str, Any] = json_format.MessageToDict(request)
+    return fields
 
 
 def _options(request: Any) -> Options:
@@ -262,24 +273,7 @@ def _options(request: Any) -> Options:
 
     :raises BadRequest: a field out of range.
     """
-    body: dict[str, Any] = {
-        "immediate": request.immediate,
-        "priority": request.priority,
-        "forceful": request.forceful,
-    }
-    for field, name in (
-        ("ttl", "ttl"),
-        ("cleanup_timeout", "cleanupTimeout"),
-        ("waiting_timeout", "waitingTimeout"),
-        ("timeout", "timeout"),
-    ):
-        if request.HasField(field):
-            body[name] = _seconds(getattr(request, field))
-    if request.owner:
-        body["owner"] = request.owner
-    if request.message:
-        body["message"] = request.message
-    return Options.parse(body)
+    return Options.parse(_fields(request))
 
 
 def _lock_id(request: Any) -> str:
@@ -288,83 +282,74 @@ def _lock_id(request: Any) -> str:
     return str(request.lock_id)
 
 
-def _event(event: dict[str, Any]) -> lock_pb2.LockServerStream:
-    kind = event["type"]
-    if kind == "ping":
-        return lock_pb2.LockServerStream(ping=lock_pb2.LockPing())
-    if kind == "lock-acquired":
-        acquired = lock_pb2.LockAcquired(lock_id=event["lockID"], fence=event["fence"])
-        return lock_pb2.LockServerStream(lock_acquired=acquired)
-    if kind == "cleanup-requested":
-        asked = lock_pb2.CleanupRequested(requestor=_requestor(event["requestor"]))
-        asked.deadline.FromJsonString(event["deadline"])
-        asked.time_left.FromNanoseconds(round(event["secondsLeft"] * 1e9))
-        return lock_pb2.LockServerStream(cleanup_requested=asked)
-    if kind == "request-withdrawn":
-        withdrawn = lock_pb2.RequestWithdrawn(requestor=_requestor(event["requestor"]))
-        return lock_pb2.LockServerStream(request_withdrawn=withdrawn)
-    if kind == "lost":
-        return lock_pb2.LockServerStream(lost=lock_pb2.LockLost(reason=event["reason"]))
-    raise AssertionError(f"no message for the event {kind!r}")
+def message(event: Event) -> lock_pb2.LockServerStream:  # noqa: RET503 (NoReturn)
+    """``event`` as the ``Lock`` stream's message."""
+    match event:
+        case Ping():
+            return lock_pb2.LockServerStream(ping=lock_pb2.LockPing())
+        case LockAcquired(lock_id, fence):
+            acquired = lock_pb2.LockAcquired(lock_id=lock_id, fence=fence)
+            return lock_pb2.LockServerStream(lock_acquired=acquired)
+        case CleanupRequested(deadline, seconds_left, requestor):
+            asked = lock_pb2.CleanupRequested(
+                requestor=_requestor(requestor),
+                deadline=_stamp(int(deadline * 1000) / 1000),  # ms, as over HTTP
+                time_left=_span(seconds_left),
+            )
+            return lock_pb2.LockServerStream(cleanup_requested=asked)
+        case RequestWithdrawn(requestor):
+            withdrawn = lock_pb2.RequestWithdrawn(requestor=_requestor(requestor))
+            return lock_pb2.LockServerStream(request_withdrawn=withdrawn)
+        case Lost(reason):
+            return lock_pb2.LockServerStream(lost=lock_pb2.LockLost(reason=reason))
+        case _:
+            unrendered(event)
 
 
-def _requestor(fields: dict[str, Any]) -> lock_pb2.Requestor:
+def _requestor(requestor: Requestor) -> lock_pb2.Requestor:
     return lock_pb2.Requestor(
-        owner=fields.get("owner") or "",
-        priority=fields.get("priority") or 0,
-        message=fields.get("message") or "",
-        forceful=bool(fields.get("forceful")),
+        owner=requestor.owner or "",
+        priority=requestor.priority or 0,
+        message=requestor.message or "",
+        forceful=requestor.forceful,
     )
 
 
-def _stamp(seconds: float | None) -> timestamp_pb2.Timestamp | None:
-    if seconds is None:
-        return None
+def _stamp(seconds: float) -> timestamp_pb2.Timestamp:
     stamp = timestamp_pb2.Timestamp()
     stamp.FromNanoseconds(round(seconds * 1e9))
     return stamp
 
 
-def _span(seconds: float | None) -> duration_pb2.Duration | None:
-    if seconds is None:
-        return None
+def _span(seconds: float) -> duration_pb2.Duration:
     span = duration_pb2.Duration()
     span.FromNanoseconds(round(seconds * 1e9))
     return span
 
 
+#: The fields of a lock record that are times (Unix times: Timestamps) and spans (Durations).
+_STAMPS = ("acquired_at", "renewed_at", "expires_at", "last_event_at")
+_SPANS = ("lease_timeout", "cleanup_timeout")
+
+
 def info_message(row: dict[str, Any]) -> lock_pb2.LockInfo:
-    """A lease's record (:meth:`Alpha2Locks.info`, a row of :meth:`Alpha2Locks.list`)."""
-    message = lock_pb2.LockInfo(
-        resource_id=row["resourceId"],
-        key=row.get("key") or "",
-        path=row.get("path") or "",
-        state=row.get("state") or "",
-        held=bool(row.get("held")),
-        fence=row.get("fence") or 0,
-        owner=row.get("owner") or "",
-        message=row.get("message") or "",
-        priority=row.get("priority") or 0,
-        forceful=bool(row.get("forceful")),
-        lease_timeout=_span(row.get("lease_timeout")),
-        cleanup_timeout=_span(row.get("cleanup_timeout")),
-        acquired_at=_stamp(row.get("acquired_at")),
-        renewed_at=_stamp(row.get("renewed_at")),
-        expires_at=_stamp(row.get("expires_at")),
-        last_event=row.get("last_event") or "",
-        last_event_by=row.get("last_event_by") or "",
-        last_event_message=row.get("last_event_message") or "",
-        last_event_at=_stamp(row.get("last_event_at")),
-        problem=row.get("problem") or "",
-    )
+    """A lease's record (:meth:`Alpha2Locks.info`, a row of :meth:`Alpha2Locks.list`): its
+    fields by name (unset where the record has None), ``requestor`` from its ``requestor_*``
+    fields, and the whole record in ``record``."""
+    fields = {
+        **row,
+        **{name: _stamp(row[name]).ToJsonString() for name in _STAMPS if row.get(name) is not None},
+        **{name: _span(row[name]).ToJsonString() for name in _SPANS if row.get(name) is not None},
+        "record": row,
+    }
     if row.get("requestor_owner") is not None:
-        message.requestor.CopyFrom(
-            lock_pb2.Requestor(
-                owner=row["requestor_owner"],
-                priority=row.get("requestor_priority") or 0,
-                message=row.get("requestor_message") or "",
-                forceful=bool(row.get("requestor_forceful")),
-            )
-        )
-    message.record.update(row)
-    return message
+        fields["requestor"] = {
+            "owner": row["requestor_owner"],
+            "priority": row.get("requestor_priority"),
+            "message": row.get("requestor_message"),
+            "forceful": row.get("requestor_forceful"),
+        }
+    info: lock_pb2.LockInfo = json_format.ParseDict(
+        fields, lock_pb2.LockInfo(), ignore_unknown_fields=True
+    )
+    return info

@@ -19,6 +19,7 @@ import contextlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -38,11 +39,21 @@ from prioritylock.server._alpha2 import (
     ResourceLocked,
     end_quietly,
 )
+from prioritylock.server._events import (
+    CleanupRequested,
+    Event,
+    LockAcquired,
+    Lost,
+    Ping,
+    Requestor,
+    RequestWithdrawn,
+    unrendered,
+)
 from prioritylock.server._health import store_failure
 from prioritylock.server._http import error, failed, json_body
 from prioritylock.server._names import BadRequest, StoreNotFound
 
-__all__ = ["NDJSON", "OPERATOR_HEADER", "UnlockRequest", "add_alpha2_routes"]
+__all__ = ["NDJSON", "OPERATOR_HEADER", "UnlockRequest", "add_alpha2_routes", "ndjson"]
 
 log = logging.getLogger("prioritylock.server")
 
@@ -262,12 +273,12 @@ async def _stream(
         )
         await response.prepare(request)
 
-        async def send(event: dict[str, Any]) -> None:
-            await response.write(json.dumps(event, separators=(",", ":")).encode() + b"\n")
+        async def send(line: dict[str, Any]) -> None:
+            await response.write(json.dumps(line, separators=(",", ":")).encode() + b"\n")
 
         try:
             async for event in holding.events():
-                await send(event)
+                await send(ndjson(event))
         except (BadRequest, Forbidden, ResourceLocked) as exc:
             await send({"type": "error", "error": _code(exc), "message": str(exc)})
             return response
@@ -291,3 +302,38 @@ def _code(exc: Exception) -> str:
     if isinstance(exc, Forbidden):
         return "ERR_FORBIDDEN"
     return "ERR_RESOURCE_LOCKED"
+
+
+def ndjson(event: Event) -> dict[str, Any]:  # noqa: RET503 (unrendered: NoReturn)
+    """``event`` as its NDJSON line's object (``type`` says which)."""
+    match event:
+        case Ping():
+            return {"type": "ping"}
+        case LockAcquired(lock_id, fence):
+            return {"type": "lock-acquired", "lockID": lock_id, "fence": fence}
+        case CleanupRequested(deadline, seconds_left, requestor):
+            return {
+                "type": "cleanup-requested",
+                "deadline": _iso(deadline),
+                "secondsLeft": seconds_left,
+                "requestor": _requestor(requestor),
+            }
+        case RequestWithdrawn(requestor):
+            return {"type": "request-withdrawn", "requestor": _requestor(requestor)}
+        case Lost(reason):
+            return {"type": "lost", "reason": reason}
+        case _:
+            unrendered(event)
+
+
+def _requestor(requestor: Requestor) -> dict[str, Any]:
+    return {
+        "owner": requestor.owner,
+        "priority": requestor.priority,
+        "message": requestor.message,
+        "forceful": requestor.forceful,
+    }
+
+
+def _iso(wall: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall)) + f".{int(wall % 1 * 1000):03d}Z"

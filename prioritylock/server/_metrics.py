@@ -40,7 +40,7 @@ from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._errors import ConditionFailed, StoreAccessError, StoreUnavailable
 from prioritylock._state import LossReason
 from prioritylock.stores._base import ObjectStore
-from prioritylock.testing import DelegatingStore
+from prioritylock.stores._delegate import DelegatingStore
 
 __all__ = [
     "API_ALPHA1",

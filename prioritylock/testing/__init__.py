@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from prioritylock.testing._delegate import DelegatingStore
+from prioritylock.stores._delegate import DelegatingStore
 
 if TYPE_CHECKING:
     from prioritylock.testing.contract import StoreContract

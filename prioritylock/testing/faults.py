@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from prioritylock._errors import ConditionFailed, StoreUnavailable
 from prioritylock.stores._base import NOT_MODIFIED, ObjectStore, StoreStats
-from prioritylock.testing._delegate import DelegatingStore
+from prioritylock.stores._delegate import DelegatingStore
 
 __all__ = ["FAULTS", "FaultyStore"]
 

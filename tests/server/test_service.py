@@ -315,6 +315,22 @@ def test_missing_extra_is_one_clear_line(tmp_path: Path) -> None:
     assert len(done.stderr.splitlines()) == 1
 
 
+def test_the_service_imports_neither_the_cli_nor_the_testing_helpers() -> None:
+    """Every module of ``prioritylock.server`` loads without ``prioritylock.cli`` or
+    ``prioritylock.testing`` (what they share lives in neutral private modules)."""
+    code = (
+        "import importlib, pkgutil, sys, prioritylock.server as s\n"
+        "for m in pkgutil.walk_packages(s.__path__, 'prioritylock.server.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('prioritylock.cli', "
+        "'prioritylock.testing'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status", "code"),
     [
