@@ -519,6 +519,7 @@ class _Watcher:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._changed.set()  # ends an idle wait
         self._thread.join(timeout=5.0)
         try:
             self._pubsub.close()
@@ -556,7 +557,10 @@ class _Watcher:
                 with self._lock:
                     subscribed = bool(self._subscribed)
                 if not subscribed:
-                    self._stopped.wait(self._POLL)
+                    # Woken by the first subscription (or stop): a write announced right after
+                    # it must not wait out this pause (a waiter that had just subscribed heard
+                    # a release 50 ms late).
+                    self._changed.wait(self._POLL)
                     continue
                 message = self._pubsub.get_message(timeout=self._POLL)
             except (redis_errors.RedisError, OSError, ValueError) as exc:
