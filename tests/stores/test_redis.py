@@ -11,6 +11,7 @@ import asyncio
 import gc
 import json
 import logging
+import socket
 import threading
 import uuid
 import warnings
@@ -343,3 +344,22 @@ def test_asyncio_run_twice_on_one_store_leaves_no_resource_warning(store: RedisS
         gc.collect()
     assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
     assert not store._natives
+
+
+def test_a_native_call_to_a_server_not_there_is_unavailable_with_nothing_sent() -> None:
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+    store = RedisStore("127.0.0.1", port, connect_timeout=2.0)
+
+    async def create() -> None:
+        pending = store._call_async("create", "jobs/absent", b"{}")
+        assert pending is not None
+        await pending
+
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            asyncio.run(create())
+        assert not raised.value.outcome_unknown  # never sent: the lock need not read back
+    finally:
+        store.close()
