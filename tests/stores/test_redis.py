@@ -363,3 +363,29 @@ def test_a_native_call_to_a_server_not_there_is_unavailable_with_nothing_sent() 
         assert not raised.value.outcome_unknown  # never sent: the lock need not read back
     finally:
         store.close()
+
+
+def test_a_native_write_whose_answer_does_not_come_is_outcome_unknown_by_its_timeout(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = redis_server.store(prefix, read_timeout=0.3)
+    admin = redis_server.client()
+
+    async def create_while_paused() -> float:
+        await store._call_async("read", "jobs/paused")  # type: ignore[misc]  # connected
+        admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(StoreUnavailable) as raised:
+                await store._call_async("create", "jobs/paused", b"{}")  # type: ignore[misc]
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+        assert raised.value.outcome_unknown  # sent: it may have landed; the lock reads back
+        return loop.time() - started
+
+    try:
+        assert asyncio.run(create_while_paused()) < 2.0  # by its read timeout, not the pause's end
+    finally:
+        admin.close()
+        store.close()
