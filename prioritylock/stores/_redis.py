@@ -41,7 +41,6 @@ import contextlib
 import secrets
 import threading
 import urllib.parse
-import weakref
 from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any, Final
 
@@ -222,9 +221,8 @@ class RedisStore(CloudStore):
         self._closed = False
         self._watcher: _Watcher | None = None
         self._watcher_lock = threading.Lock()
-        self._natives: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AsyncRedis] = (
-            weakref.WeakKeyDictionary()
-        )
+        # One asyncio client per running loop; each leaves when its loop shuts down.
+        self._natives: dict[asyncio.AbstractEventLoop, _AsyncRedis] = {}
 
     @property
     def namespace(self) -> str:
