@@ -20,7 +20,9 @@ on the server, with no ``WATCH`` round trips. ``EVALSHA`` would save the bytes b
 request whenever the server does not have the script (after every restart or failover), and the
 request budget counts requests.
 
-Requests go through redis-py's connection pool with no retries of its own: a failure before the
+Requests go through redis-py's connection pool with no retries of its own (an ``AsyncLock``'s
+reads, creates and replaces through redis-py's asyncio client instead, one per event loop, with
+the same scripts and rules: :class:`_AsyncRedis`): a failure before the
 request was sent (refused, or the connection could not be made) is
 :class:`~prioritylock.StoreUnavailable`; one after it was sent is outcome-unknown for a write,
 and the lock reads back to decide, as on every store. Errors are translated in one place,
@@ -34,16 +36,20 @@ forget an acknowledged lease (docs/stores.md says what that risks).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import secrets
 import threading
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import Any, Final
 
 from prioritylock.stores._registry import missing_extra
 
 try:
     import redis
+    import redis.asyncio
+    import redis.asyncio.retry
     import redis.exceptions as redis_errors
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -70,6 +76,7 @@ from prioritylock.stores._cloud import (
     DEFAULT_READ_TIMEOUT,
     WRITES,
     CloudStore,
+    NativeIO,
 )
 from prioritylock.stores._log import log
 
@@ -214,6 +221,8 @@ class RedisStore(CloudStore):
         self._closed = False
         self._watcher: _Watcher | None = None
         self._watcher_lock = threading.Lock()
+        # One asyncio client per running loop; each leaves when its loop shuts down.
+        self._natives: dict[asyncio.AbstractEventLoop, _AsyncRedis] = {}
 
     @property
     def namespace(self) -> str:
@@ -221,10 +230,18 @@ class RedisStore(CloudStore):
         return f"redis:{self._holder}/{self._prefix}"
 
     def close(self) -> None:
-        """Close the store's connections (and its watch, if any); safe to call twice."""
+        """Close the store's connections (and its watch, if any); safe to call twice.
+
+        The asyncio connections of a running event loop are closed on that loop, soon; those of
+        a loop that is not running are closed when it shuts down (``asyncio.run`` does).
+        """
         self._closed = True
         with self._watcher_lock:
             watcher, self._watcher = self._watcher, None
+            natives = list(self._natives.values())
+            self._natives.clear()
+        for native in natives:
+            native.close_soon()
         if watcher is not None:
             watcher.stop()
         super().close()
@@ -253,8 +270,29 @@ class RedisStore(CloudStore):
 
     # -- one request per operation (CloudStore) -------------------------------------------------
 
+    def _native_io(self) -> NativeIO | None:
+        """The running event loop's asyncio client, made on first use (``None`` once closed)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        with self._watcher_lock:
+            if self._closed:
+                return None
+            native = self._natives.get(loop)
+            if native is None:
+                native = self._natives[loop] = _AsyncRedis(self, loop)
+            return native
+
+    def _forget(self, native: _AsyncRedis) -> None:
+        with self._watcher_lock:
+            if self._natives.get(native.loop) is native:
+                del self._natives[native.loop]
+
     def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
-        answer = self._script("read", key, name, known or "")
+        return self._read_answer_of(key, known, self._script("read", key, name, known or ""))
+
+    def _read_answer_of(self, key: str, known: str | None, answer: _Answer) -> ReadResult:
         if answer[0] == b"absent":
             return None
         if answer[0] == b"same" and known is not None:
@@ -264,11 +302,15 @@ class RedisStore(CloudStore):
         raise self._unexpected("read", key)
 
     def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        return self._written(
+            self._script(op, key, name, *self._put_argv(name, data, condition)), op, key
+        )
+
+    def _put_argv(self, name: str, data: bytes, condition: Any) -> tuple[Any, ...]:
+        """A create's (``condition`` None) or replace's script arguments."""
         if condition is None:
-            answer = self._script(op, key, name, data, self._channel(name), self._token)
-        else:
-            answer = self._script(op, key, name, data, condition, self._channel(name), self._token)
-        return self._written(answer, op, key)
+            return (data, self._channel(name), self._token)
+        return (data, condition, self._channel(name), self._token)
 
     def _remove(self, name: str, condition: Any) -> None:
         key = name[len(self._prefix) :]
@@ -319,8 +361,7 @@ class RedisStore(CloudStore):
     def _script(self, op: str, key: str, name: str, *argv: Any) -> _Answer:
         """Run ``op``'s script on object ``name``: one request; a key of another type is
         refused, as it is not ours."""
-        keys = (name, name + VERSION_SUFFIX, COUNTER_KEY)
-        return self._checked(op, key, self._send("EVAL", _SCRIPTS[op], len(keys), *keys, *argv))
+        return self._checked(op, key, self._send(*_eval(op, name, argv)))
 
     def _checked(self, op: str, key: str, answer: Any) -> _Answer:
         if not isinstance(answer, list) or not answer:
@@ -441,6 +482,93 @@ class RedisStore(CloudStore):
                 f"{what}: the response was lost ({name})", outcome_unknown=write
             )
         return StoreError(f"{what} failed ({name})")
+
+
+def _eval(op: str, name: str, argv: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The ``EVAL`` command of ``op``'s script on object ``name``."""
+    keys = (name, name + VERSION_SUFFIX, COUNTER_KEY)
+    return ("EVAL", _SCRIPTS[op], len(keys), *keys, *argv)
+
+
+class _AsyncRedis:
+    """A store's native async client on one event loop (``stores._cloud.NativeIO``): redis-py's
+    asyncio connections, which belong to the loop that made them. The store's scripts, answers
+    and error translation, one request each, no retries, as :meth:`RedisStore._send`.
+
+    Closed when its loop shuts down: a suspended async generator registered with the loop
+    (``shutdown_asyncgens``, which ``asyncio.run`` calls before closing the loop) closes the
+    connections on the loop; or sooner by :meth:`close_soon` (the store's ``close``)."""
+
+    errors: tuple[type[Exception], ...] = (redis_errors.RedisError, OSError)
+
+    @staticmethod
+    def cleaned(exc: Exception) -> Exception:
+        return exc  # as the sync path chains: redis-py's messages carry no credentials
+
+    def __init__(self, store: RedisStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store, self.loop = store, loop
+        options = {**store._options, "retry": redis.asyncio.retry.Retry(NoBackoff(), 0)}
+        self._client: Any = redis.asyncio.Redis(**options)
+        self._keeper = self._keep()
+        # Run to its yield: registered with the loop, closed (its finally run) at shutdown.
+        with contextlib.suppress(StopIteration):
+            self._keeper.asend(None).send(None)
+
+    async def _keep(self) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            self._store._forget(self)
+            await self._client.aclose()
+
+    def close_soon(self) -> None:
+        """Close the connections on their loop: now if it runs, else at its shutdown."""
+        if self.loop.is_closed():
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        # The keeper stays registered: should this be cancelled (asyncio.run cancels the tasks
+        # left when its main ends), the loop's shutdown still closes the connections.
+        if running is self.loop:
+            self._closing = self.loop.create_task(self._client.aclose())
+        elif self.loop.is_running():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                asyncio.run_coroutine_threadsafe(self._client.aclose(), self.loop)
+
+    async def fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        answer = await self._script("read", key, name, (known or "",))
+        return self._store._read_answer_of(key, known, answer)
+
+    async def put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        argv = self._store._put_argv(name, data, condition)
+        return self._store._written(await self._script(op, key, name, argv), op, key)
+
+    async def _script(self, op: str, key: str, name: str, argv: tuple[Any, ...]) -> _Answer:
+        return self._store._checked(op, key, await self._send(*_eval(op, name, argv)))
+
+    async def _send(self, *command: Any) -> Any:
+        """:meth:`RedisStore._send` on the loop's pool."""
+        pool: Any = self._client.connection_pool
+        try:
+            connection: Any = await pool.get_connection()
+        except (redis_errors.RedisError, OSError) as exc:
+            raise _NotSent(exc) from exc
+        try:
+            await connection.send_command(*command)
+            answer = await connection.read_response()
+        except redis_errors.ResponseError:
+            raise
+        except BaseException:
+            await connection.disconnect(nowait=True)  # an answer may still be on its way
+            raise
+        finally:
+            await pool.release(connection)
+        if (self._store._host, self._store._port) not in _checked:
+            # Once per server: the sync client's CONFIG GET, off the loop.
+            await asyncio.get_running_loop().run_in_executor(None, self._store._check_durability)
+        return answer
 
 
 class _NotSent(redis_errors.RedisError):

@@ -7,11 +7,16 @@ are the cases only Redis has."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import logging
+import socket
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -22,12 +27,14 @@ from prioritylock import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._alock import route_for
 from prioritylock.stores import _redis as redis_module
 from prioritylock.stores import open_store
+from prioritylock.stores._base import NOT_MODIFIED
 from prioritylock.stores._redis import RedisStore
 from scopes import LockScope
 from tests._servers.redis import RedisServer
-from tests.lock.helpers import Recorder, make
+from tests.lock.helpers import Recorder, builder, make
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -282,3 +289,103 @@ def test_notices_come_back_after_a_restart(redis_server: RedisServer, store: Red
     finally:
         stop()
         writer.close()
+
+
+# -- native asyncio ----------------------------------------------------------------------------
+
+
+async def _hold_and_release(store: RedisStore, path: str) -> int:
+    """An AsyncLock's cycle on ``store``; the connections its loop's asyncio client made."""
+    lock = builder(store, path, "async-holder").build_async()
+    async with lock:
+        assert lock.is_current_owner()
+    native = store._natives[asyncio.get_running_loop()]
+    pool = native._client.connection_pool
+    return len(pool._available_connections) + len(pool._in_use_connections)
+
+
+def test_an_async_lock_makes_its_calls_on_the_loops_asyncio_client(store: RedisStore) -> None:
+    assert route_for(store)._native == store._call_async
+    assert asyncio.run(_hold_and_release(store, "jobs/native")) >= 1
+    assert not store._natives  # forgotten when its loop shut down
+
+
+def test_native_calls_keep_the_sync_paths_answers(store: RedisStore) -> None:
+    async def calls() -> None:
+        def call(op: str, *args: object) -> Any:
+            pending = store._call_async(op, *args)
+            assert pending is not None
+            return pending
+
+        version = await call("create", "jobs/same", b"one")
+        with pytest.raises(ConditionFailed):
+            await call("create", "jobs/same", b"two")
+        with pytest.raises(ConditionFailed):
+            await call("replace", "jobs/same", b"two", str(int(version) + 1000))
+        assert await call("read_if_changed", "jobs/same", version) is NOT_MODIFIED
+        newer = await call("replace", "jobs/same", b"two", version)
+        found = await call("read", "jobs/same")
+        assert (found.data, found.version) == (b"two", newer)
+        assert store.read("jobs/same") == found  # the sync client sees the same document
+
+    asyncio.run(calls())
+
+
+def test_asyncio_run_twice_on_one_store_leaves_no_resource_warning(store: RedisStore) -> None:
+    async def close_inside() -> None:
+        await _hold_and_release(store, "jobs/closing")
+        store.close()  # from the loop: its connections close on it
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        asyncio.run(_hold_and_release(store, "jobs/twice"))
+        asyncio.run(_hold_and_release(store, "jobs/twice"))
+        asyncio.run(close_inside())
+        gc.collect()
+    assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
+    assert not store._natives
+
+
+def test_a_native_call_to_a_server_not_there_is_unavailable_with_nothing_sent() -> None:
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        port = spare.getsockname()[1]
+    store = RedisStore("127.0.0.1", port, connect_timeout=2.0)
+
+    async def create() -> None:
+        pending = store._call_async("create", "jobs/absent", b"{}")
+        assert pending is not None
+        await pending
+
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            asyncio.run(create())
+        assert not raised.value.outcome_unknown  # never sent: the lock need not read back
+    finally:
+        store.close()
+
+
+def test_a_native_write_whose_answer_does_not_come_is_outcome_unknown_by_its_timeout(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    store = redis_server.store(prefix, read_timeout=0.3)
+    admin = redis_server.client()
+
+    async def create_while_paused() -> float:
+        await store._call_async("read", "jobs/paused")  # type: ignore[misc]  # connected
+        admin.execute_command("CLIENT", "PAUSE", 3000, "WRITE")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(StoreUnavailable) as raised:
+                await store._call_async("create", "jobs/paused", b"{}")  # type: ignore[misc]
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+        assert raised.value.outcome_unknown  # sent: it may have landed; the lock reads back
+        return loop.time() - started
+
+    try:
+        assert asyncio.run(create_while_paused()) < 2.0  # by its read timeout, not the pause's end
+    finally:
+        admin.close()
+        store.close()
