@@ -1,0 +1,416 @@
+"""EtcdStore: lease documents as etcd keys, changed by transactions on the key's mod revision.
+
+Layout: the store's prefix is a key prefix (``etcd://HOST:PORT/prioritylock/locks``:
+``prioritylock/locks/``) and each document is the key ``PREFIX/KEY`` (``team/resource`` is
+``prioritylock/locks/team/resource``), its value the document's bytes as they are (an operator can
+``etcdctl get`` the lease JSON). etcd's key space is flat, so a key and a key under it (``a`` and
+``a/b``) are two keys, and ``list`` is one range request over the prefix, keys only.
+
+The version token is the key's ``mod_revision`` (decimal): etcd's revisions grow across the whole
+cluster and never repeat, so a key created again never matches an earlier token
+(``unique_versions=True``). Create is a transaction comparing the key's ``create_revision`` with 0
+(absent); replace and delete compare its ``mod_revision`` with the token.
+
+Requests are etcd's v3 JSON gateway (``POST /v3/kv/range``, ``/v3/kv/txn``, served on the client
+port by etcd 3.4 and later; keys and values base64) over one urllib3 connection pool, without
+retries: each request's connection and each read wait at most their timeouts. A request that
+could not connect was not sent (:class:`~prioritylock.StoreUnavailable`); a write whose answer
+was lost or late is outcome-unknown, and the lock reads back to decide, as on every store. Errors
+are translated in one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
+(TTLs) play no part in who holds a lock (docs/stores.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import urllib.parse
+from typing import Any
+
+from prioritylock.stores._registry import missing_extra
+
+try:
+    import urllib3
+    from urllib3 import exceptions as http_errors
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("etcd stores", "etcd", _exc) from None
+
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    validate_key,
+    validate_prefix,
+)
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    check_timeouts,
+)
+from prioritylock.stores._log import describe_error, describe_result, log
+
+__all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "EtcdStore", "store_from_url"]
+
+DEFAULT_PORT = 2379
+MAX_OBJECT_BYTES = 1_000_000
+"""The largest document the store writes: etcd refuses a request over ``--max-request-bytes``
+(1.5 MiB by default), and base64 makes the JSON a third larger."""
+
+
+class EtcdStore:
+    """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
+    process and host that opens it.
+
+    ``endpoint`` is ``HOST:PORT`` of a member's client URL (plain HTTP). Every request counts in
+    :attr:`stats`.
+
+    :raises ConfigError: invalid endpoint, prefix or timeouts.
+    """
+
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True,
+        shared_across_hosts=True,
+        conditional_delete=True,
+        unique_versions=True,  # mod revisions never repeat (see the module's notes)
+    )
+
+    def __init__(
+        self,
+        endpoint: str = f"127.0.0.1:{DEFAULT_PORT}",
+        *,
+        prefix: str = "prioritylock",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+    ) -> None:
+        self._host, self._port = _check_endpoint(endpoint)
+        self._base = _base_prefix(prefix)
+        connect, read = check_timeouts("etcd", connect_timeout, read_timeout)
+        self._stats = StoreStats()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._pool = urllib3.HTTPConnectionPool(
+            self._host,
+            self._port,
+            maxsize=8,
+            block=False,
+            timeout=urllib3.Timeout(connect=connect, read=read),
+            retries=False,
+            headers={"Content-Type": "application/json"},
+        )
+
+    # -- what every store shows --------------------------------------------------------------
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self._CAPABILITIES
+
+    @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share documents."""
+        return f"etcd:{self.endpoint}/{self._base}"
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix under which documents live (``prioritylock/``)."""
+        return self._base
+
+    @property
+    def endpoint(self) -> str:
+        """``HOST:PORT``."""
+        return f"{self._host}:{self._port}"
+
+    def __repr__(self) -> str:
+        return f"EtcdStore({self.endpoint!r}, prefix={self._base!r})"
+
+    # -- the seam ------------------------------------------------------------------------------
+
+    def read(self, key: str) -> Versioned | None:
+        found = self._read(key, None)
+        assert found is not NOT_MODIFIED
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """One range request, compared with ``version`` (etcd has no conditional read)."""
+        return self._read(key, version)
+
+    def create(self, key: str, data: bytes) -> str:
+        name = self._name(key)
+        value = self._payload("create", key, data)
+        compare = {"key": name, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        put = {"request_put": {"key": name, "value": value}}
+        answer = self._call("create", key, "txn", {"compare": [compare], "success": [put]})
+        if not answer.get("succeeded"):
+            raise self._logged("create", key, ConditionFailed(key, "already exists"))
+        return self._wrote("create", key, answer)
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        name = self._name(key)
+        value = self._payload("replace", key, data)
+        revision = _parse(version)
+        if revision is None:
+            raise self._logged("replace", key, ConditionFailed(key, "at another version"))
+        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+        put = {"request_put": {"key": name, "value": value}}
+        answer = self._call("replace", key, "txn", {"compare": [compare], "success": [put]})
+        if not answer.get("succeeded"):
+            raise self._logged("replace", key, ConditionFailed(key, "absent or at another version"))
+        return self._wrote("replace", key, answer)
+
+    def delete(self, key: str, version: str) -> None:
+        name = self._name(key)
+        revision = _parse(version)
+        if revision is None:
+            raise self._logged("delete", key, ConditionFailed(key, "at another version"))
+        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+        remove = {"request_delete_range": {"key": name}}
+        answer = self._call("delete", key, "txn", {"compare": [compare], "success": [remove]})
+        if not answer.get("succeeded"):
+            raise self._logged("delete", key, ConditionFailed(key, "absent or at another version"))
+        self._log_outcome("delete", key, None)
+
+    def list(self, prefix: str) -> list[str]:
+        validate_prefix(prefix)
+        start = (self._base + prefix).encode()
+        body = {"key": _b64(start), "range_end": _b64(_prefix_end(start)), "keys_only": True}
+        answer = self._call("list", prefix, "range", body)
+        skip = len(self._base.encode())
+        keys = sorted(
+            key
+            for key in (_key_of(_unb64(kv.get("key", ""))[skip:]) for kv in answer.get("kvs", ()))
+            if key is not None and key.startswith(prefix)
+        )
+        self._log_outcome("list", prefix, keys)
+        return keys
+
+    def close(self) -> None:
+        """Close the connection pool; safe to call twice."""
+        with self._close_lock:
+            self._closed = True
+        self._pool.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _read(self, key: str, version: str | None) -> ReadResult:
+        op = "read" if version is None else "read_if_changed"
+        answer = self._call("read", key, "range", {"key": self._name(key)}, log_as=op)
+        kvs = answer.get("kvs") or []
+        if not kvs:
+            self._log_outcome(op, key, None)
+            return None
+        token = str(int(kvs[0].get("mod_revision", 0)))
+        found: ReadResult
+        if token == version:
+            found = NOT_MODIFIED
+            self._stats.count_not_modified()
+        else:
+            found = Versioned(_unb64(kvs[0].get("value", "")), token)
+        self._log_outcome(op, key, found)
+        return found
+
+    def _call(
+        self, op: str, key: str, method: str, body: dict[str, Any], *, log_as: str | None = None
+    ) -> dict[str, Any]:
+        """One request to ``/v3/kv/METHOD``: counted, sent once, its errors translated; the
+        answer's JSON object."""
+        self._stats.count(op + "s")
+        logged_op = log_as or op
+        with self._close_lock:
+            if self._closed:
+                raise StoreError(f"{self._describe(logged_op, key)}: the store is closed")
+        try:
+            response = self._pool.request(
+                "POST", f"/v3/kv/{method}", body=json.dumps(body).encode(), preload_content=True
+            )
+        except Exception as exc:
+            raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
+        status = response.status
+        try:
+            answer = json.loads(response.data or b"{}")
+        except ValueError:
+            answer = None
+        if status != 200 or not isinstance(answer, dict):
+            raise self._logged(logged_op, key, self._refused(status, answer, logged_op, key))
+        return answer
+
+    def _wrote(self, op: str, key: str, answer: dict[str, Any]) -> str:
+        version = str(int(answer.get("header", {}).get("revision", 0)))
+        self._log_outcome(op, key, version)
+        return version
+
+    def _payload(self, op: str, key: str, data: bytes) -> str:
+        payload = bytes(data)
+        if len(payload) > MAX_OBJECT_BYTES:
+            raise ConfigError(
+                f"etcd {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f" {MAX_OBJECT_BYTES}"
+            )
+        return _b64(payload)
+
+    def _name(self, key: str) -> str:
+        """The key's etcd key, base64 for the gateway."""
+        validate_key(key)
+        return _b64((self._base + key).encode())
+
+    def _translate(self, exc: BaseException, op: str, key: str) -> PriorityLockError:
+        """The one place where urllib3's errors become ours: not connected is nothing sent;
+        a lost or late answer is outcome-unknown for a write."""
+        what = self._describe(op, key)
+        if isinstance(exc, http_errors.MaxRetryError) and exc.reason is not None:
+            exc = exc.reason
+        name = type(exc).__name__
+        if isinstance(exc, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
+            return StoreUnavailable(f"{what}: no etcd server answered ({name})")
+        if isinstance(exc, (http_errors.HTTPError, OSError)):
+            return StoreUnavailable(
+                f"{what}: the answer was lost or late ({name})", outcome_unknown=op in WRITES
+            )
+        return StoreError(f"{what} failed ({name})")
+
+    def _refused(self, status: int, answer: object, op: str, key: str) -> PriorityLockError:
+        """An HTTP status other than 200 (the gateway's gRPC code is in its JSON; the server's
+        message is not copied)."""
+        what = self._describe(op, key)
+        code = answer.get("code") if isinstance(answer, dict) else None
+        detail = f"HTTP {status}" + (f", gRPC code {code}" if code is not None else "")
+        if status in (401, 403):
+            return StoreAccessError(f"{what} refused ({detail}): {_ACCESS_HINT}")
+        if status == 429:
+            return StoreUnavailable(f"{what}: etcd is busy ({detail})")
+        if status >= 500:
+            return StoreUnavailable(
+                f"{what}: etcd could not answer ({detail})", outcome_unknown=op in WRITES
+            )
+        return StoreError(f"{what} failed ({detail})")
+
+    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
+        self._log_outcome(op, key, error)
+        return error
+
+    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            if isinstance(outcome, PriorityLockError):
+                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
+            else:
+                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
+
+    def _describe(self, op: str, key: str) -> str:
+        return f"etcd {op} of {key!r} at {self.endpoint} (prefix {self._base!r})"
+
+
+_ACCESS_HINT = (
+    "the store does not authenticate yet; use an etcd member without auth enabled, reachable"
+    " only by its users (docs/stores.md)"
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _prefix_end(start: bytes) -> bytes:
+    """The first key after every key starting with ``start`` (etcd's ``range_end``)."""
+    trimmed = start.rstrip(b"\xff")
+    if not trimmed:
+        return b"\0"  # every key
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def _parse(version: str) -> str | None:
+    """A token's mod revision as the gateway wants it, or None for one that is not ours."""
+    if not isinstance(version, str) or not version.isdigit() or int(version) <= 0:
+        return None
+    return str(int(version))
+
+
+def _key_of(name: bytes) -> str | None:
+    """The key an etcd key under the prefix holds, or None for one that is not ours."""
+    try:
+        return validate_key(name.decode("utf-8"))
+    except (UnicodeDecodeError, ConfigError):
+        return None
+
+
+def _check_endpoint(endpoint: str) -> tuple[str, int]:
+    """``HOST[:PORT]`` (port 2379 when left out)."""
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise ConfigError(f"etcd endpoint must be HOST:PORT, got {endpoint!r}")
+    host, colon, port = endpoint.strip().rpartition(":")
+    if not colon:
+        host, port = endpoint.strip(), str(DEFAULT_PORT)
+    if not host or any(c in host for c in "/@?#, ") or not port.isdigit():
+        raise ConfigError(f"etcd endpoint must be HOST:PORT, got {endpoint!r}")
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"etcd port must be 1-65535, got {port!r}")
+    return host, int(port)
+
+
+def _base_prefix(prefix: str) -> str:
+    """The prefix as etcd keys start with it: its segments and a trailing ``/``."""
+    if not isinstance(prefix, str):
+        raise ConfigError(f"etcd prefix must be a string, got {prefix!r}")
+    stripped = prefix.strip("/")
+    if not stripped:
+        raise ConfigError(
+            "etcd prefix must not be empty (etcd://HOST:PORT/PREFIX, e.g."
+            " etcd://127.0.0.1:2379/prioritylock)"
+        )
+    validate_key(stripped)
+    return stripped + "/"
+
+
+_URL_OPTIONS = ("connect_timeout", "read_timeout")
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> EtcdStore:
+    """The store for ``etcd://HOST:PORT/PREFIX``.
+
+    The path is the key prefix under which documents live. Options: ``connect_timeout`` and
+    ``read_timeout`` (seconds).
+
+    :raises ConfigError: no host or prefix, credentials (not supported yet), an unknown option
+        (named), or an invalid value.
+    """
+    for name in sorted(options):
+        if name not in _URL_OPTIONS:
+            raise ConfigError(
+                f"unknown etcd:// store URL option {name!r}; known options:"
+                f" {', '.join(_URL_OPTIONS)}"
+            )
+    if parts.fragment:
+        raise ConfigError("etcd:// store URL must not have a #fragment")
+    if "@" in parts.netloc:
+        raise ConfigError("etcd:// store URLs take no credentials yet (etcd auth is not supported)")
+    if not parts.netloc:
+        raise ConfigError("etcd:// store URL needs a host: etcd://HOST:PORT/PREFIX")
+    timeouts: dict[str, float] = {}
+    for option in _URL_OPTIONS:
+        if option in options:
+            try:
+                timeouts[option] = float(options[option])
+            except ValueError:
+                raise ConfigError(
+                    f"etcd:// store URL option {option!r} must be a number of seconds,"
+                    f" got {options[option]!r}"
+                ) from None
+    return EtcdStore(parts.netloc, prefix=urllib.parse.unquote(parts.path), **timeouts)
