@@ -74,8 +74,9 @@ class EtcdStore:
     """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
     process and host that opens it.
 
-    ``endpoint`` is ``HOST:PORT`` of a member's client URL (plain HTTP). Every request counts in
-    :attr:`stats`.
+    ``endpoint`` is ``HOST:PORT`` of a member's client URL (plain HTTP). ``pool``: a urllib3
+    pool of the caller's for that endpoint (its timeouts and retries are then the caller's; the
+    store closes it). Every request counts in :attr:`stats`.
 
     :raises ConfigError: invalid endpoint, prefix or timeouts.
     """
@@ -94,6 +95,7 @@ class EtcdStore:
         prefix: str = "prioritylock",
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
+        pool: urllib3.HTTPConnectionPool | None = None,
     ) -> None:
         self._host, self._port = _check_endpoint(endpoint)
         self._base = _base_prefix(prefix)
@@ -101,7 +103,7 @@ class EtcdStore:
         self._stats = StoreStats()
         self._closed = False
         self._close_lock = threading.Lock()
-        self._pool = urllib3.HTTPConnectionPool(
+        self._pool = pool or urllib3.HTTPConnectionPool(
             self._host,
             self._port,
             maxsize=8,
@@ -246,7 +248,9 @@ class EtcdStore:
         except ValueError:
             answer = None
         if status != 200 or not isinstance(answer, dict):
-            raise self._logged(logged_op, key, self._refused(status, answer, logged_op, key))
+            code = answer.get("code") if isinstance(answer, dict) else None
+            refused = EtcdStatusError(status, code)
+            raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
         return answer
 
     def _wrote(self, op: str, key: str, answer: dict[str, Any]) -> str:
@@ -283,21 +287,16 @@ class EtcdStore:
             )
         return StoreError(f"{what} failed ({name})")
 
-    def _refused(self, status: int, answer: object, op: str, key: str) -> PriorityLockError:
-        """An HTTP status other than 200 (the gateway's gRPC code is in its JSON; the server's
-        message is not copied)."""
+    def _refused(self, refused: EtcdStatusError, op: str, key: str) -> PriorityLockError:
+        """An answer other than 200 with a JSON object (the server's message is not copied)."""
         what = self._describe(op, key)
-        code = answer.get("code") if isinstance(answer, dict) else None
-        detail = f"HTTP {status}" + (f", gRPC code {code}" if code is not None else "")
-        if status in (401, 403):
-            return StoreAccessError(f"{what} refused ({detail}): {_ACCESS_HINT}")
-        if status == 429:
-            return StoreUnavailable(f"{what}: etcd is busy ({detail})")
-        if status >= 500:
+        if refused.status in (401, 403):
+            return StoreAccessError(f"{what} refused ({refused}): {_ACCESS_HINT}")
+        if refused.status in (408, 429) or refused.status >= 500:
             return StoreUnavailable(
-                f"{what}: etcd could not answer ({detail})", outcome_unknown=op in WRITES
+                f"{what}: etcd could not answer ({refused})", outcome_unknown=op in WRITES
             )
-        return StoreError(f"{what} failed ({detail})")
+        return StoreError(f"{what} failed ({refused})")
 
     def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
         self._log_outcome(op, key, error)
@@ -312,6 +311,19 @@ class EtcdStore:
 
     def _describe(self, op: str, key: str) -> str:
         return f"etcd {op} of {key!r} at {self.endpoint} (prefix {self._base!r})"
+
+
+class EtcdStatusError(Exception):
+    """The gateway answered with an HTTP status other than 200 (chained under our error).
+
+    :ivar status: the HTTP status.
+    :ivar code: the gRPC code in its JSON answer, if any.
+    """
+
+    def __init__(self, status: int, code: object = None) -> None:
+        super().__init__(f"HTTP {status}" + (f", gRPC code {code}" if code is not None else ""))
+        self.status = status
+        self.code = code
 
 
 _ACCESS_HINT = (
@@ -413,4 +425,9 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
                     f"etcd:// store URL option {option!r} must be a number of seconds,"
                     f" got {options[option]!r}"
                 ) from None
-    return EtcdStore(parts.netloc, prefix=urllib.parse.unquote(parts.path), **timeouts)
+    return EtcdStore(
+        parts.netloc,
+        prefix=urllib.parse.unquote(parts.path),
+        connect_timeout=timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        read_timeout=timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
+    )
