@@ -23,10 +23,12 @@ are translated in one place, :meth:`EtcdStore._translate`, and always chained. e
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import logging
 import threading
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from prioritylock.stores._registry import missing_extra
@@ -69,6 +71,44 @@ MAX_OBJECT_BYTES = 1_000_000
 """The largest document the store writes: etcd refuses a request over ``--max-request-bytes``
 (1.5 MiB by default), and base64 makes the JSON a third larger."""
 
+#: Revisions this process wrote, per etcd key (endpoint + key), the latest few: a watch that hears
+#: one of them does not wake this process's locks (they were told in-process).
+_written: collections.OrderedDict[str, collections.deque[int]] = collections.OrderedDict()
+#: Writes this process has under way, per etcd key: a watch may hear one before its answer.
+_pending: collections.Counter[str] = collections.Counter()
+_written_lock = threading.Condition()
+_WRITTEN_KEYS = 4096
+_PENDING_WAIT = 2.0
+"""Seconds a watch waits for this process's writes under way to a key before deciding whose a
+change was (past it, the change wakes the locks: a hint too many)."""
+
+
+def _begin_write(name: str) -> None:
+    with _written_lock:
+        _pending[name] += 1
+
+
+def _end_write(name: str, revision: int | None) -> None:
+    """A write :func:`_begin_write` announced has its answer: ``revision`` if it landed."""
+    with _written_lock:
+        if revision is not None:
+            revisions = _written.setdefault(name, collections.deque(maxlen=8))
+            _written.move_to_end(name)
+            revisions.append(revision)
+            while len(_written) > _WRITTEN_KEYS:
+                _written.popitem(last=False)
+        _pending[name] -= 1
+        if _pending[name] <= 0:
+            del _pending[name]
+        _written_lock.notify_all()
+
+
+def _ours(name: str, revision: int) -> bool:
+    """Whether this process wrote ``revision`` of ``name`` (waiting for its writes under way)."""
+    with _written_lock:
+        _written_lock.wait_for(lambda: not _pending[name], timeout=_PENDING_WAIT)
+        return revision in _written.get(name, ())
+
 
 class EtcdStore:
     """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
@@ -103,6 +143,10 @@ class EtcdStore:
         self._stats = StoreStats()
         self._closed = False
         self._close_lock = threading.Lock()
+        self._connect_timeout = connect
+        self._watches: list[_Watch] = []
+        #: The latest revision this store read or wrote, per key: a watch starts after it.
+        self._seen: dict[str, int] = {}
         self._pool = pool or urllib3.HTTPConnectionPool(
             self._host,
             self._port,
@@ -157,7 +201,7 @@ class EtcdStore:
         value = self._payload("create", key, data)
         compare = {"key": name, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
         put = {"request_put": {"key": name, "value": value}}
-        answer = self._call("create", key, "txn", {"compare": [compare], "success": [put]})
+        answer = self._txn("create", key, {"compare": [compare], "success": [put]})
         if not answer.get("succeeded"):
             raise self._logged("create", key, ConditionFailed(key, "already exists"))
         return self._wrote("create", key, answer)
@@ -170,7 +214,7 @@ class EtcdStore:
             raise self._logged("replace", key, ConditionFailed(key, "at another version"))
         compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
         put = {"request_put": {"key": name, "value": value}}
-        answer = self._call("replace", key, "txn", {"compare": [compare], "success": [put]})
+        answer = self._txn("replace", key, {"compare": [compare], "success": [put]})
         if not answer.get("succeeded"):
             raise self._logged("replace", key, ConditionFailed(key, "absent or at another version"))
         return self._wrote("replace", key, answer)
@@ -182,7 +226,7 @@ class EtcdStore:
             raise self._logged("delete", key, ConditionFailed(key, "at another version"))
         compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
         remove = {"request_delete_range": {"key": name}}
-        answer = self._call("delete", key, "txn", {"compare": [compare], "success": [remove]})
+        answer = self._txn("delete", key, {"compare": [compare], "success": [remove]})
         if not answer.get("succeeded"):
             raise self._logged("delete", key, ConditionFailed(key, "absent or at another version"))
         self._log_outcome("delete", key, None)
@@ -202,10 +246,46 @@ class EtcdStore:
         return keys
 
     def close(self) -> None:
-        """Close the connection pool; safe to call twice."""
+        """Close the connection pool and the store's watches; safe to call twice."""
         with self._close_lock:
             self._closed = True
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.stop()
         self._pool.close()
+
+    # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``key`` may have changed, written by another process or host;
+        return a function that stops the calls.
+
+        A hint, not a fact: an etcd watch on the key (one streamed ``POST /v3/watch`` on a
+        thread of its own, not counted in :attr:`stats`); a change whose revision this process
+        wrote calls nothing (its locks were told in-process). A lost stream is opened again from
+        the next revision it had not heard, and the callback is called once when it is back.
+        The watch starts after the latest revision of ``key`` this store read or wrote, so a
+        change between that and the stream's opening is heard too.
+
+        :raises ConfigError: invalid key.
+        """
+        name = self._base + validate_key(key)
+        # From the revision after the latest this store read or wrote: a change made before the
+        # stream is open is heard too.
+        watch = _Watch(self, name, callback, self._seen.get(key, -1) + 1)
+        with self._close_lock:
+            if self._closed:
+                return _nothing
+            self._watches.append(watch)
+        watch.start()
+
+        def stop() -> None:
+            with self._close_lock:
+                if watch in self._watches:
+                    self._watches.remove(watch)
+            watch.stop()
+
+        return stop
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -214,8 +294,10 @@ class EtcdStore:
         answer = self._call("read", key, "range", {"key": self._name(key)}, log_as=op)
         kvs = answer.get("kvs") or []
         if not kvs:
+            self._saw(key, int(answer.get("header", {}).get("revision", 0)))
             self._log_outcome(op, key, None)
             return None
+        self._saw(key, int(kvs[0].get("mod_revision", 0)))
         token = str(int(kvs[0].get("mod_revision", 0)))
         found: ReadResult
         if token == version:
@@ -252,6 +334,25 @@ class EtcdStore:
             refused = EtcdStatusError(status, code)
             raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
         return answer
+
+    def _txn(self, op: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One transaction on ``key``, announced to this process's watches while under way."""
+        name = f"{self.endpoint}/{self._base}{key}"
+        _begin_write(name)
+        revision = None
+        try:
+            answer = self._call(op, key, "txn", body)
+            if answer.get("succeeded"):
+                revision = int(answer.get("header", {}).get("revision", 0))
+                self._saw(key, revision)
+            return answer
+        finally:
+            _end_write(name, revision)
+
+    def _saw(self, key: str, revision: int) -> None:
+        if len(self._seen) > _WRITTEN_KEYS:
+            self._seen.clear()
+        self._seen[key] = max(revision, self._seen.get(key, 0))
 
     def _wrote(self, op: str, key: str, answer: dict[str, Any]) -> str:
         version = str(int(answer.get("header", {}).get("revision", 0)))
@@ -311,6 +412,125 @@ class EtcdStore:
 
     def _describe(self, op: str, key: str) -> str:
         return f"etcd {op} of {key!r} at {self.endpoint} (prefix {self._base!r})"
+
+
+class _Watch:
+    """One key's etcd watch: a streamed ``POST /v3/watch`` read on a daemon thread, opened again
+    (from the next unheard revision) after it is lost, until stopped."""
+
+    def __init__(
+        self, store: EtcdStore, name: str, callback: Callable[[], None], start: int
+    ) -> None:
+        self._start = start  # the first revision to hear; 0: from when the stream opens
+        self._store = store
+        self._name = name
+        self._written_name = f"{store.endpoint}/{name}"
+        self._callback = callback
+        self._stopped = threading.Event()
+        self._response: Any = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"etcd-watch {name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            response.shutdown()  # ends the blocked read at once
+
+    def _run(self) -> None:
+        host, _colon, port = self._store.endpoint.rpartition(":")
+        pool = urllib3.HTTPConnectionPool(
+            host,
+            int(port),
+            maxsize=1,
+            timeout=urllib3.Timeout(connect=self._store._connect_timeout, read=None),
+            retries=False,
+        )
+        start = self._start
+        lost = False
+        delay = 0.05
+        try:
+            while not self._stopped.is_set():
+                try:
+                    start = self._stream(pool, start, lost)
+                    delay = 0.05
+                except Exception as exc:  # lost or refused: open it again after a pause
+                    log.debug("%r: the watch of %r was lost (%s)", self._store, self._name, exc)
+                lost = True
+                self._stopped.wait(delay)
+                delay = min(delay * 2, 1.0)
+        finally:
+            pool.close()
+
+    def _stream(self, pool: Any, start: int, lost: bool) -> int:
+        """Read one watch stream until it ends; the next revision to hear afterwards."""
+        request: dict[str, Any] = {"key": _b64(self._name.encode())}
+        if start:
+            request["start_revision"] = str(start)
+        body = json.dumps({"create_request": request}).encode()
+        response = pool.request(
+            "POST", "/v3/watch", body=body, preload_content=False, retries=False
+        )
+        with self._lock:
+            self._response = response
+        if self._stopped.is_set():
+            response.shutdown()
+        try:
+            if response.status != 200:
+                return start
+            pending = b""
+            for chunk in response.stream(None, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    start = self._heard(line, start, lost)
+                    lost = False
+        finally:
+            with self._lock:
+                self._response = None
+            response.release_conn()
+        return start
+
+    def _heard(self, line: bytes, start: int, lost: bool) -> int:
+        """One message of the stream; the next revision to hear."""
+        try:
+            result = json.loads(line).get("result", {})
+        except (ValueError, AttributeError):
+            return start
+        if result.get("compact_revision") or result.get("canceled"):
+            self._call()  # the revisions it had not heard are gone: watch from now on
+            return 0
+        if result.get("created"):
+            if not start:
+                start = int(result.get("header", {}).get("revision", 0)) + 1
+            if lost:
+                self._call()  # changes may have gone unheard while it was lost
+            return start
+        events = result.get("events") or []
+        news = False
+        for event in events:
+            revision = int(event.get("kv", {}).get("mod_revision", 0))
+            start = max(start, revision + 1)
+            news = news or event.get("type") == "DELETE" or not _ours(self._written_name, revision)
+        if news:
+            self._call()
+        return start
+
+    def _call(self) -> None:
+        if self._stopped.is_set():
+            return
+        try:
+            self._callback()
+        except Exception:  # a hint's receiver must not end the watch
+            log.exception("%r: a change callback raised", self._store)
+
+
+def _nothing() -> None:
+    pass
 
 
 class EtcdStatusError(Exception):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import threading
 import time
 import urllib.request
 import uuid
@@ -40,6 +41,17 @@ def _raw_get(server: EtcdServer, name: str) -> dict[str, object]:
     with opener.open(urllib.request.Request(url, body, method="POST"), timeout=10) as answer:
         kvs = json.loads(answer.read()).get("kvs", [])
     return dict(kvs[0]) if kvs else {}
+
+
+def _raw_put(server: EtcdServer, name: str, value: bytes) -> None:
+    """Put ``name`` through etcd's own gateway: a write this process's store did not make."""
+    body = json.dumps(
+        {"key": base64.b64encode(name.encode()).decode(), "value": base64.b64encode(value).decode()}
+    ).encode()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    url = f"http://{server.endpoint}/v3/kv/put"
+    with opener.open(urllib.request.Request(url, body, method="POST"), timeout=10) as answer:
+        assert answer.status == 200
 
 
 def test_the_url_names_endpoint_prefix_and_timeouts() -> None:
@@ -103,3 +115,27 @@ def test_a_call_ends_by_its_timeout_when_the_server_never_answers() -> None:
             assert read.value.outcome_unknown is False
         finally:
             store.close()
+
+
+def test_a_watch_hears_anothers_writes_not_its_own_and_stops(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    told = threading.Semaphore(0)
+    version = store.create("k", b"0")
+    stop = store.watch_key("k", told.release)
+    # The watch is armed on its own thread: another's writes until one is heard.
+    deadline = time.monotonic() + 10
+    while not told.acquire(timeout=0.2):
+        _raw_put(etcd_server, store.prefix + "k", b"other")
+        assert time.monotonic() < deadline, "another's write was never heard"
+    while told.acquire(timeout=0.3):  # drain writes heard late
+        pass
+    found = store.read("k")
+    assert found is not None
+    version = found.version
+    for _ in range(3):
+        version = store.replace("k", b"mine", version)
+    assert not told.acquire(timeout=0.5), "this process's own write woke its watch"
+    stop()
+    _raw_put(etcd_server, store.prefix + "k", b"after")
+    assert not told.acquire(timeout=0.5), "a stopped watch still calls"
