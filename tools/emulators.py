@@ -18,7 +18,8 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
   cache keeps it; a machine crash could, which tests don't do); :func:`restart_zookeeper` stops
   and starts it again on the same port and data.
 - ``etcd``: Debian's etcd 3.4 (``scripts/install-etcd``), one member, its client and peer URLs on
-  127.0.0.1 (free ports), its data on disk in ``work``.
+  127.0.0.1 (free ports), its data on disk in ``work``; :func:`restart_etcd` stops and starts it
+  again on the same ports and data.
 
 Each runs in its own process group, from ``work``, with its output appended to a log file there
 whose tail is in the error when it does not start. It is ready once it answers *as itself* (and,
@@ -76,6 +77,7 @@ __all__ = [
     "http_get",
     "redis_argv",
     "restart_redis",
+    "restart_etcd",
     "restart_zookeeper",
     "running",
 ]
@@ -677,6 +679,30 @@ def _launch_etcd(work: Path, attempt: int, _key: tuple[str, str]) -> _Launch:
         endpoint=f"127.0.0.1:{port}",
         probe=lambda: _etcd_ok(port),
     )
+
+
+def restart_etcd(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
+    """Stop the ``etcd`` emulator (SIGTERM), call ``down`` while it is down, then start it again
+    on the same ports and data and wait until it answers. ``emulator.process`` is the new
+    process afterwards.
+
+    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
+    """
+    process = emulator.process
+    process.stop()
+    down()
+    port = int(emulator.endpoint.rsplit(":", 1)[1])
+    data_dir = Path(process.argv[process.argv.index("--data-dir") + 1])
+    restarted = ServerProcess(
+        "etcd", process.argv, env=_server_env(), cwd=data_dir.parent, log_path=process.log_path
+    )
+    began = time.monotonic()
+    while not _etcd_ok(port):
+        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
+            restarted.stop()
+            raise EmulatorError(f"etcd did not come back on port {port}:\n{restarted.tail()}")
+        time.sleep(0.02)  # a bounded poll of a process we don't control
+    object.__setattr__(emulator, "process", restarted)
 
 
 _LAUNCHERS: dict[str, _Launcher] = {

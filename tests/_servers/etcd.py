@@ -10,7 +10,7 @@ starting and stopping it (free ports, logs, SIGTERM then SIGKILL, ``atexit``) is
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,10 @@ class EtcdServer:
         from prioritylock.stores._etcd import EtcdStore
 
         return EtcdStore(self.endpoint, prefix=prefix, **options)
+
+    def restart(self, down: Callable[[], None] = lambda: None) -> None:
+        """Stop the server, call ``down``, start it again on the same ports and data."""
+        emulators.restart_etcd(self.running, down=down)
 
 
 @pytest.fixture(scope="session")

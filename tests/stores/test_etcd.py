@@ -22,6 +22,7 @@ from prioritylock import ConfigError, StoreUnavailable
 from prioritylock.stores import open_store
 from prioritylock.stores._etcd import EtcdStore
 from tests._servers.etcd import EtcdServer
+from tests.lock.helpers import Recorder, make
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -139,3 +140,38 @@ def test_a_watch_hears_anothers_writes_not_its_own_and_stops(
     stop()
     _raw_put(etcd_server, store.prefix + "k", b"after")
     assert not told.acquire(timeout=0.5), "a stopped watch still calls"
+
+
+def test_a_restart_keeps_the_lease_its_holder_and_its_watch(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    """The holder renews across the restart; nobody else gets in, even while the server is
+    down; the next holder's fence is one more; a watch opened before is told after."""
+    recorder = Recorder()
+    holder = make(store, "jobs/restart", "holder", listener=recorder, lease_timeout=30)
+    rival_store = etcd_server.store(store.prefix, connect_timeout=0.5, read_timeout=2.0)
+    rival = make(rival_store, "jobs/restart", "rival")
+    told = threading.Event()
+    try:
+        assert holder.try_lock()
+        fence = holder.fencing_token
+        stop = rival_store.watch_key("jobs/restart", told.set)
+
+        def down() -> None:
+            with pytest.raises(StoreUnavailable):
+                rival.try_lock()
+
+        etcd_server.restart(down=down)
+        assert told.wait(20), "the watch was not told after the restart"
+        stop()
+        assert not rival.try_lock(), "the restarted server forgot the lease"
+        holder.renew()
+        assert holder.is_current_owner() and not recorder.lost.is_set()
+        holder.unlock()
+        assert rival.try_lock()
+        assert rival.fencing_token == fence + 1
+        rival.unlock()
+    finally:
+        holder.close()
+        rival.close()
+        rival_store.close()
