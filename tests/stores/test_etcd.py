@@ -175,3 +175,36 @@ def test_a_restart_keeps_the_lease_its_holder_and_its_watch(
         holder.close()
         rival.close()
         rival_store.close()
+
+
+def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    recorder = Recorder()
+    short = etcd_server.store(store.prefix, connect_timeout=0.3, read_timeout=0.3)
+    holder = make(
+        short,
+        "jobs/outage",
+        "holder",
+        listener=recorder,
+        lease_timeout=1.0,
+        max_clock_drift=0.1,
+        store_timeout=0.5,
+    )
+    rival = make(store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
+    try:
+        assert holder.try_lock()
+        fence = holder.fencing_token
+        etcd_server.restart(down=lambda: _told(recorder.lost))
+        assert not holder.is_current_owner()
+        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
+        assert rival.fencing_token == fence + 1
+        rival.unlock()
+    finally:
+        holder.close()
+        rival.close()
+        short.close()
+
+
+def _told(event: threading.Event) -> None:
+    assert event.wait(20), "the holder was not told"
