@@ -18,6 +18,10 @@ could not connect was not sent (:class:`~prioritylock.StoreUnavailable`); a writ
 was lost or late is outcome-unknown, and the lock reads back to decide, as on every store. Errors
 are translated in one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
 (TTLs) play no part in who holds a lock (docs/stores.md).
+
+Change notices (:meth:`EtcdStore.watch_key`) are one streamed ``POST /v3/watch`` per watched key,
+read on a thread of its own; a change whose revision this process wrote wakes nobody (a write
+under way is announced first, so a watch that hears it before its answer waits for the answer).
 """
 
 from __future__ import annotations
