@@ -24,7 +24,7 @@ from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
 StoreFactory = Callable[[], ObjectStore]
 
 LOCAL_KINDS = ["memory", "local"]
-CLOUD_KINDS = ["s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper"]
+CLOUD_KINDS = ["s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper", "etcd"]
 ALL_KINDS = LOCAL_KINDS + CLOUD_KINDS
 
 pytest_plugins = [
@@ -33,6 +33,7 @@ pytest_plugins = [
     "tests._servers.azure",
     "tests._servers.redis",
     "tests._servers.zookeeper",
+    "tests._servers.etcd",
 ]
 
 

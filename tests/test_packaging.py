@@ -63,6 +63,6 @@ def test_emulator_launcher_is_in_the_checkout_tools() -> None:
     assert not (ROOT / "prioritylock" / "testing" / "_servers.py").exists()
     from tools import emulators
 
-    kinds = {"s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper"}
+    kinds = {"s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper", "etcd"}
     assert set(emulators.EMULATORS) == kinds
     assert emulators._CHECKOUT == ROOT  # where it finds node_modules

@@ -17,6 +17,9 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
   disk, written but not fsynced (``forceSync=no``: a process restart forgets nothing, the page
   cache keeps it; a machine crash could, which tests don't do); :func:`restart_zookeeper` stops
   and starts it again on the same port and data.
+- ``etcd``: Debian's etcd 3.4 (``scripts/install-etcd``), one member, its client and peer URLs on
+  127.0.0.1 (free ports), its data on disk in ``work``; :func:`restart_etcd` stops and starts it
+  again on the same ports and data.
 
 Each runs in its own process group, from ``work``, with its output appended to a log file there
 whose tail is in the error when it does not start. It is ready once it answers *as itself* (and,
@@ -74,11 +77,12 @@ __all__ = [
     "http_get",
     "redis_argv",
     "restart_redis",
+    "restart_etcd",
     "restart_zookeeper",
     "running",
 ]
 
-EMULATORS = ("s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper")
+EMULATORS = ("s3-moto", "s3-seaweedfs", "gcs", "azure", "redis", "zookeeper", "etcd")
 
 START_DEADLINE = 30.0
 """Seconds one attempt may take to answer (each takes about 0.2-1.5 s on an idle machine)."""
@@ -643,6 +647,64 @@ def restart_zookeeper(emulator: Emulator, *, down: Callable[[], None] = lambda: 
     object.__setattr__(emulator, "process", restarted)
 
 
+def _etcd_ok(port: int) -> bool:
+    """Whether etcd on ``port`` serves requests (its ``/health`` says so once it has a leader)."""
+    try:
+        with _direct.open(f"http://127.0.0.1:{port}/health", timeout=1.0) as answer:
+            return bool(json.loads(answer.read()).get("health") == "true")
+    except (OSError, ValueError):
+        return False
+
+
+def _launch_etcd(work: Path, attempt: int, _key: tuple[str, str]) -> _Launch:
+    binary = shutil.which("etcd")
+    if binary is None:
+        raise EmulatorError(
+            "etcd is not installed: run scripts/install-etcd (apt-get install etcd-server,"
+            " Debian 12's 3.4)"
+        )
+    port, peer = free_port(), free_port()
+    data_dir = work / f"etcd-data-{attempt}-{uuid.uuid4().hex[:6]}"
+    client_url, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
+    argv = [
+        binary,
+        *("--name", "test", "--data-dir", str(data_dir)),
+        *("--listen-client-urls", client_url, "--advertise-client-urls", client_url),
+        *("--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url),
+        *("--initial-cluster", f"test={peer_url}", "--log-level", "warn"),
+    ]
+    return _Launch(
+        argv=argv,
+        env=_server_env(),
+        endpoint=f"127.0.0.1:{port}",
+        probe=lambda: _etcd_ok(port),
+    )
+
+
+def restart_etcd(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
+    """Stop the ``etcd`` emulator (SIGTERM), call ``down`` while it is down, then start it again
+    on the same ports and data and wait until it answers. ``emulator.process`` is the new
+    process afterwards.
+
+    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
+    """
+    process = emulator.process
+    process.stop()
+    down()
+    port = int(emulator.endpoint.rsplit(":", 1)[1])
+    data_dir = Path(process.argv[process.argv.index("--data-dir") + 1])
+    restarted = ServerProcess(
+        "etcd", process.argv, env=_server_env(), cwd=data_dir.parent, log_path=process.log_path
+    )
+    began = time.monotonic()
+    while not _etcd_ok(port):
+        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
+            restarted.stop()
+            raise EmulatorError(f"etcd did not come back on port {port}:\n{restarted.tail()}")
+        time.sleep(0.02)  # a bounded poll of a process we don't control
+    object.__setattr__(emulator, "process", restarted)
+
+
 _LAUNCHERS: dict[str, _Launcher] = {
     "s3-moto": _launch_moto,
     "s3-seaweedfs": _launch_seaweedfs,
@@ -650,6 +712,7 @@ _LAUNCHERS: dict[str, _Launcher] = {
     "azure": _launch_azurite,
     "redis": _launch_redis,
     "zookeeper": _launch_zookeeper,
+    "etcd": _launch_etcd,
 }
 
 

@@ -28,6 +28,7 @@ from prioritylock.stores._url import open_store
 
 if TYPE_CHECKING:
     from prioritylock.stores._azure import AzureBlobStore
+    from prioritylock.stores._etcd import EtcdStore
     from prioritylock.stores._gcs import GCSStore
     from prioritylock.stores._redis import RedisStore
     from prioritylock.stores._s3 import S3Store
@@ -58,6 +59,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AzureBlobStore",
     "ConditionalReader",
+    "EtcdStore",
     "GCSStore",
     "LocalStore",
     "MemoryStore",

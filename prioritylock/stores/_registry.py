@@ -62,6 +62,7 @@ SCHEMES: dict[str, Scheme] = {
     "az": Scheme("prioritylock.stores._azure", extra="azure", store="AzureBlobStore"),
     "redis": Scheme("prioritylock.stores._redis", extra="redis", store="RedisStore"),
     "rediss": Scheme("prioritylock.stores._redis", extra="redis"),
+    "etcd": Scheme("prioritylock.stores._etcd", extra="etcd", store="EtcdStore"),
     "zk": Scheme("prioritylock.stores._zookeeper", extra="zookeeper", store="ZooKeeperStore"),
 }
 
@@ -73,6 +74,7 @@ _SDKS = {
     "azure": "the Azure Blob Storage SDK, azure-storage-blob",
     "redis": "the Redis client, redis-py",
     "zookeeper": "the ZooKeeper client, kazoo",
+    "etcd": "the HTTP client for etcd's JSON gateway, urllib3",
 }
 
 

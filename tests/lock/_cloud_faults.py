@@ -24,6 +24,10 @@ networks and servers fail them:
   as planned. ZooKeeper has no statuses: a refused request is its ``ThrottledOpError`` (a 409 or
   412: ``NodeExistsError`` for a create, ``BadVersionError`` otherwise); a lost answer is
   ``ConnectionLoss``, a timeout an answer that never comes (the store's read timeout is 1 s).
+- **etcd**: a ``urllib3.HTTPConnectionPool`` subclass as the store's pool answers in the
+  gateway's place, or raises what urllib3 would (read timeout, connection reset). A 409 or 412
+  is a transaction answered without ``succeeded`` (its condition failed); other statuses are
+  answered as they are, with the gateway's JSON error.
 
 With ``via="proxy"`` the same faults are injected on the wire instead, by a
 :class:`~tests._helpers.fault_proxy.FaultProxy` in front of the server (the store's endpoint is
@@ -487,6 +491,56 @@ def _zookeeper_injector(like: ObjectStore) -> Injector:
     return injector
 
 
+# -- etcd: a urllib3 pool whose requests fail ---------------------------------------------------
+
+
+def _etcd_injector(like: ObjectStore) -> Injector:
+    import json
+
+    import urllib3
+
+    from prioritylock.stores._etcd import EtcdStore
+
+    assert isinstance(like, EtcdStore)
+    plan = _Plan()
+
+    def answer(status: int, body: dict[str, Any]) -> urllib3.HTTPResponse:
+        return urllib3.HTTPResponse(body=json.dumps(body).encode(), status=status)
+
+    class FaultyPool(urllib3.HTTPConnectionPool):
+        def urlopen(self, method: str, url: str, body: Any = None, **kw: Any) -> Any:  # type: ignore[override]
+            sent = json.loads(body or b"{}")
+            if url.endswith("/range"):
+                op = "list" if sent.get("keys_only") else "read"
+            else:
+                op = "delete" if "request_delete_range" in str(sent) else "write"
+            fault = plan.take(op)
+            if fault is None:
+                return super().urlopen(method, url, body, **kw)
+            if fault.before is not None:
+                fault.before()
+            if fault.deliver:
+                super().urlopen(method, url, body, **kw)  # the server applies it; answer dropped
+            if fault.lose == "timeout":
+                raise urllib3.exceptions.ReadTimeoutError(self, url, "Read timed out.")
+            if fault.lose == "reset":
+                reset = ConnectionResetError(104, "Connection reset by peer")
+                raise urllib3.exceptions.ProtocolError("Connection aborted.", reset)
+            assert fault.status is not None
+            if fault.status in (409, 412) and op != "read":
+                return answer(200, {"header": {"revision": "1"}})  # the txn's condition failed
+            return answer(fault.status, {"error": "injected", "code": 14, "message": "injected"})
+
+    host, _colon, port = like.endpoint.rpartition(":")
+    pool = FaultyPool(
+        host, int(port), timeout=urllib3.Timeout(connect=2.0, read=1.0), retries=False
+    )
+    store = EtcdStore(like.endpoint, prefix=like.prefix, pool=pool)
+    injector = Injector("etcd", store, plan)
+    injector._closers.append(store.close)
+    return injector
+
+
 # -- any cloud: the fault proxy on the wire -------------------------------------------------------
 
 
@@ -598,4 +652,6 @@ def open_injector(
         return _redis_injector(like)
     if kind == "zookeeper":
         return _zookeeper_injector(like)
+    if kind == "etcd":
+        return _etcd_injector(like)
     raise ValueError(f"no SDK-boundary faults for store kind {kind!r}")

@@ -47,7 +47,15 @@ MIN_ACQUISITIONS = 20
 
 # Clients per store kind, and how long they race. SeaweedFS is slow under contention on one key
 # (docs: EMULATORS): fewer clients there.
-CLIENTS = {"s3-moto": 8, "s3-seaweedfs": 6, "gcs": 8, "azure": 8, "redis": 8, "zookeeper": 8}
+CLIENTS = {
+    "s3-moto": 8,
+    "s3-seaweedfs": 6,
+    "gcs": 8,
+    "azure": 8,
+    "redis": 8,
+    "zookeeper": 8,
+    "etcd": 8,
+}
 RUN_SECONDS = size(5.0, 60.0)
 # A lock() call may overrun its timeout by one slow request: how long to wait for stragglers.
 JOIN_GRACE = 5.0

@@ -151,11 +151,14 @@ def _opener(store: ObjectStore) -> Callable[[], ObjectStore]:
     """How another process opens a store on what ``store`` addresses (picklable)."""
     if isinstance(store, LocalStore):
         return functools.partial(LocalStore, store.directory)
+    from prioritylock.stores._etcd import EtcdStore
     from prioritylock.stores._redis import RedisStore
     from prioritylock.stores._zookeeper import ZooKeeperStore
 
     if isinstance(store, ZooKeeperStore):
         return functools.partial(ZooKeeperStore, store.hosts, prefix=store.prefix)
+    if isinstance(store, EtcdStore):
+        return functools.partial(EtcdStore, store.endpoint, prefix=store.prefix)
     assert isinstance(store, RedisStore)
     options = store.client.connection_pool.connection_kwargs
     return functools.partial(
@@ -230,10 +233,12 @@ if "redis" in selected_kinds(CLOUD_KINDS):
     TOPOLOGIES.append(("redis", "process"))
 if "zookeeper" in selected_kinds(CLOUD_KINDS):
     TOPOLOGIES.append(("zookeeper", "process"))
+if "etcd" in selected_kinds(CLOUD_KINDS):
+    TOPOLOGIES.append(("etcd", "process"))
 
 
 #: Under 50 ms across processes is a timing measurement: run alone (scripts/test's serial pass).
-_SERVERS = ("redis", "zookeeper")
+_SERVERS = ("redis", "zookeeper", "etcd")
 _PARAMS = [
     pytest.param(t, id="-".join(t), marks=[pytest.mark.serial] if t[0] in _SERVERS else [])
     for t in TOPOLOGIES

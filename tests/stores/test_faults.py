@@ -32,11 +32,13 @@ pytestmark = [pytest.mark.timeout(60)]
 
 #: Faults that never reach the server are the SDK's and the store's alone: one server per SDK.
 one_per_sdk = pytest.mark.parametrize(
-    "store_kind", selected_kinds(["s3-moto", "gcs", "azure"]), indirect=True
+    "store_kind", selected_kinds(["s3-moto", "gcs", "azure", "etcd"]), indirect=True
 )
-#: The same, and Redis and ZooKeeper (which have no HTTP statuses to throttle with).
+#: The same, and Redis and ZooKeeper (which have no HTTP statuses to throttle with), and etcd.
 one_per_client = pytest.mark.parametrize(
-    "store_kind", selected_kinds(["s3-moto", "gcs", "azure", "redis", "zookeeper"]), indirect=True
+    "store_kind",
+    selected_kinds(["s3-moto", "gcs", "azure", "redis", "zookeeper", "etcd"]),
+    indirect=True,
 )
 
 KEY = "team/resource"
@@ -83,6 +85,11 @@ def faults(
         pytest.skip("the fault proxy speaks HTTP: Redis's faults are injected at its connection")
     if via == "proxy" and store_kind == "zookeeper":
         pytest.skip("the fault proxy speaks HTTP: ZooKeeper's faults are injected at its client")
+    if via == "proxy" and store_kind == "etcd":
+        pytest.skip(
+            "the fault proxy picks faults by method and path, and etcd's requests are all"
+            " POSTs to /v3/kv/: its faults are injected at its urllib3 pool"
+        )
     injector = open_injector(request, store_kind, store_factory(), via=via)
     try:
         yield injector
@@ -101,6 +108,10 @@ def _sdk_errors(kind: str) -> tuple[type[BaseException], ...]:
         from google.api_core import exceptions as api_exceptions
 
         return (api_exceptions.GoogleAPICallError,)
+    if kind == "etcd":
+        from prioritylock.stores._etcd import EtcdStatusError
+
+        return (EtcdStatusError,)
     from azure.core.exceptions import AzureError
 
     return (AzureError,)
@@ -112,6 +123,10 @@ def _lost_answer_errors(kind: str, lose: str) -> tuple[type[BaseException], ...]
         import redis.exceptions
 
         return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+    if kind == "etcd":
+        import urllib3.exceptions
+
+        return (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError)
     if kind == "zookeeper":
         from kazoo.exceptions import ConnectionLoss
         from kazoo.handlers.threading import KazooTimeoutError
@@ -254,7 +269,7 @@ def _closed_port() -> int:
 
 
 def _version_like(kind: str) -> str:
-    return {"gcs": "1", "redis": "1", "zookeeper": "1.1"}.get(kind, '"0x1"')
+    return {"gcs": "1", "redis": "1", "zookeeper": "1.1", "etcd": "1"}.get(kind, '"0x1"')
 
 
 def _unreachable(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -> ObjectStore:
@@ -265,6 +280,11 @@ def _unreachable(request: pytest.FixtureRequest, kind: str, like: ObjectStore) -
 
         assert isinstance(like, RedisStore)
         return RedisStore("127.0.0.1", _closed_port(), prefix=like.prefix, connect_timeout=2.0)
+    if kind == "etcd":
+        from prioritylock.stores._etcd import EtcdStore
+
+        assert isinstance(like, EtcdStore)
+        return EtcdStore(f"127.0.0.1:{_closed_port()}", prefix=like.prefix, connect_timeout=2.0)
     if kind == "zookeeper":
         from prioritylock.stores._zookeeper import ZooKeeperStore
 

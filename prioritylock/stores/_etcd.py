@@ -1,0 +1,657 @@
+"""EtcdStore: lease documents as etcd keys, changed by transactions on the key's mod revision.
+
+Layout: the store's prefix is a key prefix (``etcd://HOST:PORT/prioritylock/locks``:
+``prioritylock/locks/``) and each document is the key ``PREFIX/KEY`` (``team/resource`` is
+``prioritylock/locks/team/resource``), its value the document's bytes as they are (an operator can
+``etcdctl get`` the lease JSON). etcd's key space is flat, so a key and a key under it (``a`` and
+``a/b``) are two keys, and ``list`` is one range request over the prefix, keys only.
+
+The version token is the key's ``mod_revision`` (decimal): etcd's revisions grow across the whole
+cluster and never repeat, so a key created again never matches an earlier token
+(``unique_versions=True``). Create is a transaction comparing the key's ``create_revision`` with 0
+(absent); replace and delete compare its ``mod_revision`` with the token.
+
+Requests are etcd's v3 JSON gateway (``POST /v3/kv/range``, ``/v3/kv/txn``, served on the client
+port by etcd 3.4 and later; keys and values base64) over one urllib3 connection pool, without
+retries: each request's connection and each read wait at most their timeouts. A request that
+could not connect was not sent (:class:`~prioritylock.StoreUnavailable`); a write whose answer
+was lost or late is outcome-unknown, and the lock reads back to decide, as on every store. Errors
+are translated in one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
+(TTLs) play no part in who holds a lock (docs/stores.md).
+
+Change notices (:meth:`EtcdStore.watch_key`) are one streamed ``POST /v3/watch`` per watched key,
+read on a thread of its own; a change whose revision this process wrote wakes nobody (a write
+under way is announced first, so a watch that hears it before its answer waits for the answer).
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import logging
+import threading
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from prioritylock.stores._registry import missing_extra
+
+try:
+    import urllib3
+    from urllib3 import exceptions as http_errors
+except ImportError as _exc:  # pragma: no cover - exercised only without the extra
+    raise missing_extra("etcd stores", "etcd", _exc) from None
+
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    PriorityLockError,
+    StoreAccessError,
+    StoreError,
+    StoreUnavailable,
+)
+from prioritylock.stores._base import (
+    NOT_MODIFIED,
+    ReadResult,
+    StoreCapabilities,
+    StoreStats,
+    Versioned,
+    validate_key,
+    validate_prefix,
+)
+from prioritylock.stores._cloud import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    WRITES,
+    check_timeouts,
+)
+from prioritylock.stores._log import describe_error, describe_result, log
+
+__all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "EtcdStore", "store_from_url"]
+
+DEFAULT_PORT = 2379
+MAX_OBJECT_BYTES = 1_000_000
+"""The largest document the store writes: etcd refuses a request over ``--max-request-bytes``
+(1.5 MiB by default), and base64 makes the JSON a third larger."""
+
+#: Revisions this process wrote, per etcd key (endpoint + key), the latest few: a watch that hears
+#: one of them does not wake this process's locks (they were told in-process).
+_written: collections.OrderedDict[str, collections.deque[int]] = collections.OrderedDict()
+#: Writes this process has under way, per etcd key: a watch may hear one before its answer.
+_pending: collections.Counter[str] = collections.Counter()
+_written_lock = threading.Condition()
+_WRITTEN_KEYS = 4096
+_PENDING_WAIT = 2.0
+"""Seconds a watch waits for this process's writes under way to a key before deciding whose a
+change was (past it, the change wakes the locks: a hint too many)."""
+
+
+def _begin_write(name: str) -> None:
+    with _written_lock:
+        _pending[name] += 1
+
+
+def _end_write(name: str, revision: int | None) -> None:
+    """A write :func:`_begin_write` announced has its answer: ``revision`` if it landed."""
+    with _written_lock:
+        if revision is not None:
+            revisions = _written.setdefault(name, collections.deque(maxlen=8))
+            _written.move_to_end(name)
+            revisions.append(revision)
+            while len(_written) > _WRITTEN_KEYS:
+                _written.popitem(last=False)
+        _pending[name] -= 1
+        if _pending[name] <= 0:
+            del _pending[name]
+        _written_lock.notify_all()
+
+
+def _ours(name: str, revision: int) -> bool:
+    """Whether this process wrote ``revision`` of ``name`` (waiting for its writes under way)."""
+    with _written_lock:
+        _written_lock.wait_for(lambda: not _pending[name], timeout=_PENDING_WAIT)
+        return revision in _written.get(name, ())
+
+
+class EtcdStore:
+    """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
+    process and host that opens it.
+
+    ``endpoint`` is ``HOST:PORT`` of a member's client URL (plain HTTP). ``pool``: a urllib3
+    pool of the caller's for that endpoint (its timeouts and retries are then the caller's; the
+    store closes it). Every request counts in :attr:`stats`.
+
+    :raises ConfigError: invalid endpoint, prefix or timeouts.
+    """
+
+    _CAPABILITIES = StoreCapabilities(
+        shared_across_processes=True,
+        shared_across_hosts=True,
+        conditional_delete=True,
+        unique_versions=True,  # mod revisions never repeat (see the module's notes)
+    )
+
+    def __init__(
+        self,
+        endpoint: str = f"127.0.0.1:{DEFAULT_PORT}",
+        *,
+        prefix: str = "prioritylock",
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        read_timeout: float = DEFAULT_READ_TIMEOUT,
+        pool: urllib3.HTTPConnectionPool | None = None,
+    ) -> None:
+        self._host, self._port = _check_endpoint(endpoint)
+        self._base = _base_prefix(prefix)
+        connect, read = check_timeouts("etcd", connect_timeout, read_timeout)
+        self._stats = StoreStats()
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._connect_timeout = connect
+        self._watches: list[_Watch] = []
+        #: The latest revision this store read or wrote, per key: a watch starts after it.
+        self._seen: dict[str, int] = {}
+        self._pool = pool or urllib3.HTTPConnectionPool(
+            self._host,
+            self._port,
+            maxsize=8,
+            block=False,
+            timeout=urllib3.Timeout(connect=connect, read=read),
+            retries=False,
+            headers={"Content-Type": "application/json"},
+        )
+
+    # -- what every store shows --------------------------------------------------------------
+
+    @property
+    def stats(self) -> StoreStats:
+        return self._stats
+
+    @property
+    def capabilities(self) -> StoreCapabilities:
+        return self._CAPABILITIES
+
+    @property
+    def namespace(self) -> str:
+        """Names what this store addresses: two stores with one namespace share documents."""
+        return f"etcd:{self.endpoint}/{self._base}"
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix under which documents live (``prioritylock/``)."""
+        return self._base
+
+    @property
+    def endpoint(self) -> str:
+        """``HOST:PORT``."""
+        return f"{self._host}:{self._port}"
+
+    def __repr__(self) -> str:
+        return f"EtcdStore({self.endpoint!r}, prefix={self._base!r})"
+
+    # -- the seam ------------------------------------------------------------------------------
+
+    def read(self, key: str) -> Versioned | None:
+        found = self._read(key, None)
+        assert found is not NOT_MODIFIED
+        return found
+
+    def read_if_changed(self, key: str, version: str) -> ReadResult:
+        """One range request, compared with ``version`` (etcd has no conditional read)."""
+        return self._read(key, version)
+
+    def create(self, key: str, data: bytes) -> str:
+        name = self._name(key)
+        value = self._payload("create", key, data)
+        compare = {"key": name, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
+        put = {"request_put": {"key": name, "value": value}}
+        answer = self._txn("create", key, {"compare": [compare], "success": [put]})
+        if not answer.get("succeeded"):
+            raise self._logged("create", key, ConditionFailed(key, "already exists"))
+        return self._wrote("create", key, answer)
+
+    def replace(self, key: str, data: bytes, version: str) -> str:
+        name = self._name(key)
+        value = self._payload("replace", key, data)
+        revision = _parse(version)
+        if revision is None:
+            raise self._logged("replace", key, ConditionFailed(key, "at another version"))
+        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+        put = {"request_put": {"key": name, "value": value}}
+        answer = self._txn("replace", key, {"compare": [compare], "success": [put]})
+        if not answer.get("succeeded"):
+            raise self._logged("replace", key, ConditionFailed(key, "absent or at another version"))
+        return self._wrote("replace", key, answer)
+
+    def delete(self, key: str, version: str) -> None:
+        name = self._name(key)
+        revision = _parse(version)
+        if revision is None:
+            raise self._logged("delete", key, ConditionFailed(key, "at another version"))
+        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+        remove = {"request_delete_range": {"key": name}}
+        answer = self._txn("delete", key, {"compare": [compare], "success": [remove]})
+        if not answer.get("succeeded"):
+            raise self._logged("delete", key, ConditionFailed(key, "absent or at another version"))
+        self._log_outcome("delete", key, None)
+
+    def list(self, prefix: str) -> list[str]:
+        validate_prefix(prefix)
+        start = (self._base + prefix).encode()
+        body = {"key": _b64(start), "range_end": _b64(_prefix_end(start)), "keys_only": True}
+        answer = self._call("list", prefix, "range", body)
+        skip = len(self._base.encode())
+        keys = sorted(
+            key
+            for key in (_key_of(_unb64(kv.get("key", ""))[skip:]) for kv in answer.get("kvs", ()))
+            if key is not None and key.startswith(prefix)
+        )
+        self._log_outcome("list", prefix, keys)
+        return keys
+
+    def close(self) -> None:
+        """Close the connection pool and the store's watches; safe to call twice."""
+        with self._close_lock:
+            self._closed = True
+            watches, self._watches = self._watches, []
+        for watch in watches:
+            watch.stop()
+        self._pool.close()
+
+    # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
+
+    def watch_key(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when ``key`` may have changed, written by another process or host;
+        return a function that stops the calls.
+
+        A hint, not a fact: an etcd watch on the key (one streamed ``POST /v3/watch`` on a
+        thread of its own, not counted in :attr:`stats`); a change whose revision this process
+        wrote calls nothing (its locks were told in-process). A lost stream is opened again from
+        the next revision it had not heard, and the callback is called once when it is back.
+        The watch starts after the latest revision of ``key`` this store read or wrote, so a
+        change between that and the stream's opening is heard too.
+
+        :raises ConfigError: invalid key.
+        """
+        name = self._base + validate_key(key)
+        # From the revision after the latest this store read or wrote: a change made before the
+        # stream is open is heard too.
+        watch = _Watch(self, name, callback, self._seen.get(key, -1) + 1)
+        with self._close_lock:
+            if self._closed:
+                return _nothing
+            self._watches.append(watch)
+        watch.start()
+
+        def stop() -> None:
+            with self._close_lock:
+                if watch in self._watches:
+                    self._watches.remove(watch)
+            watch.stop()
+
+        return stop
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _read(self, key: str, version: str | None) -> ReadResult:
+        op = "read" if version is None else "read_if_changed"
+        answer = self._call("read", key, "range", {"key": self._name(key)}, log_as=op)
+        kvs = answer.get("kvs") or []
+        if not kvs:
+            self._saw(key, int(answer.get("header", {}).get("revision", 0)))
+            self._log_outcome(op, key, None)
+            return None
+        self._saw(key, int(kvs[0].get("mod_revision", 0)))
+        token = str(int(kvs[0].get("mod_revision", 0)))
+        found: ReadResult
+        if token == version:
+            found = NOT_MODIFIED
+            self._stats.count_not_modified()
+        else:
+            found = Versioned(_unb64(kvs[0].get("value", "")), token)
+        self._log_outcome(op, key, found)
+        return found
+
+    def _call(
+        self, op: str, key: str, method: str, body: dict[str, Any], *, log_as: str | None = None
+    ) -> dict[str, Any]:
+        """One request to ``/v3/kv/METHOD``: counted, sent once, its errors translated; the
+        answer's JSON object."""
+        self._stats.count(op + "s")
+        logged_op = log_as or op
+        with self._close_lock:
+            if self._closed:
+                raise StoreError(f"{self._describe(logged_op, key)}: the store is closed")
+        try:
+            response = self._pool.request(
+                "POST", f"/v3/kv/{method}", body=json.dumps(body).encode(), preload_content=True
+            )
+        except Exception as exc:
+            raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
+        status = response.status
+        try:
+            answer = json.loads(response.data or b"{}")
+        except ValueError:
+            answer = None
+        if status != 200 or not isinstance(answer, dict):
+            code = answer.get("code") if isinstance(answer, dict) else None
+            refused = EtcdStatusError(status, code)
+            raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
+        return answer
+
+    def _txn(self, op: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One transaction on ``key``, announced to this process's watches while under way."""
+        name = f"{self.endpoint}/{self._base}{key}"
+        _begin_write(name)
+        revision = None
+        try:
+            answer = self._call(op, key, "txn", body)
+            if answer.get("succeeded"):
+                revision = int(answer.get("header", {}).get("revision", 0))
+                self._saw(key, revision)
+            return answer
+        finally:
+            _end_write(name, revision)
+
+    def _saw(self, key: str, revision: int) -> None:
+        if len(self._seen) > _WRITTEN_KEYS:
+            self._seen.clear()
+        self._seen[key] = max(revision, self._seen.get(key, 0))
+
+    def _wrote(self, op: str, key: str, answer: dict[str, Any]) -> str:
+        version = str(int(answer.get("header", {}).get("revision", 0)))
+        self._log_outcome(op, key, version)
+        return version
+
+    def _payload(self, op: str, key: str, data: bytes) -> str:
+        payload = bytes(data)
+        if len(payload) > MAX_OBJECT_BYTES:
+            raise ConfigError(
+                f"etcd {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
+                f" {MAX_OBJECT_BYTES}"
+            )
+        return _b64(payload)
+
+    def _name(self, key: str) -> str:
+        """The key's etcd key, base64 for the gateway."""
+        validate_key(key)
+        return _b64((self._base + key).encode())
+
+    def _translate(self, exc: BaseException, op: str, key: str) -> PriorityLockError:
+        """The one place where urllib3's errors become ours: not connected is nothing sent;
+        a lost or late answer is outcome-unknown for a write."""
+        what = self._describe(op, key)
+        if isinstance(exc, http_errors.MaxRetryError) and exc.reason is not None:
+            exc = exc.reason
+        name = type(exc).__name__
+        if isinstance(exc, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
+            return StoreUnavailable(f"{what}: no etcd server answered ({name})")
+        if isinstance(exc, (http_errors.HTTPError, OSError)):
+            return StoreUnavailable(
+                f"{what}: the answer was lost or late ({name})", outcome_unknown=op in WRITES
+            )
+        return StoreError(f"{what} failed ({name})")
+
+    def _refused(self, refused: EtcdStatusError, op: str, key: str) -> PriorityLockError:
+        """An answer other than 200 with a JSON object (the server's message is not copied)."""
+        what = self._describe(op, key)
+        if refused.status in (401, 403):
+            return StoreAccessError(f"{what} refused ({refused}): {_ACCESS_HINT}")
+        if refused.status in (408, 429) or refused.status >= 500:
+            return StoreUnavailable(
+                f"{what}: etcd could not answer ({refused})", outcome_unknown=op in WRITES
+            )
+        return StoreError(f"{what} failed ({refused})")
+
+    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
+        self._log_outcome(op, key, error)
+        return error
+
+    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            if isinstance(outcome, PriorityLockError):
+                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
+            else:
+                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
+
+    def _describe(self, op: str, key: str) -> str:
+        return f"etcd {op} of {key!r} at {self.endpoint} (prefix {self._base!r})"
+
+
+class _Watch:
+    """One key's etcd watch: a streamed ``POST /v3/watch`` read on a daemon thread, opened again
+    (from the next unheard revision) after it is lost, until stopped."""
+
+    def __init__(
+        self, store: EtcdStore, name: str, callback: Callable[[], None], start: int
+    ) -> None:
+        self._start = start  # the first revision to hear; 0: from when the stream opens
+        self._store = store
+        self._name = name
+        self._written_name = f"{store.endpoint}/{name}"
+        self._callback = callback
+        self._stopped = threading.Event()
+        self._response: Any = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"etcd-watch {name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            response.shutdown()  # ends the blocked read at once
+
+    def _run(self) -> None:
+        host, _colon, port = self._store.endpoint.rpartition(":")
+        pool = urllib3.HTTPConnectionPool(
+            host,
+            int(port),
+            maxsize=1,
+            timeout=urllib3.Timeout(connect=self._store._connect_timeout, read=None),
+            retries=False,
+        )
+        start = self._start
+        lost = False
+        delay = 0.05
+        try:
+            while not self._stopped.is_set():
+                try:
+                    start = self._stream(pool, start, lost)
+                    delay = 0.05
+                except Exception as exc:  # lost or refused: open it again after a pause
+                    log.debug("%r: the watch of %r was lost (%s)", self._store, self._name, exc)
+                lost = True
+                self._stopped.wait(delay)
+                delay = min(delay * 2, 1.0)
+        finally:
+            pool.close()
+
+    def _stream(self, pool: Any, start: int, lost: bool) -> int:
+        """Read one watch stream until it ends; the next revision to hear afterwards."""
+        request: dict[str, Any] = {"key": _b64(self._name.encode())}
+        if start:
+            request["start_revision"] = str(start)
+        body = json.dumps({"create_request": request}).encode()
+        response = pool.request(
+            "POST", "/v3/watch", body=body, preload_content=False, retries=False
+        )
+        with self._lock:
+            self._response = response
+        if self._stopped.is_set():
+            response.shutdown()
+        try:
+            if response.status != 200:
+                return start
+            pending = b""
+            for chunk in response.stream(None, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    start = self._heard(line, start, lost)
+                    lost = False
+        finally:
+            with self._lock:
+                self._response = None
+            response.release_conn()
+        return start
+
+    def _heard(self, line: bytes, start: int, lost: bool) -> int:
+        """One message of the stream; the next revision to hear."""
+        try:
+            result = json.loads(line).get("result", {})
+        except (ValueError, AttributeError):
+            return start
+        if result.get("compact_revision") or result.get("canceled"):
+            self._call()  # the revisions it had not heard are gone: watch from now on
+            return 0
+        if result.get("created"):
+            if not start:
+                start = int(result.get("header", {}).get("revision", 0)) + 1
+            if lost:
+                self._call()  # changes may have gone unheard while it was lost
+            return start
+        events = result.get("events") or []
+        news = False
+        for event in events:
+            revision = int(event.get("kv", {}).get("mod_revision", 0))
+            start = max(start, revision + 1)
+            news = news or event.get("type") == "DELETE" or not _ours(self._written_name, revision)
+        if news:
+            self._call()
+        return start
+
+    def _call(self) -> None:
+        if self._stopped.is_set():
+            return
+        try:
+            self._callback()
+        except Exception:  # a hint's receiver must not end the watch
+            log.exception("%r: a change callback raised", self._store)
+
+
+def _nothing() -> None:
+    pass
+
+
+class EtcdStatusError(Exception):
+    """The gateway answered with an HTTP status other than 200 (chained under our error).
+
+    :ivar status: the HTTP status.
+    :ivar code: the gRPC code in its JSON answer, if any.
+    """
+
+    def __init__(self, status: int, code: object = None) -> None:
+        super().__init__(f"HTTP {status}" + (f", gRPC code {code}" if code is not None else ""))
+        self.status = status
+        self.code = code
+
+
+_ACCESS_HINT = (
+    "the store does not authenticate yet; use an etcd member without auth enabled, reachable"
+    " only by its users (docs/stores.md)"
+)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _prefix_end(start: bytes) -> bytes:
+    """The first key after every key starting with ``start`` (etcd's ``range_end``)."""
+    trimmed = start.rstrip(b"\xff")
+    if not trimmed:
+        return b"\0"  # every key
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
+def _parse(version: str) -> str | None:
+    """A token's mod revision as the gateway wants it, or None for one that is not ours."""
+    if not isinstance(version, str) or not version.isdigit() or int(version) <= 0:
+        return None
+    return str(int(version))
+
+
+def _key_of(name: bytes) -> str | None:
+    """The key an etcd key under the prefix holds, or None for one that is not ours."""
+    try:
+        return validate_key(name.decode("utf-8"))
+    except (UnicodeDecodeError, ConfigError):
+        return None
+
+
+def _check_endpoint(endpoint: str) -> tuple[str, int]:
+    """``HOST[:PORT]`` (port 2379 when left out)."""
+    if not isinstance(endpoint, str) or not endpoint.strip():
+        raise ConfigError(f"etcd endpoint must be HOST:PORT, got {endpoint!r}")
+    host, colon, port = endpoint.strip().rpartition(":")
+    if not colon:
+        host, port = endpoint.strip(), str(DEFAULT_PORT)
+    if not host or any(c in host for c in "/@?#, ") or not port.isdigit():
+        raise ConfigError(f"etcd endpoint must be HOST:PORT, got {endpoint!r}")
+    if not 0 < int(port) < 65536:
+        raise ConfigError(f"etcd port must be 1-65535, got {port!r}")
+    return host, int(port)
+
+
+def _base_prefix(prefix: str) -> str:
+    """The prefix as etcd keys start with it: its segments and a trailing ``/``."""
+    if not isinstance(prefix, str):
+        raise ConfigError(f"etcd prefix must be a string, got {prefix!r}")
+    stripped = prefix.strip("/")
+    if not stripped:
+        raise ConfigError(
+            "etcd prefix must not be empty (etcd://HOST:PORT/PREFIX, e.g."
+            " etcd://127.0.0.1:2379/prioritylock)"
+        )
+    validate_key(stripped)
+    return stripped + "/"
+
+
+_URL_OPTIONS = ("connect_timeout", "read_timeout")
+
+
+def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> EtcdStore:
+    """The store for ``etcd://HOST:PORT/PREFIX``.
+
+    The path is the key prefix under which documents live. Options: ``connect_timeout`` and
+    ``read_timeout`` (seconds).
+
+    :raises ConfigError: no host or prefix, credentials (not supported yet), an unknown option
+        (named), or an invalid value.
+    """
+    for name in sorted(options):
+        if name not in _URL_OPTIONS:
+            raise ConfigError(
+                f"unknown etcd:// store URL option {name!r}; known options:"
+                f" {', '.join(_URL_OPTIONS)}"
+            )
+    if parts.fragment:
+        raise ConfigError("etcd:// store URL must not have a #fragment")
+    if "@" in parts.netloc:
+        raise ConfigError("etcd:// store URLs take no credentials yet (etcd auth is not supported)")
+    if not parts.netloc:
+        raise ConfigError("etcd:// store URL needs a host: etcd://HOST:PORT/PREFIX")
+    timeouts: dict[str, float] = {}
+    for option in _URL_OPTIONS:
+        if option in options:
+            try:
+                timeouts[option] = float(options[option])
+            except ValueError:
+                raise ConfigError(
+                    f"etcd:// store URL option {option!r} must be a number of seconds,"
+                    f" got {options[option]!r}"
+                ) from None
+    return EtcdStore(
+        parts.netloc,
+        prefix=urllib.parse.unquote(parts.path),
+        connect_timeout=timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        read_timeout=timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
+    )

@@ -1,0 +1,210 @@
+"""What the etcd store adds to the store contract: its URL, its layout (the lease JSON is the key's
+value, under the prefix), revisions as versions, and a call that ends by its timeout on a server
+that stopped answering.
+
+The contract, the fault contract and the lock suites run on etcd through ``store_kind``; these are
+the cases only etcd has."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from prioritylock import ConfigError, StoreUnavailable
+from prioritylock.stores import open_store
+from prioritylock.stores._etcd import EtcdStore
+from tests._servers.etcd import EtcdServer
+from tests.lock.helpers import Recorder, make
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def store(etcd_server: EtcdServer) -> Iterator[EtcdStore]:
+    opened = etcd_server.store(f"t-{uuid.uuid4().hex[:12]}/locks")
+    yield opened
+    opened.close()
+
+
+def _raw_get(server: EtcdServer, name: str) -> dict[str, object]:
+    """The key ``name`` as etcd's own gateway shows it (no store code involved)."""
+    body = json.dumps({"key": base64.b64encode(name.encode()).decode()}).encode()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    url = f"http://{server.endpoint}/v3/kv/range"
+    with opener.open(urllib.request.Request(url, body, method="POST"), timeout=10) as answer:
+        kvs = json.loads(answer.read()).get("kvs", [])
+    return dict(kvs[0]) if kvs else {}
+
+
+def _raw_put(server: EtcdServer, name: str, value: bytes) -> None:
+    """Put ``name`` through etcd's own gateway: a write this process's store did not make."""
+    body = json.dumps(
+        {"key": base64.b64encode(name.encode()).decode(), "value": base64.b64encode(value).decode()}
+    ).encode()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    url = f"http://{server.endpoint}/v3/kv/put"
+    with opener.open(urllib.request.Request(url, body, method="POST"), timeout=10) as answer:
+        assert answer.status == 200
+
+
+def test_the_url_names_endpoint_prefix_and_timeouts() -> None:
+    store = open_store("etcd://etcd1:2380/team/locks/?read_timeout=2&connect_timeout=1")
+    try:
+        assert isinstance(store, EtcdStore)
+        assert store.namespace == "etcd:etcd1:2380/team/locks/"
+        assert store.prefix == "team/locks/"
+        assert store.endpoint == "etcd1:2380"
+    finally:
+        store.close()
+    default_port = open_store("etcd://etcd1/locks")
+    assert isinstance(default_port, EtcdStore) and default_port.endpoint == "etcd1:2379"
+    default_port.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("etcd://etcd1:2379/", "prefix must not be empty"),
+        ("etcd://etcd1:2379/locks?ttl=3", "unknown etcd:// store URL option 'ttl'"),
+        ("etcd://etcd1:2379/locks?read_timeout=soon", "number of seconds"),
+        ("etcd://u:p@etcd1:2379/locks", "no credentials"),
+        ("etcd://etcd1:99999/locks", "port must be 1-65535"),
+    ],
+)
+def test_bad_urls_are_refused_saying_why(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        open_store(url)
+
+
+def test_the_document_is_the_keys_value_and_its_version_the_mod_revision(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    first = store.create("team/resource", b'{"owner": "a"}')
+    second = store.replace("team/resource", b'{"owner": "b"}', first)
+    raw = _raw_get(etcd_server, store.prefix + "team/resource")
+    assert base64.b64decode(str(raw["value"])) == b'{"owner": "b"}'
+    assert str(raw["mod_revision"]) == second and int(second) > int(first)
+    # Deleted and created again: a new revision, so the old token never matches.
+    store.delete("team/resource", second)
+    again = store.create("team/resource", b"x")
+    assert int(again) > int(second)
+    assert store.read_if_changed("team/resource", second) is not None
+
+
+def test_a_call_ends_by_its_timeout_when_the_server_never_answers() -> None:
+    with socket.socket() as silent:  # accepts connections (the backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        store = EtcdStore(f"127.0.0.1:{port}", prefix="p", read_timeout=0.5)
+        try:
+            began = time.monotonic()
+            with pytest.raises(StoreUnavailable) as caught:
+                store.create("k", b"x")
+            assert time.monotonic() - began < 5.0
+            assert caught.value.outcome_unknown is True
+            with pytest.raises(StoreUnavailable) as read:
+                store.read("k")
+            assert read.value.outcome_unknown is False
+        finally:
+            store.close()
+
+
+def test_a_watch_hears_anothers_writes_not_its_own_and_stops(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    told = threading.Semaphore(0)
+    version = store.create("k", b"0")
+    stop = store.watch_key("k", told.release)
+    # The watch is armed on its own thread: another's writes until one is heard.
+    deadline = time.monotonic() + 10
+    while not told.acquire(timeout=0.2):
+        _raw_put(etcd_server, store.prefix + "k", b"other")
+        assert time.monotonic() < deadline, "another's write was never heard"
+    while told.acquire(timeout=0.3):  # drain writes heard late
+        pass
+    found = store.read("k")
+    assert found is not None
+    version = found.version
+    for _ in range(3):
+        version = store.replace("k", b"mine", version)
+    assert not told.acquire(timeout=0.5), "this process's own write woke its watch"
+    stop()
+    _raw_put(etcd_server, store.prefix + "k", b"after")
+    assert not told.acquire(timeout=0.5), "a stopped watch still calls"
+
+
+def test_a_restart_keeps_the_lease_its_holder_and_its_watch(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    """The holder renews across the restart; nobody else gets in, even while the server is
+    down; the next holder's fence is one more; a watch opened before is told after."""
+    recorder = Recorder()
+    holder = make(store, "jobs/restart", "holder", listener=recorder, lease_timeout=30)
+    rival_store = etcd_server.store(store.prefix, connect_timeout=0.5, read_timeout=2.0)
+    rival = make(rival_store, "jobs/restart", "rival")
+    told = threading.Event()
+    try:
+        assert holder.try_lock()
+        fence = holder.fencing_token
+        stop = rival_store.watch_key("jobs/restart", told.set)
+
+        def down() -> None:
+            with pytest.raises(StoreUnavailable):
+                rival.try_lock()
+
+        etcd_server.restart(down=down)
+        assert told.wait(20), "the watch was not told after the restart"
+        stop()
+        assert not rival.try_lock(), "the restarted server forgot the lease"
+        holder.renew()
+        assert holder.is_current_owner() and not recorder.lost.is_set()
+        holder.unlock()
+        assert rival.try_lock()
+        assert rival.fencing_token == fence + 1
+        rival.unlock()
+    finally:
+        holder.close()
+        rival.close()
+        rival_store.close()
+
+
+def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
+    etcd_server: EtcdServer, store: EtcdStore
+) -> None:
+    recorder = Recorder()
+    short = etcd_server.store(store.prefix, connect_timeout=0.3, read_timeout=0.3)
+    holder = make(
+        short,
+        "jobs/outage",
+        "holder",
+        listener=recorder,
+        lease_timeout=1.0,
+        max_clock_drift=0.1,
+        store_timeout=0.5,
+    )
+    rival = make(store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
+    try:
+        assert holder.try_lock()
+        fence = holder.fencing_token
+        etcd_server.restart(down=lambda: _told(recorder.lost))
+        assert not holder.is_current_owner()
+        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
+        assert rival.fencing_token == fence + 1
+        rival.unlock()
+    finally:
+        holder.close()
+        rival.close()
+        short.close()
+
+
+def _told(event: threading.Event) -> None:
+    assert event.wait(20), "the holder was not told"
