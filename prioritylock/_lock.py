@@ -80,7 +80,9 @@ class ThreadRunner(FlowRunner):
             return future.result(left)
         except Exception:
             if future.done():
-                raise  # what the call itself raised
+                # What the call itself returned or raised: it may have ended just as the wait
+                # ran out, and then its answer, not the wait's TimeoutError, is the outcome.
+                return future.result()
         if future.cancel():  # it never started: nothing was sent
             raise StoreUnavailable(f"{self._key!r}: no time left for a store call")
         error = self._gave_up(call, future, left)

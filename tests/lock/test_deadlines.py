@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import attrs
@@ -203,4 +204,48 @@ def test_abandoned_write_is_settled() -> None:
     finally:
         store.gate.set()
         other.close()
+        lock.close()
+
+
+class _AnswerAsTimeRunsOut(Future[Any]):
+    """A store call's future whose bounded wait reports that time ran out although the call
+    has ended: the race of an answer that arrives just as the wait's time is up."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        if timeout is not None:
+            raise TimeoutError
+        return super().result()
+
+
+class _Inline:
+    """An executor that runs each call at once, into an :class:`_AnswerAsTimeRunsOut`."""
+
+    def submit(self, call: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = _AnswerAsTimeRunsOut()
+        try:
+            future.set_result(call())
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+def test_an_answer_that_arrives_as_the_wait_runs_out_is_the_outcome(
+    driver: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bounded call that ended as its wait ran out gives its own answer (a bare TimeoutError
+    reached lock()'s caller in a loaded CI run); the asyncio driver's twin of this is the same
+    rule in ``LoopRunner._call``."""
+    if driver != "sync":
+        pytest.skip("the threaded driver's wait on its worker pool")
+    from prioritylock import _lock
+
+    monkeypatch.setattr(_lock, "_call_pool", _Inline)
+    store = LateCreates(MemoryStore())
+    store.gate.set()
+    lock = make(store, owner="racer", store_timeout=5.0)
+    try:
+        assert lock.try_lock() is True  # not TimeoutError: the create's answer is the outcome
+        assert lock.is_current_owner()
+        lock.unlock()
+    finally:
         lock.close()
