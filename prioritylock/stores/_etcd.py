@@ -51,6 +51,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._scheduler import DEFAULT_WORKERS
 from prioritylock.stores._base import (
     NOT_MODIFIED,
     ReadResult,
@@ -154,7 +155,7 @@ class EtcdStore:
         self._pool = pool or urllib3.HTTPConnectionPool(
             self._host,
             self._port,
-            maxsize=8,
+            maxsize=DEFAULT_WORKERS,  # as many connections as workers may call at once
             block=False,
             timeout=urllib3.Timeout(connect=connect, read=read),
             retries=False,
