@@ -164,10 +164,11 @@ def test_an_asyncio_acquire_cancelled_mid_write_takes_its_claim_back() -> None:
 
     async def cancel_mid_create() -> None:
         task = asyncio.ensure_future(lock.lock())
-        while not store.gate.is_set() and not task.done():
-            await asyncio.sleep(0.01)
-            if lock._inflight is not None:  # the create is on its way
-                break
+        # The create is on its way (not the read before it: cancelling during that read, as a
+        # wait on ``_inflight`` alone did under load, leaves no claim to take back).
+        while not store.creating.is_set() and not task.done():
+            await asyncio.sleep(0.005)
+        assert not task.done()
         task.cancel()
         store.gate.set()  # the create lands after the cancel
         with pytest.raises(asyncio.CancelledError):

@@ -167,6 +167,7 @@ class LateCreates(DelegatingStore):
     def __init__(self, inner: ObjectStore) -> None:
         super().__init__(inner)
         self.gate = threading.Event()
+        self.creating = threading.Event()  # a create has reached the store and waits at the gate
         self.landed = threading.Event()
         self.settled = threading.Event()  # a replace after the late create landed
 
@@ -177,6 +178,7 @@ class LateCreates(DelegatingStore):
 
     def _forward(self, op: str, key: str, call: Callable[[], Any]) -> Any:
         if op == "create":
+            self.creating.set()
             assert self.gate.wait(30)
             result = call()
             self.landed.set()
