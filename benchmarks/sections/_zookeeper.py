@@ -1,25 +1,14 @@
 """``push``'s optional comparator (issue 21), ns, kazoo on Debian's ``zookeeper``: a child's ``set``
 -> our ``DataWatch`` called (Helix hears requests so); its ``release()`` -> our ``acquire()``."""
 
-import importlib.util
-import logging
+import contextlib
 import multiprocessing as mp
-import os
 import queue
-import shutil
-import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-import _servers  # noqa: F401 (puts the checkout, and its tools/, on the path)
-
-from tools.emulators import ServerProcess, free_port
-
-JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's: its manifest names the other jars
-MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"  # standalone, from a config file
-CONFIG = "dataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
-QUIET = logging.Logger("kazoo", logging.ERROR)  # no warning per refused connect at startup
+import _servers
 
 
 def _child(hosts: str, conn: Connection) -> None:
@@ -37,24 +26,21 @@ def _child(hosts: str, conn: Connection) -> None:
 
 
 def zookeeper(rounds: int, work: Path) -> tuple[list[int], list[int]] | None:
-    """``rounds`` of each, or None without ``java``, the server's jar or kazoo."""
-    java, port = shutil.which("java"), free_port()
-    if not (java and JAR.exists() and importlib.util.find_spec("kazoo")):
-        return None
-    from kazoo.client import KazooClient
+    """``rounds`` of each, or None without ZooKeeper (``java``, the server's jar) or kazoo."""
+    with contextlib.ExitStack() as stack:
+        try:
+            from kazoo.client import KazooClient
 
-    data, hosts = Path(tempfile.mkdtemp(prefix="zookeeper-", dir=work)), f"127.0.0.1:{port}"
-    (data / "zoo.cfg").write_text(CONFIG.format(data, port))  # on 127.0.0.1, no Jetty on :8080
-    argv = [java, "-cp", str(JAR), MAIN, str(data / "zoo.cfg")]
-    server = ServerProcess(
-        "zookeeper", argv, env=os.environ, cwd=data, log_path=data / "log", die_with_parent=True
-    )
-    zk = KazooClient(hosts, 1, connection_retry={"max_tries": -1, "max_delay": 0.1}, logger=QUIET)
-    told: queue.Queue[int] = queue.Queue()  # when our watch was called
-    conn, child_conn = mp.Pipe()
-    child = mp.get_context("spawn").Process(target=_child, args=(hosts, child_conn), daemon=True)
-    try:  # a connect sent as the server starts may go unanswered: given up after 1 s, not 10
-        zk.start(30)
+            hosts = stack.enter_context(_servers.running(["zookeeper"], work))["zookeeper"].endpoint
+        except (ImportError, _servers.EmulatorError):
+            return None
+        (zk := KazooClient(hosts)).start(30)
+        stack.callback(zk.stop)
+        told: queue.Queue[int] = queue.Queue()  # when our watch was called
+        conn, child_conn = mp.Pipe()
+        child = mp.get_context("spawn").Process(
+            target=_child, args=(hosts, child_conn), daemon=True
+        )
         zk.ensure_path("/bench/request")
         zk.DataWatch("/bench/request", lambda *_: told.put(time.monotonic_ns()))
         told.get()  # called once as it is set
@@ -70,6 +56,3 @@ def zookeeper(rounds: int, work: Path) -> tuple[list[int], list[int]] | None:
         conn.send(None)
         child.join(10)
         return requests, handoffs
-    finally:
-        zk.stop()
-        server.stop()

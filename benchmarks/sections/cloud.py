@@ -47,7 +47,9 @@ class CloudRun:
             first.unlock()
         assert found is not None
         self.body_len = len(found.data)  # the raw PUTs write as many bytes as a lease document
-        self.raw = _servers.raw_client(b.emulators[kind.emulator], b.bucket(kind))
+        self.raw = _servers.raw_client(
+            b.emulators[kind.emulator], b.bucket(b.emulators[kind.emulator])
+        )
         self.raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
         self.raw_version = self.raw.put(self.raw_key, found.data, None)
         self.samples: dict[str, list[int]] = {}
@@ -58,9 +60,7 @@ class CloudRun:
     def timed(self, op: str, call: Callable[[], T]) -> T:
         """Run ``call``; note its duration and, for lock operations, its requests and its time
         outside the store."""
-        base = _BASES[op]
-        before = self.store.stats.snapshot() if base else {}
-        in_store = self.timer.spent_ns()
+        base, before, in_store = _BASES[op], self.store.stats.snapshot(), self.timer.spent_ns()
         t0 = time.perf_counter_ns()
         result = call()
         elapsed = time.perf_counter_ns() - t0
@@ -77,11 +77,9 @@ class CloudRun:
     def iteration(self, record: bool = True) -> None:
         """One round: (an untimed GET,) raw GET and PUT, then a fresh Lock's acquire, renew,
         release, acquire again (version known) and release."""
-        started = time.perf_counter()
+        started, raw = time.perf_counter(), self.raw
         body = secrets.token_hex(self.body_len)[: self.body_len].encode()
-        raw = self.raw
-        # Untimed: the first request after another store's turn runs on cold caches.
-        raw.get(self.raw_key)
+        raw.get(self.raw_key)  # untimed: the first after another store's turn runs on cold caches
         self.timed("raw_get", lambda: raw.get(self.raw_key))
         self.raw_version = self.timed(
             "raw_put", lambda: raw.put(self.raw_key, body, self.raw_version)
@@ -133,14 +131,13 @@ def section_cloud(b: Bench) -> Section:
                 | {"requests": requests if base else {"total": 1}, "ratio_to_raw": ratio}
                 | {"raw_baseline": list(base), "outside_store_ms": own, **asdict(summary)}
             )
-            versus = (
-                "" if ratio is None else f"{ratio:.2f}x {'+'.join(x[4:].upper() for x in base)}"
+            raws, own_ms = (
+                "+".join(x[4:].upper() for x in base),
+                "" if own is None else fmt_num(own),
             )
+            versus, count = "" if ratio is None else f"{ratio:.2f}x {raws}", fmt_counts(requests)
             median, p99, n = summary.cells()
-            count = fmt_counts(requests) if base else "1"
-            table.append(
-                [f"  {label}", median, p99, count, versus, "" if own is None else fmt_num(own), n]
-            )
+            table.append([f"  {label}", median, p99, count if base else "1", versus, own_ms, n])
         run.raw.close()
         run.store.close()
     notes = [
