@@ -212,9 +212,8 @@ def scale_chart(scale: dict[str, Json]) -> Chart:
             ours = row["cpu_percent_of_one_core"]
             emulator = row.get("emulator_cpu_percent_of_one_core") or 0.0
             shown = f"{_num(ours)}%" + (f" + {_num(emulator)}% emulator" if emulator else "")
-            bars.append(
-                Bar(f"{store}, {row['leases']:,} leases", ours, OURS, shown, stacked=emulator)
-            )
+            label = f"{store}, {row['leases']:,} leases"
+            bars.append(Bar(label, ours, OURS, shown, stacked=emulator))
     files = ", ".join(name for name, _ in _SCALE if name in scale)
     title, source = "One process holding many leases: CPU, % of one core", _source(files, machine)
     unit = "% of one core over a 30 s window (default timings: renew every 10 s)"
@@ -230,31 +229,25 @@ def push_chart(push: Json) -> Chart:
     # One machine, a channel: the cloud rows are their emulators' round trips.
     for r in push["sections"]["push"]["rows"]:
         case, channel = r.get("case", ""), r.get("channel")
-        if (
-            r.get("what") in bars
-            and channel in ("notice", "other")
-            and not case.startswith(_CLOUD_CASES)
-        ):
+        keep = channel in ("notice", "other") and not case.startswith(_CLOUD_CASES)
+        if r.get("what") in bars and keep:
             colour = OURS if channel == "notice" else RAW
             bars[r["what"]].append(Bar(case, r["median"], colour, _num(r["median"])))
     titles = ("Request -> holder told", "Release -> next holder")
     groups = [Group(t, b) for t, b in zip(titles, bars.values(), strict=True)]
-    title, source = (
-        "How fast the other side hears: median ms",
-        _source("push.json", push["machine"]),
-    )
+    title = "How fast the other side hears: median ms"
     unit = "ms (median; without a notice, 10 s and up to 30 s with these timings)"
-    return Chart(
-        title, unit, groups, source, [(OURS, "prioritylock"), (RAW, "filelock, ZooKeeper")]
-    )
+    legend = [(OURS, "prioritylock"), (RAW, "filelock, ZooKeeper")]
+    return Chart(title, unit, groups, _source("push.json", push["machine"]), legend)
 
 
 def draw(results: Path = RESULTS) -> dict[str, str]:
     """The figures, by file name, drawn from the results in ``results``: those whose data are
     there (a run of some sections only leaves the others' figures as they were)."""
     latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
-    files = [results / name for name, _ in _SCALE if (results / name).exists()]
-    scale = {path.name: json.loads(path.read_text(encoding="utf-8")) for path in files}
+    scale = {
+        n: json.loads((results / n).read_text("utf-8")) for n, _ in _SCALE if (results / n).exists()
+    }
     sections = latest.get("sections", {})
     charts: dict[str, Chart] = {}
     if sections.get("overhead", {}).get("rows"):
@@ -270,10 +263,10 @@ def draw(results: Path = RESULTS) -> dict[str, str]:
 
 def write_figures(results: Path = RESULTS, out: Path = OUT) -> list[Path]:
     """Redraw the figures into ``out``; returns the files written."""
-    drawn = draw(results)
-    for name, svg in drawn.items():
-        (out / name).write_text(svg, encoding="utf-8")
-    return [out / name for name in drawn]
+    drawn = {out / name: svg for name, svg in draw(results).items()}
+    for path, svg in drawn.items():
+        path.write_text(svg, encoding="utf-8")
+    return list(drawn)
 
 
 if __name__ == "__main__":

@@ -96,11 +96,9 @@ DEFAULTS = LockBuilder().store("memory://").path("bench", "defaults").build().co
 def _blocked_waiter(b: Bench, kind: StoreKind, poll: float, out: Json) -> Callable[[], None]:
     """A waiter blocked for ``waiter_s`` behind a holder, polling at ``poll``: its reads in the
     first second and per second once settled."""
-    tally = TallyStore(open_store(b.url(kind)))
-    path = b.path("waiter")
+    tally, path, s = TallyStore(open_store(b.url(kind))), b.path("waiter"), b.sizes
     holder = b.builder(tally, path, "holder").build()
     waiter = b.builder(tally, path, "waiter").poll_interval(poll).build()
-    s = b.sizes
 
     def run() -> None:
         holder.lock(timeout=5)
@@ -111,15 +109,12 @@ def _blocked_waiter(b: Bench, kind: StoreKind, poll: float, out: Json) -> Callab
             raise RuntimeError("the blocked waiter got a held lock")
         t1 = time.monotonic()
         holder.unlock()
-        steady, window = tally.counts("waiter", t0 + s.waiter_settle_s, t1)["reads"], t1 - t0
-        out[f"{kind.name}/{poll}"] = {
-            "reads": tally.counts("waiter", t0, t1)["reads"],
-            "first_second": tally.counts("waiter", t0, t0 + 1.0)["reads"],
-        } | {
-            "steady_reads": steady,
-            "steady_window_s": window - s.waiter_settle_s,
-            "steady_per_s": steady / (window - s.waiter_settle_s),
-        }
+        reads = {"reads": (t0, t1), "first_second": (t0, t0 + 1.0)}
+        reads |= {"steady_reads": (t0 + s.waiter_settle_s, t1)}
+        got = {k: tally.counts("waiter", *window)["reads"] for k, window in reads.items()}
+        steady_s = t1 - t0 - s.waiter_settle_s
+        out[f"{kind.name}/{poll}"] = got | {"steady_window_s": steady_s}
+        out[f"{kind.name}/{poll}"]["steady_per_s"] = got["steady_reads"] / steady_s
 
     return run
 
