@@ -34,6 +34,7 @@ CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "aio", "serve", "
 #: The sections in the order they run: ``section_NAME(Bench) -> Section`` of ``sections/NAME.py``
 #: (preemption before requests, whose table counts the requests of those same preemption runs).
 ORDER = ["overhead", "cloud", "preemption", "requests", "contention", "aio", "serve", "push"]
+ORDER += ["native"]  # Redis, ZooKeeper, etcd against their own locks
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     name: getattr(importlib.import_module(f"sections.{name}"), f"section_{name}") for name in ORDER
 }
