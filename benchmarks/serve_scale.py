@@ -131,12 +131,11 @@ class StreamHolders:
         self._renewed: dict[int, tuple[float, float]] = {}  # index -> (read at, its renewed_at)
         # A stream silent for three ping intervals has stalled.
         self._stall = 3 * self._ping + 5
-        self.lateness: list[float] = []  # s, one per ping once every stream was open
-        self.ages: list[float] = []  # s, renewed_at age of each sample during the window
-        self.renewal_late: list[float] = []  # s, renewed_at step less the interval
-        self.end_ages: list[float] = []  # s, the same of every lock at the end
-        self.time_left: list[float] = []  # s, time_left_approx of each sample
-        self.stale: list[str] = []
+        # s: lateness, one per ping once every stream was open; ages, renewed_at age of each
+        # sample during the window (end_ages: of every lock at the end); renewal_late, renewed_at
+        # step less the interval; time_left, time_left_approx of each sample.
+        self.lateness, self.ages, self.end_ages = list[float](), list[float](), list[float]()
+        self.renewal_late, self.time_left, self.stale = list[float](), list[float](), list[str]()
 
     async def _open(self, i: int) -> _Stream:
         resource, owner = f"stream-{self._run}-{i}", f"streamer-{i}"
@@ -217,10 +216,9 @@ class StreamHolders:
             if s.trouble is None and now - s.last_event > self._stall:
                 s.trouble = f"stalled: nothing for {now - s.last_event:.1f} s"
         if troubled := [s for s in self._streams if s.trouble is not None]:
-            s = troubled[0]
+            first = f"#{troubled[0].index}: {troubled[0].trouble}"
             raise ServiceError(
-                f"{len(troubled)} of {self._n} streams stopped holding, e.g. #{s.index}: "
-                f"{s.trouble}"
+                f"{len(troubled)} of {self._n} streams stopped holding, e.g. {first}"
             )
         await asyncio.gather(*(self._check_lease(s, self.end_ages) for s in self._streams))
         if self.stale:
@@ -239,11 +237,11 @@ class StreamHolders:
             await asyncio.sleep(0.1)  # polling the service: no event to wait on
 
     async def _stop_sampler(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-            self._sampler = None
+                await sampler  # a failed lease read raises here
 
     async def abort(self) -> None:
         await self._stop_sampler()
@@ -276,9 +274,7 @@ async def _window(
 ) -> dict[str, Any]:
     """The service's CPU and a health check's latency once a second for ``seconds``; the
     window's CPU (service, this process, the emulator) and this process's loop lag."""
-    lags: list[float] = []
-    shares: list[float] = []
-    health: list[float] = []
+    lags, shares, health = list[float](), list[float](), list[float]()
     probe = asyncio.create_task(lag_probe(lags))
     with CpuWindow(service=service.pid, emulator=emulator) as window:
         last_cpu, last_t = service.cpu_s(), time.monotonic()
