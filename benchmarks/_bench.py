@@ -168,9 +168,9 @@ def processes(target: Callable[..., None], n: int, *args: Any, timeout: float) -
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(n + 1), ctx.Queue()
     children = [ctx.Process(target=target, args=(*args, barrier, results)) for _ in range(n)]
+    for child in children:
+        child.start()
     try:
-        for child in children:
-            child.start()
         barrier.wait(timeout=120)
         return [results.get(timeout=timeout) for _ in children]
     except threading.BrokenBarrierError:
@@ -178,7 +178,7 @@ def processes(target: Callable[..., None], n: int, *args: Any, timeout: float) -
     finally:
         for child in children:
             child.join(timeout=10)
-            child.kill()  # if still alive
+            child.kill()  # if still alive (a no-op once it exited)
 
 
 def local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:
