@@ -1,12 +1,7 @@
-"""What ``run.py``'s sections share: how much to measure, the stores under test, the run's context.
-
-- :class:`Sizes` (:data:`FULL`, and :data:`QUICK` for ``--quick``);
-- :class:`StoreKind` and :data:`STORE_KINDS`: every store a section can loop over;
-- :class:`Bench`: the run's sizes, scratch directory, picked stores and running emulators, and
-  fresh namespaces, lock paths and builders on them;
-- :func:`lock_cycle`, :func:`alock_cycle` and :func:`local_stores`, used by more than one section;
-- :class:`StoreTimer` (time inside store calls) and :class:`TallyStore` (requests per thread).
-"""
+"""What ``run.py``'s sections share: :class:`Sizes` (full, ``--quick``), the stores under test
+(:data:`STORE_KINDS`), the run's context :class:`Bench` (fresh namespaces, lock paths, builders),
+cycles and processes, :class:`StoreTimer` (time inside store calls) and :class:`TallyStore`
+(requests per thread)."""
 
 from __future__ import annotations
 
@@ -16,6 +11,7 @@ import multiprocessing
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,9 +72,14 @@ class StoreKind:
         """Writes to disk or network: fewer cycles."""
         return self.name != "memory"
 
+    @property
+    def server(self) -> bool:
+        """Redis, ZooKeeper or etcd: a coordination server, not an object store."""
+        return self.name in _servers.SERVERS
+
 
 _CLOUD = {"s3-moto": "S3 (moto)", "s3-seaweedfs": "S3 (SeaweedFS)", "gcs": "GCS (fake-gcs)"}
-_CLOUD["azure"] = "Azure (Azurite)"
+_CLOUD |= {"azure": "Azure (Azurite)", "redis": "Redis", "zookeeper": "ZooKeeper", "etcd": "etcd"}
 STORE_KINDS: tuple[StoreKind, ...] = (
     StoreKind("memory", "MemoryStore"),
     StoreKind("local", "LocalStore"),
@@ -104,8 +105,9 @@ class Bench:
 
     @property
     def store_kinds(self) -> tuple[StoreKind, ...]:
-        """Every picked store that can be opened now, the cloud ones (emulator running) last."""
-        cloud = tuple(k for k in self.kinds if k.emulator in self.emulators)
+        """Every picked store that can be opened now, the cloud ones (emulator running) last; the
+        servers (Redis, ZooKeeper, etcd) are the ``native`` section's alone."""
+        cloud = tuple(k for k in self.kinds if k.emulator in self.emulators and not k.server)
         return tuple(k for k in self.kinds if k.emulator is None) + cloud
 
     def url(self, kind: StoreKind) -> str:
@@ -114,15 +116,14 @@ class Bench:
             return f"memory://bench-{uuid.uuid4().hex}"
         if kind.emulator is None:
             return (self.root / f"local-{uuid.uuid4().hex[:12]}").as_uri()
-        prefix, endpoint = f"bench-{uuid.uuid4().hex[:12]}", self.emulators[kind.emulator].endpoint
-        return sdk.store_url(kind.emulator, endpoint, self.bucket(kind), prefix)
+        e, prefix = self.emulators[kind.emulator], f"bench-{uuid.uuid4().hex[:12]}"
+        return _servers.namespace_url(e, lambda: self.bucket(e), prefix)
 
-    def bucket(self, kind: StoreKind) -> str:
-        """The run's bucket (container) on ``kind``'s emulator, made on first use."""
-        assert kind.emulator is not None
-        if kind.emulator not in self._buckets:
-            self._buckets[kind.emulator] = _servers.make_bucket(self.emulators[kind.emulator])
-        return self._buckets[kind.emulator]
+    def bucket(self, e: Emulator) -> str:
+        """The run's bucket (container) on the emulator ``e``, made on first use."""
+        if e.name not in self._buckets:
+            self._buckets[e.name] = sdk.create_bucket(e.name, e.endpoint, e.key)
+        return self._buckets[e.name]
 
     def path(self, what: str) -> tuple[str, str]:
         """A fresh lock path (two segments, so LocalStore files sit one directory down)."""
@@ -177,19 +178,16 @@ def processes(target: Callable[..., None], n: int, *args: Any, timeout: float) -
     finally:
         for child in children:
             child.join(timeout=10)
-            if child.is_alive():
-                child.kill()
+            child.kill()  # if still alive (a no-op once it exited)
 
 
 def local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:
     """(key, label, kind, fresh URL) of the picked memory and local stores, the LocalStore
     twice: durable (the default) and ``durable=false``."""
     stores = [(k.name, k.label, k, b.url(k)) for k in b.kinds if k.emulator is None]
-    if local := [s for s in stores if s[0] == "local"]:
-        kind = local[0][2]
-        stores.append(
-            ("local-nondurable", "LocalStore durable=false", kind, b.url(kind) + NONDURABLE)
-        )
+    for kind in (k for k in b.kinds if k.name == "local"):
+        nondurable = b.url(kind) + NONDURABLE
+        stores.append(("local-nondurable", "LocalStore durable=false", kind, nondurable))
     return stores
 
 
@@ -246,9 +244,9 @@ class TallyStore(DelegatingStore):
         out = dict.fromkeys(("reads", "creates", "replaces", "deletes", "lists"), 0)
         with self._lock:
             events = list(self.events)
-        for who, kind, at in events:
-            if since <= at <= until and (label is None or who == label):
-                out[kind] += 1
+        out.update(
+            Counter(k for who, k, at in events if since <= at <= until and label in (None, who))
+        )
         return out
 
     @property

@@ -1,11 +1,7 @@
-"""What every benchmark shares: timing, interleaved rounds, statistics, machine facts, results.
-
-Timing: :func:`timed` / :func:`timed_async` make a timed loop of a body, :class:`CycleVariant` and
-:func:`run_interleaved` run loops in interleaved rounds within a time budget (so the machine's
-noise hits them alike), :func:`compare` tabulates them. Also :func:`summarize` and friends, the
-machine's facts and CPU (``/proc``), :class:`Section` (a table for people, rows for the JSON
-file) and :func:`write_json` (atomic).
-"""
+"""What every benchmark shares: timed loops (:func:`timed`, :func:`timed_async`) run in
+interleaved rounds within a time budget (:func:`run_interleaved`, so the machine's noise hits them
+alike) and tabulated (:func:`compare`); statistics, the machine's facts and CPU (``/proc``),
+:class:`Section` (a table for people, rows for the JSON file), :func:`write_json` (atomic)."""
 
 from __future__ import annotations
 
@@ -54,22 +50,17 @@ class Section:
     steal: float | None = None  # % of the machine's CPU time stolen by the hypervisor meanwhile
 
     def render(self) -> str:
-        widths = [len(h) for h in self.headers]
-        for line in self.table:
-            widths = [max(w, len(c)) for w, c in zip(widths, line, strict=True)]
+        widths = [max(map(len, column)) for column in zip(self.headers, *self.table, strict=True)]
 
         def fmt(cells: Sequence[str]) -> str:
-            first = cells[0].ljust(widths[0])
             rest = (c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))
-            return "  ".join([first, *rest]).rstrip()
+            return "  ".join([cells[0].ljust(widths[0]), *rest]).rstrip()
 
-        out = [self.title, fmt(self.headers), fmt(["-" * w for w in widths])]
-        out += [fmt(line) for line in self.table]
-        out += [f"  {note}" for note in self.notes]
         load = "" if self.load is None else f", load average {self.load:.2f} at its start"
         steal = "" if self.steal is None else f", {self.steal:.0f}% of CPU time stolen (VM)"
-        out.append(f"  ({self.elapsed_s:.1f} s{load}{steal})")
-        return "\n".join(out)
+        out = [self.title, fmt(self.headers), fmt(["-" * w for w in widths])]
+        out += [fmt(line) for line in self.table] + [f"  {note}" for note in self.notes]
+        return "\n".join([*out, f"  ({self.elapsed_s:.1f} s{load}{steal})"])
 
 
 # -- statistics ------------------------------------------------------------------------------------
@@ -204,19 +195,18 @@ def compare(
 ) -> Section:
     """The section of timed ``variants`` (µs): label, median, p99, vs ref, CPU per cycle, CPU vs
     ref and n, each compared with the variant ``against[key]`` (none if absent), called ``vs``."""
-    by_key = {v.key: v for v in variants}
-    medians = {v.key: summarize(v.samples, 1e3).median for v in variants}
+    by_key = {v.key: (v, summarize(v.samples, 1e3)) for v in variants}
     table: list[list[str]] = []
     rows: list[Json] = []
-    for v in variants:
-        s, ref = summarize(v.samples, 1e3), against.get(v.key)
-        ratio = None if ref is None else s.median / medians[ref]
-        cpu = None if ref is None else v.cpu_us / max(by_key[ref].cpu_us, 1e-9)
+    for v, s in by_key.values():
+        ref = by_key.get(against.get(v.key, ""))
+        ratio = None if ref is None else s.median / ref[1].median
+        cpu = None if ref is None else v.cpu_us / max(ref[0].cpu_us, 1e-9)
         cells = [fmt_num(s.median), fmt_num(s.p99), _times(ratio), fmt_num(v.cpu_us), _times(cpu)]
         table.append([v.label, *cells, str(s.n)])
         rows.append(
             {"variant": v.key, "label": v.label, "unit": "us", "cpu_us_per_cycle": v.cpu_us}
-            | {"vs": ref, "ratio": ratio, "cpu_ratio": cpu, **asdict(s)}
+            | {"vs": against.get(v.key), "ratio": ratio, "cpu_ratio": cpu, **asdict(s)}
         )
     headers = ["variant", "median", "p99", f"vs {vs}", "CPU µs", f"CPU vs {vs}", "n"]
     pacing = (
@@ -247,8 +237,7 @@ def fmt_counts(counts: Mapping[str, float]) -> str:
 def stats_delta(store: ObjectStore, action: Callable[[], object]) -> dict[str, int]:
     before = store.stats.snapshot()
     action()
-    after = store.stats.snapshot()
-    return {k: after[k] - before[k] for k in after if k != "total"}
+    return {k: v - before[k] for k, v in store.stats.snapshot().items() if k != "total"}
 
 
 def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
@@ -274,20 +263,14 @@ def machine_info(root: Path | None = None) -> Json:
     """The machine, software and moment of a run (Linux); ``root``: the scratch directory (its
     filesystem is where LocalStore and filelock live)."""
     cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
-    facts: Json = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "cpu": next(
-            (x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?"
-        ),
-        "cores": os.cpu_count(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "prioritylock": prioritylock.__version__,
-        "filelock": filelock.__version__,
-        "git_commit": _git("rev-parse", "--short", "HEAD"),
-        "git_dirty_files": len(_git("status", "--porcelain").splitlines()),
-        "loadavg_start": os.getloadavg(),
-    }
+    cpu = next((x.split(":", 1)[1].strip() for x in cpuinfo if x.startswith("model name")), "?")
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    facts: Json = {"date": now, "platform": platform.platform(), "cpu": cpu}
+    facts |= {"cores": os.cpu_count(), "python": python, "prioritylock": prioritylock.__version__}
+    facts |= {"filelock": filelock.__version__, "git_commit": _git("rev-parse", "--short", "HEAD")}
+    facts |= {"git_dirty_files": len(_git("status", "--porcelain").splitlines())}
+    facts["loadavg_start"] = os.getloadavg()
     if root is not None:  # the longest mount point above ``root``: ``device fstype on mount``
         mounts = [m.split() for m in Path("/proc/mounts").read_text(encoding="utf-8").splitlines()]
         dev, on, fs = max(
@@ -307,8 +290,8 @@ def ms_summary(values: Sequence[float]) -> dict[str, float | None]:
     """p50, p99 and max of ``values`` (seconds) in ms, rounded to µs; None when there are none."""
     if not values:
         return dict.fromkeys(("p50", "p99", "max"))
-    stats = (statistics.median(values), percentile(values, 0.99), max(values))
-    return {k: round(1000 * x, 3) for k, x in zip(("p50", "p99", "max"), stats, strict=True)}
+    stats = {"p50": statistics.median(values), "p99": percentile(values, 0.99), "max": max(values)}
+    return {k: round(1000 * x, 3) for k, x in stats.items()}
 
 
 def cpu_times() -> list[int]:
@@ -321,13 +304,9 @@ def cpu_split(before: list[int], after: list[int]) -> dict[str, float]:
     """How the machine's CPU time went between two :func:`cpu_times`: % busy, idle (iowait
     included) and stolen by a hypervisor."""
     d = [a - b for a, b in zip(after, before, strict=True)]
-    total = sum(d) or 1
-    idle, steal = d[3] + d[4], d[7]
-    return {
-        "busy": round(100 * (total - idle - steal) / total, 1),
-        "idle": round(100 * idle / total, 1),
-        "steal": round(100 * steal / total, 1),
-    }
+    total, idle, steal = sum(d) or 1, d[3] + d[4], d[7]
+    shares = {"busy": total - idle - steal, "idle": idle, "steal": steal}
+    return {name: round(100 * ticks / total, 1) for name, ticks in shares.items()}
 
 
 def process_cpu_s(pid: int) -> float:
@@ -352,8 +331,7 @@ class CpuWindow:
         self._pids = {name: pid for name, pid in pids.items() if pid}
 
     def __enter__(self) -> CpuWindow:
-        self.load = load_average()
-        self._machine, self._own = cpu_times(), time.process_time()
+        self.load, self._machine, self._own = load_average(), cpu_times(), time.process_time()
         self._others = {name: process_cpu_s(pid) for name, pid in self._pids.items()}
         self.started = time.perf_counter()
         return self

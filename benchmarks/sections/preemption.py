@@ -24,8 +24,8 @@ from prioritylock.stores import open_store
 #: latency of a cooperating holder is about this plus its cleanup.
 PREEMPT_WATCH_INTERVAL = 0.01
 
-PREEMPT_VARIANTS = [
-    ("cleanup_timeout0", "holder cleanup_timeout=0"),
+PREEMPT_VARIANTS = [("cleanup_timeout0", "holder cleanup_timeout=0")]
+PREEMPT_VARIANTS += [
     ("listener0", "listener returns at once"),
     ("listener50", "listener sleeps 50 ms"),
 ]
@@ -38,8 +38,7 @@ Preemptions = tuple[list[int], dict[str, dict[str, float]]]
 
 class _Cleaner(LockListener):
     def __init__(self, sleep_s: float) -> None:
-        self.sleep_s = sleep_s
-        self.lost = threading.Event()
+        self.sleep_s, self.lost = sleep_s, threading.Event()
 
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         if self.sleep_s > 0:
@@ -60,11 +59,8 @@ def preemptions(b: Bench, kind: StoreKind, variant: str) -> Preemptions:
     key = f"preemption/{kind.name}/{variant}"
     if key in b.shared:
         return cast(Preemptions, b.shared[key])
-    rounds = b.sizes.preemptions
-    inner = open_store(b.url(kind))
-    tally = TallyStore(inner)
-    tally.label_thread("requestor")
-    path = b.path(f"preempt-{variant}")
+    rounds, inner, path = b.sizes.preemptions, open_store(b.url(kind)), b.path(f"preempt-{variant}")
+    (tally := TallyStore(inner)).label_thread("requestor")
     cleaner = _Cleaner(0.05 if variant == "listener50" else 0.0)
     holder = (
         b.builder(tally, path, "low")
@@ -109,8 +105,7 @@ def section_preemption(b: Bench) -> Section:
     for kind in b.store_kinds:
         for variant, label in PREEMPT_VARIANTS:
             samples, requests = preemptions(b, kind, variant)
-            summary = summarize(samples, 1e6)
-            table.append([f"{kind.label}, {label}", *summary.cells()])
+            table.append([f"{kind.label}, {label}", *(summary := summarize(samples, 1e6)).cells()])
             rows.append(
                 {"store": kind.name, "variant": variant, "label": label, "unit": "ms"}
                 | {"watch_interval_s": PREEMPT_WATCH_INTERVAL, "requests": requests}

@@ -33,7 +33,7 @@ from _harness import Section, fmt_num, summarize
 
 from prioritylock import CleanupNotice, LockBuilder, LockListener
 from prioritylock.stores import open_store
-from sections._zookeeper import zookeeper
+from sections.native import zookeeper
 
 SLOW = {"lease_timeout": 60, "cleanup_timeout": 20, "waiting_timeout": 20, "poll_interval": 30}
 POLLED = {"watch_interval": 1.0, "poll_interval": 1.0}  # on a cloud store: a read a second

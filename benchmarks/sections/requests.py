@@ -27,10 +27,8 @@ def _single_client_ops(b: Bench, store: ObjectStore) -> dict[str, dict[str, int]
     absent = b.builder(store, b.path("absent"), "a").build()
     out["acquire_absent"] = stats_delta(store, absent.try_lock)
     absent.unlock()
-
     path = b.path("free")
-    first = b.builder(store, path, "a").build()
-    first.lock(timeout=5)
+    (first := b.builder(store, path, "a").build()).lock(timeout=5)
     first.unlock()
     fresh = b.builder(store, path, "b").build()
     out["acquire_free_fresh"] = stats_delta(store, fresh.try_lock)
@@ -38,12 +36,9 @@ def _single_client_ops(b: Bench, store: ObjectStore) -> dict[str, dict[str, int]
     out["release"] = stats_delta(store, fresh.unlock)
     out["acquire_known_own_release"] = stats_delta(store, fresh.try_lock)
     fresh.unlock()
-    after_info = b.builder(store, path, "c").build()
-    after_info.info()
+    (after_info := b.builder(store, path, "c").build()).info()
     out["acquire_known_after_info"] = stats_delta(store, after_info.try_lock)
-
-    refused = b.builder(store, path, "d").build()
-    out["try_lock_refused"] = stats_delta(store, refused.try_lock)
+    out["try_lock_refused"] = stats_delta(store, b.builder(store, path, "d").build().try_lock)
     after_info.unlock()
     # ``fresh`` still caches the version of its own release; others have written since.
     out["acquire_stale_cache"] = stats_delta(store, fresh.try_lock)
@@ -101,11 +96,9 @@ DEFAULTS = LockBuilder().store("memory://").path("bench", "defaults").build().co
 def _blocked_waiter(b: Bench, kind: StoreKind, poll: float, out: Json) -> Callable[[], None]:
     """A waiter blocked for ``waiter_s`` behind a holder, polling at ``poll``: its reads in the
     first second and per second once settled."""
-    tally = TallyStore(open_store(b.url(kind)))
-    path = b.path("waiter")
+    tally, path, s = TallyStore(open_store(b.url(kind))), b.path("waiter"), b.sizes
     holder = b.builder(tally, path, "holder").build()
     waiter = b.builder(tally, path, "waiter").poll_interval(poll).build()
-    s = b.sizes
 
     def run() -> None:
         holder.lock(timeout=5)
@@ -116,14 +109,12 @@ def _blocked_waiter(b: Bench, kind: StoreKind, poll: float, out: Json) -> Callab
             raise RuntimeError("the blocked waiter got a held lock")
         t1 = time.monotonic()
         holder.unlock()
-        steady = tally.counts("waiter", t0 + s.waiter_settle_s, t1)["reads"]
-        out[f"{kind.name}/{poll}"] = {
-            "reads": tally.counts("waiter", t0, t1)["reads"],
-            "first_second": tally.counts("waiter", t0, t0 + 1.0)["reads"],
-            "steady_reads": steady,
-            "steady_window_s": t1 - t0 - s.waiter_settle_s,
-            "steady_per_s": steady / (t1 - t0 - s.waiter_settle_s),
-        }
+        reads = {"reads": (t0, t1), "first_second": (t0, t0 + 1.0)}
+        reads |= {"steady_reads": (t0 + s.waiter_settle_s, t1)}
+        got = {k: tally.counts("waiter", *window)["reads"] for k, window in reads.items()}
+        steady_s = t1 - t0 - s.waiter_settle_s
+        out[f"{kind.name}/{poll}"] = got | {"steady_window_s": steady_s}
+        out[f"{kind.name}/{poll}"]["steady_per_s"] = got["steady_reads"] / steady_s
 
     return run
 
@@ -156,16 +147,12 @@ def _held_lock(b: Bench, kind: StoreKind, timings: str, out: Json) -> Callable[[
         t1 = t0 + every * max(1, int((b.sizes.waiter_s - every / 4) // every))
         time.sleep(t1 - time.monotonic())
         held.unlock()
-        counts = held_tally.counts(None, t0, t1)
-        intervals = (t1 - t0) / every
-        out[f"{kind.name}/{timings}"] = {
-            "window_s": t1 - t0,
-            "renew_interval_s": every,
-            "watch_interval_s": held.config.watch_interval,
-            "writes_per_renew_interval": counts["replaces"] / intervals,
-            "reads_per_renew_interval": counts["reads"] / intervals,
-            "idle": idle_tally.counts(None, t0, t1),
-        }
+        counts, intervals = held_tally.counts(None, t0, t1), (t1 - t0) / every
+        figures = {"window_s": t1 - t0, "renew_interval_s": every}
+        figures |= {"watch_interval_s": held.config.watch_interval}
+        figures |= {"writes_per_renew_interval": counts["replaces"] / intervals}
+        figures |= {"reads_per_renew_interval": counts["reads"] / intervals}
+        out[f"{kind.name}/{timings}"] = figures | {"idle": idle_tally.counts(None, t0, t1)}
 
     return run
 
@@ -180,13 +167,11 @@ def section_requests(b: Bench) -> Section:
     runs += [_held_lock(b, k, t, held) for k in kinds for t in ("defaults", "hudi")]
     run_threads(runs, "bench-waiter")
 
-    table: list[list[str]] = []
-    rows: list[Json] = []
-    for op, label in _OPS:
-        table.append([label, *(fmt_counts(per_kind[k.name][op]) for k in kinds)])
-        rows.append(
-            {"operation": op, "label": label} | {k.name: per_kind[k.name][op] for k in kinds}
-        )
+    table = [[label, *(fmt_counts(per_kind[k.name][op]) for k in kinds)] for op, label in _OPS]
+    rows: list[Json] = [
+        {"operation": op, "label": label} | {k.name: per_kind[k.name][op] for k in kinds}
+        for op, label in _OPS
+    ]
     for poll in (1.0, SHORT_POLL):
         w = {k.name: waiters[f"{k.name}/{poll}"] for k in kinds}
         cells = [f"{x['steady_per_s']:.2f}/s (1st s: {x['first_second']})" for x in w.values()]
@@ -194,10 +179,8 @@ def section_requests(b: Bench) -> Section:
         rows.append({"operation": "waiter_reads", "poll_interval": poll} | w)
     for timings, name in (("defaults", "default"), ("hudi", "Hudi's")):
         h = {k.name: held[f"{k.name}/{timings}"] for k in kinds}
-        cells = [
-            f"{x['writes_per_renew_interval']:.2f} w, {x['reads_per_renew_interval']:.2f} r"
-            for x in h.values()
-        ]
+        wr, rd = "writes_per_renew_interval", "reads_per_renew_interval"
+        cells = [f"{x[wr]:.2f} w, {x[rd]:.2f} r" for x in h.values()]
         table.append([f"held lock, {name} timings: per renew interval", *cells])
         rows.append({"operation": "held", "timings": timings, "scale": HELD_SCALE} | h)
     idle = [fmt_counts(held[f"{k.name}/defaults"]["idle"]) for k in kinds]

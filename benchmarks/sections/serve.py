@@ -1,16 +1,11 @@
-"""``serve``: a lock + unlock round trip through ``prioritylock serve``, against the same cycle
-made in process with ``AsyncLock`` (a new lock object each cycle, as the service builds one per
-acquisition, and the same object).
+"""``serve``: a lock + unlock round trip through ``prioritylock serve`` against the same cycle in
+process with ``AsyncLock`` (a new lock object each cycle, as the service builds one, and the same).
 
-Per picked store (memory and the cloud ones), one service (``_servers.Service``) and one client at a
-time, each on its own resource, the same every cycle. Dapr's alpha1 API: HTTP
-(``/v1.0-alpha1/lock`` and ``/unlock`` on one kept-alive connection), gRPC (the ``dapr``
-package's stubs on one channel) and the Dapr SDK (``DaprClient``: what an existing Dapr app pays).
-The full API: HTTP ``POST`` + ``DELETE``, gRPC ``Acquire`` + ``Unlock``, and a gRPC ``Lock``
-stream from the call to ``lock_acquired``, then cancelled (the release; the next cycle's call
-waits for it). Variants are interleaved; the service's CPU per cycle comes from ``/proc``
-(warm-up excluded). Every answer is checked: a refused free lock, a non-zero alpha1 Unlock status
-or a wrong answer raises.
+Per picked store (memory and the emulated ones), one service and one client at a time, each on its
+own resource: Dapr's alpha1 API over HTTP (one kept-alive connection), gRPC (``dapr``'s stubs) and
+the Dapr SDK (what an existing Dapr app pays); the full API over HTTP, gRPC unary and a gRPC
+``Lock`` stream (from the call to ``lock_acquired``, then cancelled: the release). The service's
+CPU per cycle is read from ``/proc``. A refused free lock or any wrong answer raises.
 """
 
 from __future__ import annotations
@@ -24,15 +19,7 @@ from typing import Any
 
 import _servers
 from _bench import Bench, StoreKind, alock_cycle, close_loop
-from _harness import (
-    CycleVariant,
-    Section,
-    compare,
-    fmt_num,
-    run_interleaved,
-    timed,
-    timed_async,
-)
+from _harness import CycleVariant, Section, compare, fmt_num, run_interleaved, timed, timed_async
 from _servers import Service, ServiceError, call_json
 
 from prioritylock import LockBuilder
@@ -59,21 +46,25 @@ def _alpha1(how: str, try_lock: Callable[[], object], unlock: Callable[[], objec
 
 def _http(service: Service, resource: str, stack: ExitStack) -> Cycle:
     conn = stack.enter_context(closing(service.connection()))
-    lock = {"resourceId": resource, "lockOwner": "bench-http", "expiryInSeconds": EXPIRY_S}
     unlock = {"resourceId": resource, "lockOwner": "bench-http"}
+    lock, path = unlock | {"expiryInSeconds": EXPIRY_S}, f"/v1.0-alpha1/%s/{STORE}"
     return _alpha1(
         "HTTP",
-        lambda: call_json(conn, "POST", f"/v1.0-alpha1/lock/{STORE}", lock).get("success"),
-        lambda: call_json(conn, "POST", f"/v1.0-alpha1/unlock/{STORE}", unlock).get("status"),
+        lambda: call_json(conn, "POST", path % "lock", lock).get("success"),
+        lambda: call_json(conn, "POST", path % "unlock", unlock).get("status"),
     )
 
 
-def _grpc(service: Service, resource: str, stack: ExitStack) -> Cycle:
+def _channel(service: Service, stack: ExitStack) -> Any:
     import grpc
+
+    return stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}"))
+
+
+def _grpc(service: Service, resource: str, stack: ExitStack) -> Cycle:
     from dapr.proto.runtime.v1 import dapr_pb2_grpc, lock_pb2
 
-    channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}"))
-    stub = dapr_pb2_grpc.DaprStub(channel)  # type: ignore[no-untyped-call]
+    stub = dapr_pb2_grpc.DaprStub(_channel(service, stack))  # type: ignore[no-untyped-call]
     who = {"store_name": STORE, "resource_id": resource, "lock_owner": "bench-grpc"}
     lock = lock_pb2.TryLockRequest(**who, expiry_in_seconds=EXPIRY_S)
     unlock = lock_pb2.UnlockRequest(**who)
@@ -110,21 +101,18 @@ def _full_http(service: Service, resource: str, stack: ExitStack) -> Cycle:
     return cycle
 
 
-def _lock_service(service: Service, stack: ExitStack) -> Any:
-    """A ``prioritylock.v1.LockService`` stub on a new channel."""
-    import grpc
+def _lock_service(service: Service, resource: str, stack: ExitStack) -> tuple[Any, Any]:
+    """A ``prioritylock.v1.LockService`` stub on a new channel, and a request for ``resource``."""
+    from prioritylock.server._proto import lock_pb2, lock_pb2_grpc
 
-    from prioritylock.server._proto import lock_pb2_grpc
-
-    channel = stack.enter_context(grpc.insecure_channel(f"127.0.0.1:{service.grpc_port}"))
-    return lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
+    stub = lock_pb2_grpc.LockServiceStub(_channel(service, stack))  # type: ignore[no-untyped-call]
+    return stub, lock_pb2.LockRequest(store_name=STORE, resource_id=resource)
 
 
 def _full_grpc(service: Service, resource: str, stack: ExitStack) -> Cycle:
     from prioritylock.server._proto import lock_pb2
 
-    stub = _lock_service(service, stack)
-    ask = lock_pb2.LockRequest(store_name=STORE, resource_id=resource)
+    stub, ask = _lock_service(service, resource, stack)
 
     def cycle() -> None:  # a wrong answer is an error status: it raises
         held = stub.Acquire(ask, timeout=10)
@@ -135,10 +123,7 @@ def _full_grpc(service: Service, resource: str, stack: ExitStack) -> Cycle:
 
 
 def _grpc_stream(service: Service, resource: str, stack: ExitStack) -> Cycle:
-    from prioritylock.server._proto import lock_pb2
-
-    stub = _lock_service(service, stack)
-    ask = lock_pb2.LockRequest(store_name=STORE, resource_id=resource)
+    stub, ask = _lock_service(service, resource, stack)
 
     def cycle() -> None:
         call = stub.Lock(ask, timeout=10)
@@ -162,17 +147,13 @@ CLIENTS = [
 
 
 def _variants(
-    b: Bench,
-    kind: StoreKind,
-    loop: asyncio.AbstractEventLoop,
-    stack: ExitStack,
+    b: Bench, kind: StoreKind, loop: asyncio.AbstractEventLoop, stack: ExitStack
 ) -> list[CycleVariant]:
     target = b.sizes.cloud_iterations if kind.emulator is not None else b.sizes.cycles_slow
     service = stack.enter_context(Service({STORE: b.url(kind)}))
     variants: list[CycleVariant] = []
     for name, text, client in CLIENTS:
-        run = timed(client(service, f"r-{name}", stack))
-        label = f"{kind.label}, service: {text}"
+        run, label = timed(client(service, f"r-{name}", stack)), f"{kind.label}, service: {text}"
         variants.append(CycleVariant(f"{kind.name}/{name}", label, target, run, server=service.pid))
     store = open_store(b.url(kind))
 
@@ -206,11 +187,9 @@ def section_serve(b: Bench) -> Section:
         close_loop(loop)
     against = {v.key: f"{v.key.split('/', 1)[0]}/in-process-fresh" for v in variants}
     title = "prioritylock serve: lock + unlock, one client at a time (µs per round trip)"
-    note = (
-        "vs in-process: the median over the in-process AsyncLock cycle with a new lock object "
-        "(what the service does per acquisition); cycles/s: 1 / the mean cycle; service CPU: the "
-        "service process's per cycle (from /proc; warm-up left out)."
-    )
+    note = "vs in-process: the median over the in-process AsyncLock cycle with a new lock object "
+    note += "(what the service does per acquisition); cycles/s: 1 / the mean cycle; service CPU: "
+    note += "the service process's per cycle (from /proc; warm-up left out)."
     section = compare("serve", title, variants, against, "in-process", b.sizes, [note])
     section.headers[-1:-1] = ["cycles/s", "service CPU µs"]
     for line, row, v in zip(section.table, section.rows, variants, strict=True):

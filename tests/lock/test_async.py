@@ -37,14 +37,12 @@ T = TypeVar("T")
 #: A scenario run: (effects to count into, or None; cancel at the n-th; after it?).
 Scenario = Callable[[list[str] | None, int | None, bool], Coroutine[Any, Any, None]]
 
+#: Where the test that cancels a request at every point it reaches runs: the in-process stores,
+#: one HTTP emulator and the servers (on the S3 and Azure emulators it adds a minute to the run).
+EVERY_CANCELLATION_POINT = selected_kinds(["memory", "local", "gcs", "redis", "zookeeper", "etcd"])
+
 #: Effects at which the async driver may suspend.
 AWAITING = (effects.Put, effects.Read, effects.Sleep, effects.Pause)
-
-
-@pytest.fixture(params=selected_kinds(["memory", "local", "gcs"]))
-def store_kind(request: pytest.FixtureRequest) -> str:
-    """Memory (inline), local (thread pool) and one cloud emulator (overrides the suite's)."""
-    return str(request.param)
 
 
 def run(coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
@@ -201,6 +199,7 @@ def test_a_task_cancelled_while_its_claim_is_in_flight_takes_it_back_once_it_lan
     run(main())
 
 
+@pytest.mark.parametrize("store_kind", EVERY_CANCELLATION_POINT, indirect=True)
 def test_a_cancelled_request_is_withdrawn(store_factory: StoreFactory) -> None:
     """A higher priority's request, cancelled anywhere while it waits for the handover, is taken
     back: the holder keeps the lock and sees no request."""

@@ -1,4 +1,5 @@
-"""Contention through a fault proxy of our own, on moto, Azurite and fake-gcs-server.
+"""Contention through a fault proxy of our own, on every store spoken to over HTTP: the S3, GCS
+and Azure emulators and etcd (Redis and ZooKeeper speak their own protocols: not through it).
 
 Each client reaches the emulator through its own route of a seeded
 :class:`~tests._helpers.fault_proxy.FaultProxy`, which drops answers after the server acted,
@@ -34,6 +35,7 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,11 +55,11 @@ from prioritylock import (
 )
 from prioritylock.stores import ObjectStore, replace_if_unchanged
 from tests._helpers.fault_proxy import FaultPlan, FaultProxy
-from tests.conftest import selected_kinds
+from tests.conftest import CLOUD_KINDS, selected_kinds
 
 pytestmark = [pytest.mark.slow]
 
-KINDS = ["s3-moto", "azure", "gcs"]
+KINDS = [kind for kind in CLOUD_KINDS if kind not in ("redis", "zookeeper")]  # HTTP/1.1 only
 SEED = 1515
 PATH = "proxy/one-lock"
 PROTECTED = "protected/resource.json"
@@ -87,8 +89,8 @@ class Emulated:
 @pytest.fixture(params=selected_kinds(KINDS))
 def emulated(request: pytest.FixtureRequest) -> Iterator[Emulated]:
     kind = str(request.param)
-    if kind == "s3-moto":
-        server = request.getfixturevalue("moto_server")
+    if kind.startswith("s3-"):
+        server = request.getfixturevalue("moto_server" if kind == "s3-moto" else "seaweedfs_server")
         bucket = server.create_bucket()
         yield Emulated(
             kind,
@@ -102,6 +104,21 @@ def emulated(request: pytest.FixtureRequest) -> Iterator[Emulated]:
             lambda: server.store(bucket),
         )
         server.remove_bucket(bucket)
+    elif kind == "etcd":
+        from prioritylock.stores._etcd import EtcdStore
+
+        server, prefix = request.getfixturevalue("etcd_server"), f"proxy-{uuid.uuid4().hex[:8]}"
+        yield Emulated(
+            kind,
+            server.endpoint,
+            lambda url: EtcdStore(
+                _hostport(url),
+                prefix=prefix,
+                connect_timeout=CONNECT_TIMEOUT,
+                read_timeout=READ_TIMEOUT,
+            ),
+            lambda: server.store(prefix),
+        )
     elif kind == "gcs":
         server = request.getfixturevalue("fake_gcs_server")
         bucket = server.create_bucket()

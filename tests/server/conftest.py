@@ -1,4 +1,5 @@
-"""Services under test: on the memory store, and on an S3 emulator (moto)."""
+"""Services under test: on the memory store and on an S3 emulator (moto); the tests where the store
+matters also on Redis, ZooKeeper and etcd (:data:`ON_SERVERS`, through ``served``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from collections.abc import Iterator
 import pytest
 
 from tests._servers.s3 import S3Server
+from tests.conftest import selected_kinds
 from tests.server.helpers import Service
 from tools import sdk
+
+#: ``served``'s stores for a test where the store matters: mark it
+#: ``@pytest.mark.parametrize("served", ON_SERVERS, indirect=True)``.
+ON_SERVERS = selected_kinds(["memory", "s3-moto", "redis", "zookeeper", "etcd"])
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("dapr")
@@ -36,9 +42,12 @@ def _s3_env(server: S3Server) -> dict[str, str]:
 @pytest.fixture(params=["memory", "s3-moto"])
 def served(request: pytest.FixtureRequest) -> tuple[dict[str, str], dict[str, str]]:
     """(stores, environment) of a service with one store named ``locks``, a fresh namespace
-    per test: on the memory store, and on S3 (moto)."""
+    per test: on the memory store, and on S3 (moto) (or those :data:`ON_SERVERS` names)."""
+    prefix = f"locks-{uuid.uuid4().hex[:8]}"
     if request.param == "memory":
-        return {"locks": f"memory://{uuid.uuid4().hex}"}, {}
+        return {"locks": f"memory://{prefix}"}, {}
+    if request.param in ("redis", "zookeeper", "etcd"):
+        return {"locks": request.getfixturevalue(f"{request.param}_server").url(prefix)}, {}
     server: S3Server = request.getfixturevalue("moto_server")
     bucket: str = request.getfixturevalue("s3_bucket_for_server")
     return {"locks": _s3_url(server, bucket)}, _s3_env(server)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from tests.server.conftest import ON_SERVERS
 from tests.server.helpers import Service
 
 pytestmark = [
@@ -78,7 +79,10 @@ class AioSdkClient:
         self.loop.close()
 
 
-@pytest.fixture(params=["http", "grpc-sdk", "grpc-sdk-aio"])
+CLIENTS = ["http", "grpc-sdk", "grpc-sdk-aio"]
+
+
+@pytest.fixture(params=CLIENTS)
 def client(
     request: pytest.FixtureRequest, service: Service, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Client]:
@@ -98,6 +102,11 @@ def client(
         aio.close()
 
 
+@pytest.mark.parametrize(
+    ("served", "client"),  # every client on memory and S3; the servers through HTTP
+    [(s, c) for s in ON_SERVERS for c in CLIENTS if c == "http" or s in ("memory", "s3-moto")],
+    indirect=True,
+)
 def test_conformance(client: Client, service: Service) -> None:
     resource, other = f"r-{uuid.uuid4().hex[:8]}", f"r-{uuid.uuid4().hex[:8]}"
     assert client.lock("locks", resource, "owner1", 30) is True  # lock

@@ -24,6 +24,7 @@ import pytest
 
 from tests._servers.s3 import S3Server
 from tests.server.clients import TRANSPORTS, Client, Stream, open_client
+from tests.server.conftest import ON_SERVERS
 from tests.server.helpers import LockStream, Service
 from tests.server.test_metrics import parse, value
 
@@ -428,6 +429,7 @@ async def _contend(service: Service) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("served", ON_SERVERS, indirect=True)
 def test_many_clients_one_holder_at_a_time(http_svc: Service) -> None:
     """Streams and plain locks mixed on one resource: never two holders, every fence once."""
     turns = sorted(asyncio.run(_contend(http_svc)), key=lambda turn: turn[2])
