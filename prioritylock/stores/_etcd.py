@@ -12,12 +12,19 @@ cluster and never repeat, so a key created again never matches an earlier token
 (absent); replace and delete compare its ``mod_revision`` with the token.
 
 Requests are etcd's v3 JSON gateway (``POST /v3/kv/range``, ``/v3/kv/txn``, served on the client
-port by etcd 3.4 and later; keys and values base64) over one urllib3 connection pool, without
-retries: each request's connection and each read wait at most their timeouts. A request that
-could not connect was not sent (:class:`~prioritylock.StoreUnavailable`); a write whose answer
-was lost or late is outcome-unknown, and the lock reads back to decide, as on every store. Errors
-are translated in one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
+port by etcd 3.4 and later; keys and values base64) over one urllib3 connection pool (HTTPS for
+``etcds://``), without retries: each request's connection and each read wait at most their
+timeouts. A request that could not connect was not sent
+(:class:`~prioritylock.StoreUnavailable`); a write whose answer was lost or late is
+outcome-unknown, and the lock reads back to decide, as on every store. Errors are translated in
+one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
 (TTLs) play no part in who holds a lock (docs/stores.md).
+
+With a user name and password, the store asks ``/v3/auth/authenticate`` for a token before its
+first request and sends it with every request (``Authorization``); a token the server no longer
+knows (it expired, or the server restarted) is answered 401 before anything is applied, so the
+store authenticates again and sends the request once more. The password and the token never go
+into our errors or the log.
 
 Change notices (:meth:`EtcdStore.watch_key`) are one streamed ``POST /v3/watch`` per watched key,
 read on a thread of its own; a change whose revision this process wrote wakes nobody (a write
@@ -30,6 +37,7 @@ import base64
 import collections
 import json
 import logging
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -119,11 +127,18 @@ class EtcdStore:
     """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
     process and host that opens it.
 
-    ``endpoint`` is ``HOST:PORT`` of a member's client URL (plain HTTP). ``pool``: a urllib3
-    pool of the caller's for that endpoint (its timeouts and retries are then the caller's; the
-    store closes it). Every request counts in :attr:`stats`.
+    ``endpoint`` is ``HOST:PORT`` of a member's client URL. ``tls`` speaks HTTPS
+    (``etcds://``), checking the member's certificate against ``ca_certs`` (a PEM file of CA
+    certificates) or else the system's trust store (which ``SSL_CERT_FILE`` can name);
+    ``client_cert`` and ``client_key`` (PEM files) are shown to a member that asks for a client
+    certificate (``--client-cert-auth``). ``username`` and ``password``: an etcd user, for a
+    cluster with authentication enabled. ``pool``: a urllib3 pool of the caller's for that
+    endpoint (its timeouts, retries and TLS are then the caller's; the store closes it). Every
+    request counts in :attr:`stats`; authenticating (once, and again when the token expires)
+    does not.
 
-    :raises ConfigError: invalid endpoint, prefix or timeouts.
+    :raises ConfigError: invalid endpoint, prefix, credentials or timeouts, or TLS files without
+        ``tls``.
     """
 
     _CAPABILITIES = StoreCapabilities(
@@ -138,6 +153,12 @@ class EtcdStore:
         endpoint: str = f"127.0.0.1:{DEFAULT_PORT}",
         *,
         prefix: str = "prioritylock",
+        username: str | None = None,
+        password: str | None = None,
+        tls: bool = False,
+        ca_certs: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         pool: urllib3.HTTPConnectionPool | None = None,
@@ -145,22 +166,32 @@ class EtcdStore:
         self._host, self._port = _check_endpoint(endpoint)
         self._base = _base_prefix(prefix)
         connect, read = check_timeouts("etcd", connect_timeout, read_timeout)
+        if (username is None) != (password is None) or username == "":
+            raise ConfigError("etcd needs both a user name and a password, or neither")
+        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
+            raise ConfigError("etcd ca_certs, client_cert and client_key are for TLS (etcds://)")
+        if client_key is not None and client_cert is None:
+            raise ConfigError("etcd client_key needs client_cert")
+        self._credentials = None if username is None else {"name": username, "password": password}
+        self._token: str | None = None
+        self._tls: dict[str, Any] | None = None
+        if tls:
+            self._tls = {
+                "cert_reqs": ssl.CERT_REQUIRED,
+                "ca_certs": ca_certs,
+                "cert_file": client_cert,
+                "key_file": client_key,
+            }
         self._stats = StoreStats()
         self._closed = False
         self._close_lock = threading.Lock()
+        self._token_lock = threading.Lock()
         self._connect_timeout = connect
         self._watches: list[_Watch] = []
         #: The latest revision this store read or wrote, per key: a watch starts after it.
         self._seen: dict[str, int] = {}
-        self._pool = pool or urllib3.HTTPConnectionPool(
-            self._host,
-            self._port,
-            maxsize=DEFAULT_WORKERS,  # as many connections as workers may call at once
-            block=False,
-            timeout=urllib3.Timeout(connect=connect, read=read),
-            retries=False,
-            headers={"Content-Type": "application/json"},
-        )
+        # As many connections as workers may call at once.
+        self._pool = pool or self._new_pool(DEFAULT_WORKERS, read)
 
     # -- what every store shows --------------------------------------------------------------
 
@@ -186,6 +217,20 @@ class EtcdStore:
     def endpoint(self) -> str:
         """``HOST:PORT``."""
         return f"{self._host}:{self._port}"
+
+    def _new_pool(self, size: int, read: float | None) -> urllib3.HTTPConnectionPool:
+        """A pool of ``size`` connections to the member (HTTPS if the store speaks TLS), no
+        retries, each read waiting at most ``read`` seconds (``None``: for ever)."""
+        options: dict[str, Any] = {
+            "maxsize": size,
+            "block": False,
+            "timeout": urllib3.Timeout(connect=self._connect_timeout, read=read),
+            "retries": False,
+            "headers": {"Content-Type": "application/json"},
+        }
+        if self._tls is None:
+            return urllib3.HTTPConnectionPool(self._host, self._port, **options)
+        return urllib3.HTTPSConnectionPool(self._host, self._port, **options, **self._tls)
 
     def __repr__(self) -> str:
         return f"EtcdStore({self.endpoint!r}, prefix={self._base!r})"
@@ -323,22 +368,68 @@ class EtcdStore:
         with self._close_lock:
             if self._closed:
                 raise StoreError(f"{self._describe(logged_op, key)}: the store is closed")
+        data = json.dumps(body).encode()
+        for attempt in (1, 2):
+            headers = self._auth_headers(logged_op, key)
+            try:
+                response = self._pool.request(
+                    "POST", f"/v3/kv/{method}", body=data, headers=headers, preload_content=True
+                )
+            except Exception as exc:
+                raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
+            status, answer = response.status, _json(response.data)
+            if status == 200 and answer is not None:
+                return answer
+            refused = EtcdStatusError(status, answer)
+            if status == 401 and self._credentials is not None and attempt == 1:
+                # The token is no longer known: nothing was applied. A new one, and once more.
+                self._forget_token(headers)
+                continue
+            raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
+        raise AssertionError("unreachable")
+
+    def _auth_headers(self, op: str, key: str) -> dict[str, str]:
+        """The headers that authenticate a request (none without credentials), asking for a
+        token first if the store has none.
+
+        :raises StoreAccessError: the user name or password was refused.
+        :raises StoreUnavailable: the member did not answer.
+        """
+        if self._credentials is None:
+            return {}
+        with self._token_lock:
+            token = self._token
+        if token is None:
+            token = self._authenticate(op, key)
+        return {"Authorization": token}
+
+    def _authenticate(self, op: str, key: str) -> str:
+        """A new token (``/v3/auth/authenticate``; not counted in :attr:`stats`)."""
         try:
             response = self._pool.request(
-                "POST", f"/v3/kv/{method}", body=json.dumps(body).encode(), preload_content=True
+                "POST",
+                "/v3/auth/authenticate",
+                body=json.dumps(self._credentials).encode(),
+                preload_content=True,
             )
         except Exception as exc:
-            raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
-        status = response.status
-        try:
-            answer = json.loads(response.data or b"{}")
-        except ValueError:
-            answer = None
-        if status != 200 or not isinstance(answer, dict):
-            code = answer.get("code") if isinstance(answer, dict) else None
-            refused = EtcdStatusError(status, code)
-            raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
-        return answer
+            error = self._translate(exc, op, key)
+            if isinstance(error, StoreUnavailable):  # nothing of the operation itself was sent
+                error = StoreUnavailable(str(error))
+            raise self._logged(op, key, error) from exc
+        answer = _json(response.data)
+        token = answer.get("token") if answer is not None else None
+        if response.status != 200 or not isinstance(token, str) or not token:
+            refused = EtcdStatusError(response.status, answer)
+            raise self._logged(op, key, self._refused(refused, op, key)) from refused
+        with self._token_lock:
+            self._token = token
+        return token
+
+    def _forget_token(self, headers: dict[str, str]) -> None:
+        with self._token_lock:
+            if self._token == headers.get("Authorization"):
+                self._token = None
 
     def _txn(self, op: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
         """One transaction on ``key``, announced to this process's watches while under way."""
@@ -385,6 +476,11 @@ class EtcdStore:
         if isinstance(exc, http_errors.MaxRetryError) and exc.reason is not None:
             exc = exc.reason
         name = type(exc).__name__
+        if _untrusted(exc):
+            return StoreAccessError(
+                f"{what}: the member's TLS certificate was not trusted; name its CA with the"
+                " option ca_certs (a PEM file) or SSL_CERT_FILE"
+            )
         if isinstance(exc, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
             return StoreUnavailable(f"{what}: no etcd server answered ({name})")
         if isinstance(exc, (http_errors.HTTPError, OSError)):
@@ -396,7 +492,7 @@ class EtcdStore:
     def _refused(self, refused: EtcdStatusError, op: str, key: str) -> PriorityLockError:
         """An answer other than 200 with a JSON object (the server's message is not copied)."""
         what = self._describe(op, key)
-        if refused.status in (401, 403):
+        if refused.status in (401, 403) or (refused.status == 400 and refused.auth):
             return StoreAccessError(f"{what} refused ({refused}): {_ACCESS_HINT}")
         if refused.status in (408, 429) or refused.status >= 500:
             return StoreUnavailable(
@@ -447,14 +543,7 @@ class _Watch:
             response.shutdown()  # ends the blocked read at once
 
     def _run(self) -> None:
-        host, _colon, port = self._store.endpoint.rpartition(":")
-        pool = urllib3.HTTPConnectionPool(
-            host,
-            int(port),
-            maxsize=1,
-            timeout=urllib3.Timeout(connect=self._store._connect_timeout, read=None),
-            retries=False,
-        )
+        pool = self._store._new_pool(1, None)
         start = self._start
         lost = False
         delay = 0.05
@@ -477,8 +566,9 @@ class _Watch:
         if start:
             request["start_revision"] = str(start)
         body = json.dumps({"create_request": request}).encode()
+        headers = self._store._auth_headers("watch", self._name)
         response = pool.request(
-            "POST", "/v3/watch", body=body, preload_content=False, retries=False
+            "POST", "/v3/watch", body=body, headers=headers, preload_content=False, retries=False
         )
         with self._lock:
             self._response = response
@@ -486,6 +576,8 @@ class _Watch:
             response.shutdown()
         try:
             if response.status != 200:
+                if response.status == 401:
+                    self._store._forget_token(headers)  # authenticate again on the next try
                 return start
             pending = b""
             for chunk in response.stream(None, decode_content=True):
@@ -539,22 +631,52 @@ def _nothing() -> None:
 
 
 class EtcdStatusError(Exception):
-    """The gateway answered with an HTTP status other than 200 (chained under our error).
+    """The gateway answered with an HTTP status other than 200, or without a JSON object
+    (chained under our error; the server's message is not copied).
 
     :ivar status: the HTTP status.
     :ivar code: the gRPC code in its JSON answer, if any.
+    :ivar auth: the answer says the request was not authenticated (no user, a wrong password).
     """
 
-    def __init__(self, status: int, code: object = None) -> None:
+    def __init__(self, status: int, answer: dict[str, Any] | None = None) -> None:
+        code = answer.get("code") if answer is not None else None
         super().__init__(f"HTTP {status}" + (f", gRPC code {code}" if code is not None else ""))
         self.status = status
         self.code = code
+        message = str(answer.get("message", "")) if answer is not None else ""
+        self.auth = any(mark in message for mark in _AUTH_REFUSED)
 
+
+#: What etcd's messages say when a request was not authenticated (answered 400, gRPC code 3).
+_AUTH_REFUSED = ("user name is empty", "authentication failed", "invalid user ID or password")
 
 _ACCESS_HINT = (
-    "the store does not authenticate yet; use an etcd member without auth enabled, reachable"
-    " only by its users (docs/stores.md)"
+    "check the user name and password (etcd://USER:PASSWORD@HOST:PORT/PREFIX) and that the"
+    " user's role may read and write the prefix's keys (docs/stores.md)"
 )
+
+
+def _json(data: bytes | None) -> dict[str, Any] | None:
+    """A JSON object's answer, or None for anything else."""
+    try:
+        answer = json.loads(data or b"{}")
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _untrusted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or came from) a failed check of the member's TLS certificate."""
+    for _ in range(4):
+        if exc is None:
+            return False
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return True
+        if isinstance(exc, http_errors.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _b64(data: bytes) -> str:
@@ -616,32 +738,44 @@ def _base_prefix(prefix: str) -> str:
     return stripped + "/"
 
 
-_URL_OPTIONS = ("connect_timeout", "read_timeout")
+_URL_OPTIONS = ("ca_certs", "client_cert", "client_key", "connect_timeout", "read_timeout")
+_TIMEOUTS = ("connect_timeout", "read_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> EtcdStore:
-    """The store for ``etcd://HOST:PORT/PREFIX``.
+    """The store for ``etcd://[USER:PASSWORD@]HOST:PORT/PREFIX`` (``etcds://`` for HTTPS).
 
-    The path is the key prefix under which documents live. Options: ``connect_timeout`` and
-    ``read_timeout`` (seconds).
+    The path is the key prefix under which documents live. The user name and password (an etcd
+    user, for a cluster with authentication on) may be percent-encoded. Options:
+    ``connect_timeout`` and ``read_timeout`` (seconds); for ``etcds://``, ``ca_certs`` (a PEM file
+    of the CAs to trust instead of the system's) and ``client_cert`` / ``client_key`` (PEM files,
+    for a member that asks for a client certificate).
 
-    :raises ConfigError: no host or prefix, credentials (not supported yet), an unknown option
-        (named), or an invalid value.
+    :raises ConfigError: no host or prefix, a user name without a password, an unknown or empty
+        option (named), or an invalid value.
     """
+    scheme = parts.scheme.lower()
     for name in sorted(options):
         if name not in _URL_OPTIONS:
             raise ConfigError(
-                f"unknown etcd:// store URL option {name!r}; known options:"
+                f"unknown {scheme}:// store URL option {name!r}; known options:"
                 f" {', '.join(_URL_OPTIONS)}"
             )
+        if not options[name]:
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
     if parts.fragment:
-        raise ConfigError("etcd:// store URL must not have a #fragment")
-    if "@" in parts.netloc:
-        raise ConfigError("etcd:// store URLs take no credentials yet (etcd auth is not supported)")
-    if not parts.netloc:
-        raise ConfigError("etcd:// store URL needs a host: etcd://HOST:PORT/PREFIX")
+        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
+    userinfo, at, endpoint = parts.netloc.rpartition("@")
+    if not endpoint:
+        raise ConfigError(f"{scheme}:// store URL needs a host: {scheme}://HOST:PORT/PREFIX")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        if not colon or not user:
+            raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
+        username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
     timeouts: dict[str, float] = {}
-    for option in _URL_OPTIONS:
+    for option in _TIMEOUTS:
         if option in options:
             try:
                 timeouts[option] = float(options[option])
@@ -651,8 +785,14 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
                     f" got {options[option]!r}"
                 ) from None
     return EtcdStore(
-        parts.netloc,
+        endpoint,
         prefix=urllib.parse.unquote(parts.path),
+        username=username,
+        password=password,
+        tls=scheme == "etcds",
+        ca_certs=options.get("ca_certs"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
         connect_timeout=timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
         read_timeout=timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
     )

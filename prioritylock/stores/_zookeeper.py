@@ -80,14 +80,20 @@ MAX_OBJECT_BYTES = 1_000_000
 
 class _NoCredentials(logging.Filter):
     """Drops kazoo's lines that show a request carrying credentials (at DEBUG it logs every
-    request it sends, ``Auth(scheme='digest', auth='USER:PASSWORD')`` among them)."""
+    request it sends, ``Auth(scheme='digest', auth='USER:PASSWORD')`` among them), and keeps
+    the others as text: a record holding kazoo's exception (``Connection dropped: %s``) would
+    keep its traceback, and the socket of a refused TLS handshake in it, alive for as long as a
+    handler keeps the record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a line we can't read is a line we can't vouch for
             return False
-        return "Auth(" not in message and "auth_data" not in message and "sasl" not in message
+        if "Auth(" in message or "auth_data" in message or "sasl" in message:
+            return False
+        record.msg, record.args = message, None
+        return True
 
 
 #: kazoo's own log lines (connections, and at DEBUG each request) go here, under the stores'
@@ -154,11 +160,17 @@ class ZooKeeperStore:
     ``hosts`` is kazoo's ``HOST:PORT[,HOST:PORT...]``. With ``username`` and ``password``, the
     session authenticates with ZooKeeper's ``digest`` scheme and the nodes it creates are
     readable and writable by that user alone; without them, they get ZooKeeper's open ACL.
+    ``tls`` speaks TLS to the servers' ``secureClientPort`` (``zks://``), checking each server's
+    certificate and host name against ``ca_certs`` (a PEM file of CA certificates) or else the
+    system's trust store (which ``SSL_CERT_FILE`` can name); ``client_cert`` and ``client_key``
+    (PEM files; the key may be in the certificate's file) are shown to a server that asks for a
+    client certificate (``ssl.clientAuth``).
     ``client``: a kazoo client of the caller's, not started, for ``hosts`` (the store starts and
     stops it; its credentials and retries are the caller's). Every request counts in
     :attr:`stats`; a watch's re-arming (``exists``) does not.
 
-    :raises ConfigError: invalid hosts, prefix, credentials or timeouts.
+    :raises ConfigError: invalid hosts, prefix, credentials or timeouts, or TLS files without
+        ``tls``.
     """
 
     _CAPABILITIES = StoreCapabilities(
@@ -176,6 +188,10 @@ class ZooKeeperStore:
         prefix: str = "prioritylock",
         username: str | None = None,
         password: str | None = None,
+        tls: bool = False,
+        ca_certs: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         session_timeout: float = 10.0,
@@ -187,6 +203,11 @@ class ZooKeeperStore:
         self._connect_timeout, self._read_timeout = timeouts
         if (username is None) != (password is None) or (username is not None and ":" in username):
             raise ConfigError("ZooKeeper needs both a user name (without ':') and a password")
+        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
+            raise ConfigError("ZooKeeper ca_certs, client_cert and client_key are for TLS (zks://)")
+        if client_key is not None and client_cert is None:
+            raise ConfigError("ZooKeeper client_key needs client_cert")
+        self._tls = tls
         self._stats = StoreStats()
         self._closed = False
         self._start_lock = threading.Lock()
@@ -195,6 +216,15 @@ class ZooKeeperStore:
         if username is not None and password is not None:
             options["auth_data"] = [("digest", f"{username}:{password}")]
             options["default_acl"] = [make_digest_acl(username, password, all=True)]
+        if tls:
+            options.update(
+                use_ssl=True,
+                verify_certs=True,
+                check_hostname=True,  # kazoo's default is not to
+                ca=ca_certs,
+                certfile=client_cert,
+                keyfile=client_key or client_cert,
+            )
         self._zk: Any = client or KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
@@ -411,11 +441,10 @@ class ZooKeeperStore:
             if self._closed:
                 raise StoreError(f"{self._describe(op, key)}: the store is closed")
         if not self._connected.wait(self._connect_timeout):
-            raise self._logged(
-                op,
-                key,
-                StoreUnavailable(f"{self._describe(op, key)}: no ZooKeeper server answered"),
-            )
+            why = "no ZooKeeper server answered"
+            if self._tls:  # kazoo retries a refused certificate as it does a refused connection
+                why += " (or none had a certificate trusted by ca_certs or SSL_CERT_FILE)"
+            raise self._logged(op, key, StoreUnavailable(f"{self._describe(op, key)}: {why}"))
 
     def _on_state(self, state: str) -> None:
         """kazoo's session listener (its connection thread: never blocks)."""
@@ -708,42 +737,58 @@ class _Watcher:
             log.exception("%r: a change callback raised", self._store)
 
 
-_URL_OPTIONS = ("connect_timeout", "read_timeout", "session_timeout")
+_URL_OPTIONS = (
+    "ca_certs",
+    "client_cert",
+    "client_key",
+    "connect_timeout",
+    "read_timeout",
+    "session_timeout",
+)
+_TIMEOUTS = ("connect_timeout", "read_timeout", "session_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> ZooKeeperStore:
-    """The store for ``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX``.
+    """The store for ``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX`` (``zks://`` for
+    TLS).
 
     The path is the znode under which documents live. Options: ``connect_timeout``,
-    ``read_timeout`` and ``session_timeout`` (seconds). The user name and password (ZooKeeper's
-    digest scheme) may be percent-encoded.
+    ``read_timeout`` and ``session_timeout`` (seconds); for ``zks://``, ``ca_certs`` (a PEM file of
+    the CAs to trust instead of the system's) and ``client_cert`` / ``client_key`` (PEM files). The
+    user name and password (ZooKeeper's digest scheme) may be percent-encoded.
 
     :raises ConfigError: no host or prefix, an unknown or empty option (named), or an invalid value.
     """
+    scheme = parts.scheme.lower()
     for name in sorted(options):
         if name not in _URL_OPTIONS:
             raise ConfigError(
-                f"unknown zk:// store URL option {name!r}; known options: {', '.join(_URL_OPTIONS)}"
+                f"unknown {scheme}:// store URL option {name!r}; known options:"
+                f" {', '.join(_URL_OPTIONS)}"
             )
+        if not options[name]:
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
     if parts.fragment:
-        raise ConfigError("zk:// store URL must not have a #fragment")
+        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
     userinfo, at, hosts = parts.netloc.rpartition("@")
     if not hosts:
-        raise ConfigError("zk:// store URL needs hosts: zk://HOST:PORT[,HOST:PORT...]/PREFIX")
+        raise ConfigError(
+            f"{scheme}:// store URL needs hosts: {scheme}://HOST:PORT[,HOST:PORT...]/PREFIX"
+        )
     username = password = None
     if at:
         user, colon, secret = userinfo.partition(":")
         if not colon:
-            raise ConfigError("zk:// store URL credentials must be USER:PASSWORD@")
+            raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
         username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
     timeouts: dict[str, float] = {}
-    for option in _URL_OPTIONS:
+    for option in _TIMEOUTS:
         if option in options:
             try:
                 timeouts[option] = float(options[option])
             except ValueError:
                 raise ConfigError(
-                    f"zk:// store URL option {option!r} must be a number of seconds,"
+                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
                     f" got {options[option]!r}"
                 ) from None
     return ZooKeeperStore(
@@ -751,5 +796,9 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         prefix=urllib.parse.unquote(parts.path),
         username=username,
         password=password,
+        tls=scheme == "zks",
+        ca_certs=options.get("ca_certs"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
         **timeouts,
     )

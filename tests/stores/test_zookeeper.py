@@ -69,6 +69,8 @@ def test_the_url_names_hosts_prefix_credentials_and_timeouts() -> None:
         ("zk://h/locks?timeout=1", "unknown zk:// store URL option 'timeout'"),
         ("zk://h/locks?read_timeout=soon", "number of seconds"),
         ("zk://user-without-password@h/locks", "USER:PASSWORD"),
+        ("zk://h/locks?ca_certs=/ca.pem", "for TLS"),
+        ("zks://h/locks?client_key=/k.pem", "client_key needs client_cert"),
     ],
 )
 def test_a_bad_url_is_a_config_error(url: str, says: str) -> None:
