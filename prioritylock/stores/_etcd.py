@@ -34,7 +34,6 @@ under way is announced first, so a watch that hears it before its answer waits f
 from __future__ import annotations
 
 import base64
-import collections
 import json
 import logging
 import ssl
@@ -66,6 +65,7 @@ from prioritylock.stores._base import (
     StoreCapabilities,
     StoreStats,
     Versioned,
+    own_writes,
     validate_key,
     validate_prefix,
 )
@@ -84,43 +84,10 @@ MAX_OBJECT_BYTES = 1_000_000
 """The largest document the store writes: etcd refuses a request over ``--max-request-bytes``
 (1.5 MiB by default), and base64 makes the JSON a third larger."""
 
-#: Revisions this process wrote, per etcd key (endpoint + key), the latest few: a watch that hears
-#: one of them does not wake this process's locks (they were told in-process).
-_written: collections.OrderedDict[str, collections.deque[int]] = collections.OrderedDict()
-#: Writes this process has under way, per etcd key: a watch may hear one before its answer.
-_pending: collections.Counter[str] = collections.Counter()
-_written_lock = threading.Condition()
 _WRITTEN_KEYS = 4096
 _PENDING_WAIT = 2.0
 """Seconds a watch waits for this process's writes under way to a key before deciding whose a
 change was (past it, the change wakes the locks: a hint too many)."""
-
-
-def _begin_write(name: str) -> None:
-    with _written_lock:
-        _pending[name] += 1
-
-
-def _end_write(name: str, revision: int | None) -> None:
-    """A write :func:`_begin_write` announced has its answer: ``revision`` if it landed."""
-    with _written_lock:
-        if revision is not None:
-            revisions = _written.setdefault(name, collections.deque(maxlen=8))
-            _written.move_to_end(name)
-            revisions.append(revision)
-            while len(_written) > _WRITTEN_KEYS:
-                _written.popitem(last=False)
-        _pending[name] -= 1
-        if _pending[name] <= 0:
-            del _pending[name]
-        _written_lock.notify_all()
-
-
-def _ours(name: str, revision: int) -> bool:
-    """Whether this process wrote ``revision`` of ``name`` (waiting for its writes under way)."""
-    with _written_lock:
-        _written_lock.wait_for(lambda: not _pending[name], timeout=_PENDING_WAIT)
-        return revision in _written.get(name, ())
 
 
 class EtcdStore:
@@ -434,7 +401,7 @@ class EtcdStore:
     def _txn(self, op: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
         """One transaction on ``key``, announced to this process's watches while under way."""
         name = f"{self.endpoint}/{self._base}{key}"
-        _begin_write(name)
+        own_writes.begin(name)
         revision = None
         try:
             answer = self._call(op, key, "txn", body)
@@ -443,7 +410,7 @@ class EtcdStore:
                 self._saw(key, revision)
             return answer
         finally:
-            _end_write(name, revision)
+            own_writes.end(name, None if revision is None else str(revision))
 
     def _saw(self, key: str, revision: int) -> None:
         if len(self._seen) > _WRITTEN_KEYS:
@@ -612,7 +579,11 @@ class _Watch:
         for event in events:
             revision = int(event.get("kv", {}).get("mod_revision", 0))
             start = max(start, revision + 1)
-            news = news or event.get("type") == "DELETE" or not _ours(self._written_name, revision)
+            news = (
+                news
+                or event.get("type") == "DELETE"
+                or not own_writes.made(self._written_name, str(revision), wait=_PENDING_WAIT)
+            )
         if news:
             self._call()
         return start

@@ -26,7 +26,6 @@ log. The server's sessions and ephemeral nodes play no part in who holds a lock 
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import threading
@@ -59,6 +58,7 @@ from prioritylock.stores._base import (
     StoreCapabilities,
     StoreStats,
     Versioned,
+    own_writes,
     validate_key,
     validate_prefix,
 )
@@ -100,57 +100,6 @@ class _NoCredentials(logging.Filter):
 #: logger, without credentials.
 _KAZOO_LOG = logging.getLogger("prioritylock.stores.zookeeper")
 _KAZOO_LOG.addFilter(_NoCredentials())
-
-#: Versions this process wrote, per znode (``HOSTS`` + path), the latest few: a watch that finds
-#: one of them at the node does not wake this process's locks (they were told in-process).
-_written: collections.OrderedDict[str, collections.deque[str]] = collections.OrderedDict()
-#: Writes this process began, per znode: a watch that fires with none begun since it was armed
-#: heard another's write, and calls its watchers at once (no ``exists`` to ask whose it was).
-_began: collections.Counter[str] = collections.Counter()
-#: Writes this process has under way, per znode: one that began before a watch was armed may land
-#: after it, and fire it with no write begun since.
-_pending: collections.Counter[str] = collections.Counter()
-_written_lock = threading.Lock()
-_WRITTEN_PATHS = 4096
-
-
-def _begin_write(node: str, expected: str | None = None) -> None:
-    """A write of this process to ``node`` begins; ``expected``: the version it will make if it
-    lands (a replace's is known: same node, data version + 1), counted as ours from now on, so
-    a watch that hears it before our answer comes does not wake this process's locks."""
-    with _written_lock:
-        _began[node] += 1
-        _pending[node] += 1
-        if len(_began) > _WRITTEN_PATHS:
-            _began.clear()  # a watch then asks whose each change was, once
-        if expected is not None:
-            _remember(node, expected)
-
-
-def _end_write(node: str) -> None:
-    """A write :func:`_begin_write` announced has its answer (or gave up waiting for it)."""
-    with _written_lock:
-        _pending[node] -= 1
-        if _pending[node] <= 0:
-            del _pending[node]
-
-
-def _remember(node: str, version: str) -> None:
-    """(``_written_lock`` held.)"""
-    versions = _written.setdefault(node, collections.deque(maxlen=8))
-    _written.move_to_end(node)
-    if version not in versions:
-        versions.append(version)
-    while len(_written) > _WRITTEN_PATHS:
-        _written.popitem(last=False)
-
-
-def _forget(node: str, version: str) -> None:
-    """A replace that did not land: its expected version is not ours."""
-    with _written_lock:
-        versions = _written.get(node)
-        if versions is not None and version in versions:
-            versions.remove(version)
 
 
 class ZooKeeperStore:
@@ -287,18 +236,22 @@ class ZooKeeperStore:
         path = self._path(key)
         payload = self._payload("create", key, data)
         send = lambda: self._zk.create_async(path, payload, include_data=True)  # noqa: E731
-        _begin_write(self._hosts + path)
+        node = self._hosts + path
+        version: str | None = None
+        own_writes.begin(node)
         try:
             try:
                 _path, stat = self._call("create", key, send)
             except _Missing:  # the prefix's znode: made once, then the create again
                 self._make_base(key)
                 _path, stat = self._call("create", key, send)
+            version = _token(stat)
         except _Exists:
             raise self._logged("create", key, ConditionFailed(key, "already exists")) from None
         finally:
-            _end_write(self._hosts + path)
-        return self._wrote("create", key, path, stat)
+            own_writes.end(node, version)
+        self._log_outcome("create", key, version)
+        return version
 
     def replace(self, key: str, data: bytes, version: str) -> str:
         path = self._path(key)
@@ -307,32 +260,32 @@ class ZooKeeperStore:
         if number is None:
             raise self._logged("replace", key, ConditionFailed(key, "at another version"))
         node, expected = self._hosts + path, f"{czxid}.{number + 1}"
-        _begin_write(node, expected)
+        landed: str | None = None
+        own_writes.begin(node, expected)
         try:
             stat = self._call(
                 "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
             )
-        except BaseException:
-            _forget(node, expected)
-            raise
+            landed = _token(stat)
         finally:
-            _end_write(node)
+            own_writes.end(node, landed, withdrawn=expected)
         if stat.czxid != czxid:
             # The version matched a later incarnation of the node (created again after a
             # delete): the write landed. Say so; the lock never deletes its documents.
             log.warning("%r replace of %r: the node was deleted and created again", self, key)
-        return self._wrote("replace", key, path, stat)
+        self._log_outcome("replace", key, landed)
+        return landed
 
     def delete(self, key: str, version: str) -> None:
         path = self._path(key)
         _czxid, number = _parse(version)
         if number is None:
             raise self._logged("delete", key, ConditionFailed(key, "at another version"))
-        _begin_write(self._hosts + path)
+        own_writes.begin(self._hosts + path)
         try:
             self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
         finally:
-            _end_write(self._hosts + path)
+            own_writes.end(self._hosts + path)
         self._log_outcome("delete", key, None)
 
     def list(self, prefix: str) -> list[str]:
@@ -465,13 +418,6 @@ class ZooKeeperStore:
                 self._call("create", key, functools.partial(self._zk.create_async, node, b""))
             except _Exists:
                 continue
-
-    def _wrote(self, op: str, key: str, path: str, stat: Any) -> str:
-        version = _token(stat)
-        with _written_lock:
-            _remember(self._hosts + path, version)
-        self._log_outcome(op, key, version)
-        return version
 
     def _payload(self, op: str, key: str, data: bytes) -> bytes:
         payload = bytes(data)
@@ -677,12 +623,11 @@ class _Watcher:
         with self._lock:
             if self._stopped or path not in self._callbacks:
                 return
-            with _written_lock:
-                self._began_at_arm[path] = _began[node]
-                if _pending[node] > 0:
-                    self._pending_at_arm.add(path)
-                else:
-                    self._pending_at_arm.discard(path)
+            self._began_at_arm[path], pending = own_writes.under_way(node)
+            if pending:
+                self._pending_at_arm.add(path)
+            else:
+                self._pending_at_arm.discard(path)
         if not self._zk.connected:
             return  # on_state arms it again once connected
         try:
@@ -699,11 +644,9 @@ class _Watcher:
         path = event.path
         if not path:
             return
-        with _written_lock:
-            ours = (
-                _began[self._store.hosts + path] != self._began_at_arm.get(path)
-                or path in self._pending_at_arm
-            )
+        began, _pending = own_writes.under_way(self._store.hosts + path)
+        with self._lock:
+            ours = began != self._began_at_arm.get(path) or path in self._pending_at_arm
         if ours:  # this process wrote since: ask whose the change is
             self._arm(path, check=True)
             return
@@ -717,11 +660,8 @@ class _Watcher:
             stat = answer.get_nowait()
         except Exception:
             stat = None  # lost: tell them anyway
-        if stat is not None:
-            with _written_lock:
-                mine = _token(stat) in _written.get(self._store.hosts + path, ())
-            if mine:
-                return
+        if stat is not None and own_writes.made(self._store.hosts + path, _token(stat)):
+            return
         self._notify(path)
 
     def _notify(self, path: str) -> None:
