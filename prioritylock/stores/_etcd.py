@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prioritylock.stores._registry import missing_extra
@@ -60,22 +59,19 @@ from prioritylock._errors import (
 )
 from prioritylock._scheduler import DEFAULT_WORKERS
 from prioritylock.stores._base import (
-    NOT_MODIFIED,
     ReadResult,
     StoreCapabilities,
-    StoreStats,
     Versioned,
     own_writes,
     validate_key,
-    validate_prefix,
 )
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     WRITES,
-    check_timeouts,
+    CloudStore,
 )
-from prioritylock.stores._log import describe_error, describe_result, log
+from prioritylock.stores._log import log
 
 __all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "EtcdStore", "store_from_url"]
 
@@ -90,7 +86,7 @@ _PENDING_WAIT = 2.0
 change was (past it, the change wakes the locks: a hint too many)."""
 
 
-class EtcdStore:
+class EtcdStore(CloudStore):
     """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
     process and host that opens it.
 
@@ -108,11 +104,19 @@ class EtcdStore:
         ``tls``.
     """
 
+    _LABEL = "etcd"
+    _SCHEME = "etcd"
+    _HOLDER = "endpoint"
     _CAPABILITIES = StoreCapabilities(
         shared_across_processes=True,
         shared_across_hosts=True,
         conditional_delete=True,
         unique_versions=True,  # mod revisions never repeat (see the module's notes)
+    )
+    _MAX_BYTES = MAX_OBJECT_BYTES
+    _ACCESS_HINT = (
+        "check the user name and password (etcd://USER:PASSWORD@HOST:PORT/PREFIX) and that the"
+        " user's role may read and write the prefix's keys (docs/stores.md)"
     )
 
     def __init__(
@@ -131,8 +135,7 @@ class EtcdStore:
         pool: urllib3.HTTPConnectionPool | None = None,
     ) -> None:
         self._host, self._port = _check_endpoint(endpoint)
-        self._base = _base_prefix(prefix)
-        connect, read = check_timeouts("etcd", connect_timeout, read_timeout)
+        super().__init__(self.endpoint, _base_prefix(prefix), connect_timeout, read_timeout)
         if (username is None) != (password is None) or username == "":
             raise ConfigError("etcd needs both a user name and a password, or neither")
         if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
@@ -141,6 +144,7 @@ class EtcdStore:
             raise ConfigError("etcd client_key needs client_cert")
         self._credentials = None if username is None else {"name": username, "password": password}
         self._token: str | None = None
+        self._token_lock = threading.Lock()
         self._tls: dict[str, Any] | None = None
         if tls:
             self._tls = {
@@ -149,127 +153,33 @@ class EtcdStore:
                 "cert_file": client_cert,
                 "key_file": client_key,
             }
-        self._stats = StoreStats()
         self._closed = False
         self._close_lock = threading.Lock()
-        self._token_lock = threading.Lock()
-        self._connect_timeout = connect
         self._watches: list[_Watch] = []
         #: The latest revision this store read or wrote, per key: a watch starts after it.
         self._seen: dict[str, int] = {}
         # As many connections as workers may call at once.
-        self._pool = pool or self._new_pool(DEFAULT_WORKERS, read)
-
-    # -- what every store shows --------------------------------------------------------------
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return self._CAPABILITIES
+        self._take_client(pool, {}, lambda: self._new_pool(DEFAULT_WORKERS, self._timeouts[1]))
 
     @property
     def namespace(self) -> str:
         """Names what this store addresses: two stores with one namespace share documents."""
-        return f"etcd:{self.endpoint}/{self._base}"
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix under which documents live (``prioritylock/``)."""
-        return self._base
+        return f"etcd:{self.endpoint}/{self._prefix}"
 
     @property
     def endpoint(self) -> str:
         """``HOST:PORT``."""
         return f"{self._host}:{self._port}"
 
-    def _new_pool(self, size: int, read: float | None) -> urllib3.HTTPConnectionPool:
-        """A pool of ``size`` connections to the member (HTTPS if the store speaks TLS), no
-        retries, each read waiting at most ``read`` seconds (``None``: for ever)."""
-        options: dict[str, Any] = {
-            "maxsize": size,
-            "block": False,
-            "timeout": urllib3.Timeout(connect=self._connect_timeout, read=read),
-            "retries": False,
-            "headers": {"Content-Type": "application/json"},
-        }
-        if self._tls is None:
-            return urllib3.HTTPConnectionPool(self._host, self._port, **options)
-        return urllib3.HTTPSConnectionPool(self._host, self._port, **options, **self._tls)
-
-    def __repr__(self) -> str:
-        return f"EtcdStore({self.endpoint!r}, prefix={self._base!r})"
-
-    # -- the seam ------------------------------------------------------------------------------
-
-    def read(self, key: str) -> Versioned | None:
-        found = self._read(key, None)
-        assert found is not NOT_MODIFIED
-        return found
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        """One range request, compared with ``version`` (etcd has no conditional read)."""
-        return self._read(key, version)
-
-    def create(self, key: str, data: bytes) -> str:
-        name = self._name(key)
-        value = self._payload("create", key, data)
-        compare = {"key": name, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
-        put = {"request_put": {"key": name, "value": value}}
-        answer = self._txn("create", key, {"compare": [compare], "success": [put]})
-        if not answer.get("succeeded"):
-            raise self._logged("create", key, ConditionFailed(key, "already exists"))
-        return self._wrote("create", key, answer)
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        name = self._name(key)
-        value = self._payload("replace", key, data)
-        revision = _parse(version)
-        if revision is None:
-            raise self._logged("replace", key, ConditionFailed(key, "at another version"))
-        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
-        put = {"request_put": {"key": name, "value": value}}
-        answer = self._txn("replace", key, {"compare": [compare], "success": [put]})
-        if not answer.get("succeeded"):
-            raise self._logged("replace", key, ConditionFailed(key, "absent or at another version"))
-        return self._wrote("replace", key, answer)
-
-    def delete(self, key: str, version: str) -> None:
-        name = self._name(key)
-        revision = _parse(version)
-        if revision is None:
-            raise self._logged("delete", key, ConditionFailed(key, "at another version"))
-        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
-        remove = {"request_delete_range": {"key": name}}
-        answer = self._txn("delete", key, {"compare": [compare], "success": [remove]})
-        if not answer.get("succeeded"):
-            raise self._logged("delete", key, ConditionFailed(key, "absent or at another version"))
-        self._log_outcome("delete", key, None)
-
-    def list(self, prefix: str) -> list[str]:
-        validate_prefix(prefix)
-        start = (self._base + prefix).encode()
-        body = {"key": _b64(start), "range_end": _b64(_prefix_end(start)), "keys_only": True}
-        answer = self._call("list", prefix, "range", body)
-        skip = len(self._base.encode())
-        keys = sorted(
-            key
-            for key in (_key_of(_unb64(kv.get("key", ""))[skip:]) for kv in answer.get("kvs", ()))
-            if key is not None and key.startswith(prefix)
-        )
-        self._log_outcome("list", prefix, keys)
-        return keys
-
     def close(self) -> None:
-        """Close the connection pool and the store's watches; safe to call twice."""
+        """Close the connection pool (the caller's too) and the store's watches; safe to call
+        twice."""
         with self._close_lock:
             self._closed = True
             watches, self._watches = self._watches, []
         for watch in watches:
             watch.stop()
-        self._pool.close()
+        self._client.close()
 
     # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
 
@@ -286,7 +196,7 @@ class EtcdStore:
 
         :raises ConfigError: invalid key.
         """
-        name = self._base + validate_key(key)
+        name = self._object_name(key)
         # From the revision after the latest this store read or wrote: a change made before the
         # stream is open is heard too.
         watch = _Watch(self, name, callback, self._seen.get(key, -1) + 1)
@@ -304,91 +214,162 @@ class EtcdStore:
 
         return stop
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- one request per operation (CloudStore) -------------------------------------------------
 
-    def _read(self, key: str, version: str | None) -> ReadResult:
-        op = "read" if version is None else "read_if_changed"
-        answer = self._call("read", key, "range", {"key": self._name(key)}, log_as=op)
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        answer = self._request(key, "read", "range", {"key": _b64(name.encode())})
         kvs = answer.get("kvs") or []
         if not kvs:
             self._saw(key, int(answer.get("header", {}).get("revision", 0)))
-            self._log_outcome(op, key, None)
             return None
-        self._saw(key, int(kvs[0].get("mod_revision", 0)))
-        token = str(int(kvs[0].get("mod_revision", 0)))
-        found: ReadResult
-        if token == version:
-            found = NOT_MODIFIED
-            self._stats.count_not_modified()
-        else:
-            found = Versioned(_unb64(kvs[0].get("value", "")), token)
-        self._log_outcome(op, key, found)
-        return found
+        revision = int(kvs[0].get("mod_revision", 0))
+        self._saw(key, revision)
+        return Versioned(_unb64(kvs[0].get("value", "")), str(revision))
 
-    def _call(
-        self, op: str, key: str, method: str, body: dict[str, Any], *, log_as: str | None = None
-    ) -> dict[str, Any]:
-        """One request to ``/v3/kv/METHOD``: counted, sent once, its errors translated; the
-        answer's JSON object."""
-        self._stats.count(op + "s")
-        logged_op = log_as or op
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        encoded = _b64(name.encode())
+        if condition is None:
+            compare = {
+                "key": encoded,
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": "0",
+            }
+        else:
+            compare = {
+                "key": encoded,
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": condition,
+            }
+        put = {"request_put": {"key": encoded, "value": _b64(data)}}
+        revision = self._txn(op, key, name, {"compare": [compare], "success": [put]})
+        if revision is None:
+            raise ConditionFailed(
+                key, "already exists" if condition is None else "absent or at another version"
+            )
+        return revision
+
+    def _remove(self, name: str, condition: Any) -> None:
+        key, encoded = name[len(self._prefix) :], _b64(name.encode())
+        compare = {"key": encoded, "target": "MOD", "result": "EQUAL", "mod_revision": condition}
+        remove = {"request_delete_range": {"key": encoded}}
+        if self._txn("delete", key, name, {"compare": [compare], "success": [remove]}) is None:
+            raise ConditionFailed(key, "absent or at another version")
+
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        start = full_prefix.encode()
+        body = {"key": _b64(start), "range_end": _b64(_prefix_end(start)), "keys_only": True}
+        answer = self._request(full_prefix[len(self._prefix) :], "list", "range", body)
+        skip = len(self._prefix)
+        for kv in answer.get("kvs", ()):
+            try:
+                name = _unb64(kv.get("key", "")).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if _key_of(name[skip:].encode()) is not None:  # not a key of ours otherwise
+                yield name
+
+    def _read_condition(self, version: str) -> str | None:
+        return _parse(version)
+
+    def _write_condition(self, key: str, version: str) -> str:
+        revision = _parse(version)
+        if revision is None:
+            raise ConditionFailed(key, "at another version")
+        return revision
+
+    def _namespace_root(self) -> str:
+        return ""
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _new_pool(self, size: int, read: float | None) -> urllib3.HTTPConnectionPool:
+        """A pool of ``size`` connections to the member (HTTPS if the store speaks TLS), no
+        retries, each read waiting at most ``read`` seconds (``None``: for ever)."""
+        options: dict[str, Any] = {
+            "maxsize": size,
+            "block": False,
+            "timeout": urllib3.Timeout(connect=self._timeouts[0], read=read),
+            "retries": False,
+            "headers": {"Content-Type": "application/json"},
+        }
+        if self._tls is None:
+            return urllib3.HTTPConnectionPool(self._host, self._port, **options)
+        return urllib3.HTTPSConnectionPool(self._host, self._port, **options, **self._tls)
+
+    def _request(self, key: str, op: str, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request to ``/v3/kv/METHOD``, sent once (twice if the member no longer knew the
+        store's token: it applied nothing); the answer's JSON object.
+
+        :raises EtcdStatusError: an answer other than 200 with a JSON object.
+        """
         with self._close_lock:
             if self._closed:
-                raise StoreError(f"{self._describe(logged_op, key)}: the store is closed")
+                raise StoreError(f"{self._describe_call(op, key)}: the store is closed")
         data = json.dumps(body).encode()
         for attempt in (1, 2):
-            headers = self._auth_headers(logged_op, key)
-            try:
-                response = self._pool.request(
-                    "POST", f"/v3/kv/{method}", body=data, headers=headers, preload_content=True
-                )
-            except Exception as exc:
-                raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
+            headers = self._auth_headers()
+            response = self._client.request(
+                "POST", f"/v3/kv/{method}", body=data, headers=headers, preload_content=True
+            )
             status, answer = response.status, _json(response.data)
             if status == 200 and answer is not None:
                 return answer
-            refused = EtcdStatusError(status, answer)
             if status == 401 and self._credentials is not None and attempt == 1:
-                # The token is no longer known: nothing was applied. A new one, and once more.
-                self._forget_token(headers)
+                self._forget_token(headers)  # a new token, and once more
                 continue
-            raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
+            raise EtcdStatusError(status, answer)
         raise AssertionError("unreachable")
 
-    def _auth_headers(self, op: str, key: str) -> dict[str, str]:
+    def _txn(self, op: str, key: str, name: str, body: dict[str, Any]) -> str | None:
+        """One transaction on object ``name``, announced to this process's watches while under
+        way; the revision it made, or ``None`` if its condition failed."""
+        written = f"{self.endpoint}/{name}"
+        own_writes.begin(written)
+        revision = None
+        try:
+            answer = self._request(key, op, "txn", body)
+            if answer.get("succeeded"):
+                revision = int(answer.get("header", {}).get("revision", 0))
+                self._saw(key, revision)
+        finally:
+            own_writes.end(written, None if revision is None else str(revision))
+        return None if revision is None else str(revision)
+
+    def _saw(self, key: str, revision: int) -> None:
+        if len(self._seen) > _WRITTEN_KEYS:
+            self._seen.clear()
+        self._seen[key] = max(revision, self._seen.get(key, 0))
+
+    def _auth_headers(self) -> dict[str, str]:
         """The headers that authenticate a request (none without credentials), asking for a
         token first if the store has none.
 
-        :raises StoreAccessError: the user name or password was refused.
-        :raises StoreUnavailable: the member did not answer.
+        :raises _AuthFailed: the token was not given (refused, or no answer).
         """
         if self._credentials is None:
             return {}
         with self._token_lock:
             token = self._token
         if token is None:
-            token = self._authenticate(op, key)
+            token = self._authenticate()
         return {"Authorization": token}
 
-    def _authenticate(self, op: str, key: str) -> str:
+    def _authenticate(self) -> str:
         """A new token (``/v3/auth/authenticate``; not counted in :attr:`stats`)."""
+        body = json.dumps(self._credentials).encode()
         try:
-            response = self._pool.request(
-                "POST",
-                "/v3/auth/authenticate",
-                body=json.dumps(self._credentials).encode(),
-                preload_content=True,
+            response = self._client.request(
+                "POST", "/v3/auth/authenticate", body=body, preload_content=True
             )
-        except Exception as exc:
-            error = self._translate(exc, op, key)
-            if isinstance(error, StoreUnavailable):  # nothing of the operation itself was sent
-                error = StoreUnavailable(str(error))
-            raise self._logged(op, key, error) from exc
+        except (http_errors.HTTPError, OSError) as exc:
+            raise _AuthFailed(exc) from exc
         answer = _json(response.data)
         token = answer.get("token") if answer is not None else None
         if response.status != 200 or not isinstance(token, str) or not token:
             refused = EtcdStatusError(response.status, answer)
-            raise self._logged(op, key, self._refused(refused, op, key)) from refused
+            raise _AuthFailed(refused) from refused
         with self._token_lock:
             self._token = token
         return token
@@ -398,88 +379,38 @@ class EtcdStore:
             if self._token == headers.get("Authorization"):
                 self._token = None
 
-    def _txn(self, op: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One transaction on ``key``, announced to this process's watches while under way."""
-        name = f"{self.endpoint}/{self._base}{key}"
-        own_writes.begin(name)
-        revision = None
-        try:
-            answer = self._call(op, key, "txn", body)
-            if answer.get("succeeded"):
-                revision = int(answer.get("header", {}).get("revision", 0))
-                self._saw(key, revision)
-            return answer
-        finally:
-            own_writes.end(name, None if revision is None else str(revision))
-
-    def _saw(self, key: str, revision: int) -> None:
-        if len(self._seen) > _WRITTEN_KEYS:
-            self._seen.clear()
-        self._seen[key] = max(revision, self._seen.get(key, 0))
-
-    def _wrote(self, op: str, key: str, answer: dict[str, Any]) -> str:
-        version = str(int(answer.get("header", {}).get("revision", 0)))
-        self._log_outcome(op, key, version)
-        return version
-
-    def _payload(self, op: str, key: str, data: bytes) -> str:
-        payload = bytes(data)
-        if len(payload) > MAX_OBJECT_BYTES:
-            raise ConfigError(
-                f"etcd {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
-                f" {MAX_OBJECT_BYTES}"
-            )
-        return _b64(payload)
-
-    def _name(self, key: str) -> str:
-        """The key's etcd key, base64 for the gateway."""
-        validate_key(key)
-        return _b64((self._base + key).encode())
-
-    def _translate(self, exc: BaseException, op: str, key: str) -> PriorityLockError:
-        """The one place where urllib3's errors become ours: not connected is nothing sent;
-        a lost or late answer is outcome-unknown for a write."""
-        what = self._describe(op, key)
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
+        """The one place where urllib3's errors and the gateway's answers become ours: not
+        connected is nothing sent; a lost or late answer is outcome-unknown for a write; the
+        server's messages are not copied."""
+        if isinstance(exc, _AuthFailed):  # nothing of the operation itself was sent
+            error = self._translate(exc.cause, op, key)
+            return StoreUnavailable(str(error)) if isinstance(error, StoreUnavailable) else error
+        what = self._describe_call(op, key)
+        if isinstance(exc, EtcdStatusError):
+            if exc.status in (401, 403) or (exc.status == 400 and exc.auth):
+                return StoreAccessError(f"{what} refused ({exc}): {self._ACCESS_HINT}")
+            if exc.status in (408, 429) or exc.status >= 500:
+                return StoreUnavailable(
+                    f"{what}: etcd could not answer ({exc})", outcome_unknown=op in WRITES
+                )
+            return StoreError(f"{what} failed ({exc})")
+        cause: BaseException = exc
         if isinstance(exc, http_errors.MaxRetryError) and exc.reason is not None:
-            exc = exc.reason
-        name = type(exc).__name__
-        if _untrusted(exc):
+            cause = exc.reason
+        name = type(cause).__name__
+        if _untrusted(cause):
             return StoreAccessError(
                 f"{what}: the member's TLS certificate was not trusted; name its CA with the"
                 " option ca_certs (a PEM file) or SSL_CERT_FILE"
             )
-        if isinstance(exc, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
+        if isinstance(cause, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
             return StoreUnavailable(f"{what}: no etcd server answered ({name})")
-        if isinstance(exc, (http_errors.HTTPError, OSError)):
+        if isinstance(cause, (http_errors.HTTPError, OSError)):
             return StoreUnavailable(
                 f"{what}: the answer was lost or late ({name})", outcome_unknown=op in WRITES
             )
         return StoreError(f"{what} failed ({name})")
-
-    def _refused(self, refused: EtcdStatusError, op: str, key: str) -> PriorityLockError:
-        """An answer other than 200 with a JSON object (the server's message is not copied)."""
-        what = self._describe(op, key)
-        if refused.status in (401, 403) or (refused.status == 400 and refused.auth):
-            return StoreAccessError(f"{what} refused ({refused}): {_ACCESS_HINT}")
-        if refused.status in (408, 429) or refused.status >= 500:
-            return StoreUnavailable(
-                f"{what}: etcd could not answer ({refused})", outcome_unknown=op in WRITES
-            )
-        return StoreError(f"{what} failed ({refused})")
-
-    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
-        self._log_outcome(op, key, error)
-        return error
-
-    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            if isinstance(outcome, PriorityLockError):
-                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
-            else:
-                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
-
-    def _describe(self, op: str, key: str) -> str:
-        return f"etcd {op} of {key!r} at {self.endpoint} (prefix {self._base!r})"
 
 
 class _Watch:
@@ -510,7 +441,7 @@ class _Watch:
             response.shutdown()  # ends the blocked read at once
 
     def _run(self) -> None:
-        pool = self._store._new_pool(1, None)
+        pool = self._store._new_pool(1, None)  # a stream waits for its next event for ever
         start = self._start
         lost = False
         delay = 0.05
@@ -533,7 +464,7 @@ class _Watch:
         if start:
             request["start_revision"] = str(start)
         body = json.dumps({"create_request": request}).encode()
-        headers = self._store._auth_headers("watch", self._name)
+        headers = self._store._auth_headers()
         response = pool.request(
             "POST", "/v3/watch", body=body, headers=headers, preload_content=False, retries=False
         )
@@ -601,6 +532,14 @@ def _nothing() -> None:
     pass
 
 
+class _AuthFailed(Exception):
+    """No token for a request (chained to why): nothing of the request itself was sent."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+
+
 class EtcdStatusError(Exception):
     """The gateway answered with an HTTP status other than 200, or without a JSON object
     (chained under our error; the server's message is not copied).
@@ -622,10 +561,8 @@ class EtcdStatusError(Exception):
 #: What etcd's messages say when a request was not authenticated (answered 400, gRPC code 3).
 _AUTH_REFUSED = ("user name is empty", "authentication failed", "invalid user ID or password")
 
-_ACCESS_HINT = (
-    "check the user name and password (etcd://USER:PASSWORD@HOST:PORT/PREFIX) and that the"
-    " user's role may read and write the prefix's keys (docs/stores.md)"
-)
+#: Everything a request may raise that :meth:`EtcdStore._translate` turns into ours.
+EtcdStore._SDK_ERRORS = (http_errors.HTTPError, OSError, EtcdStatusError, _AuthFailed)
 
 
 def _json(data: bytes | None) -> dict[str, Any] | None:

@@ -174,6 +174,7 @@ class RedisStore(CloudStore):
         unique_versions=True,
     )
     _SDK_ERRORS = (redis_errors.RedisError, OSError)
+    _MAX_BYTES = MAX_OBJECT_BYTES
     _ACCESS_HINT = (
         "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
         " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
@@ -345,15 +346,6 @@ class RedisStore(CloudStore):
             if cursor in (b"0", 0, "0"):
                 return
             self._stats.count("lists")  # the next page is one more request
-
-    def _payload(self, op: str, key: str, data: bytes) -> bytes:
-        payload = bytes(data)
-        if len(payload) > MAX_OBJECT_BYTES:
-            raise ConfigError(
-                f"Redis {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
-                f" {MAX_OBJECT_BYTES}"
-            )
-        return payload
 
     def _read_condition(self, version: str) -> str | None:
         return version if isinstance(version, str) and version.isdigit() else None

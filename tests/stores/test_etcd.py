@@ -79,7 +79,7 @@ def test_the_url_names_credentials_and_tls_files_without_showing_the_password() 
         assert isinstance(store, EtcdStore)
         assert store.namespace == "etcd:etcd1:2379/locks/"  # the same cluster as over http
         assert store._credentials == {"name": "ops", "password": "s@cret"}
-        pool = store._pool
+        pool = store.client
         assert isinstance(pool, urllib3.HTTPSConnectionPool)
         assert (pool.ca_certs, pool.cert_file, pool.key_file) == (
             "/etc/ca.pem",
