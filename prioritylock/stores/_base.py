@@ -7,8 +7,10 @@ create-if-absent and compare-and-swap on an opaque version token. A failed condi
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
+import os
 import re
 import threading
 from collections.abc import Awaitable, Callable
@@ -27,6 +29,7 @@ __all__ = [
     "NonBlocking",
     "NotModified",
     "ObjectStore",
+    "OwnWrites",
     "ReadResult",
     "StoreCapabilities",
     "StoreStats",
@@ -34,6 +37,7 @@ __all__ = [
     "Versioned",
     "WOULD_BLOCK",
     "WouldBlock",
+    "own_writes",
     "validate_key",
 ]
 
@@ -322,6 +326,90 @@ class KeyWatcher(Protocol):
         have changed, until the returned function is called; that function may be called
         from any thread, once."""
         ...
+
+
+class OwnWrites:
+    """The versions this process wrote to each object, and its writes under way there: how a
+    server store's change notices tell a change this process made (its locks were told of it
+    in-process, ``_wake``, so waking them costs a read for nothing) from another's.
+
+    Objects are named by the store (its endpoint and the object's name, so stores on different
+    servers never share a name). A write is announced before it is sent (:meth:`begin`) and
+    again when its answer came (:meth:`end`): a notice can come before the answer, so a store
+    that cannot tell yet waits for its writes under way (:meth:`made` with ``wait``), or knows
+    the version before it is made (``expected``). Bounded: the latest few versions of the latest
+    few thousand objects. A forked child starts empty: the parent's writes are another
+    process's.
+    """
+
+    _KEEP = 8  # versions per object
+    _OBJECTS = 4096  # objects remembered
+
+    def __init__(self) -> None:
+        self._clear()
+        os.register_at_fork(after_in_child=self._clear)
+
+    def _clear(self) -> None:
+        self._changed = threading.Condition()
+        self._versions: collections.OrderedDict[str, collections.deque[str]] = (
+            collections.OrderedDict()
+        )
+        self._began: collections.Counter[str] = collections.Counter()
+        self._pending: collections.Counter[str] = collections.Counter()
+
+    def begin(self, name: str, expected: str | None = None) -> None:
+        """A write to ``name`` is about to be sent; ``expected``: the version it will make if it
+        lands, when that is known before its answer (ours from now on)."""
+        with self._changed:
+            self._began[name] += 1
+            self._pending[name] += 1
+            if len(self._began) > self._OBJECTS:
+                self._began.clear()  # a watch then asks whose each change was, once
+            if expected is not None:
+                self._remember(name, expected)
+
+    def end(self, name: str, version: str | None = None, *, withdrawn: str | None = None) -> None:
+        """The write :meth:`begin` announced has its answer: ``version`` if it landed (``None``:
+        it did not, or no answer came); ``withdrawn``: the expected version, which it did not
+        make."""
+        with self._changed:
+            if withdrawn is not None and withdrawn != version:
+                versions = self._versions.get(name)
+                if versions is not None and withdrawn in versions:
+                    versions.remove(withdrawn)
+            if version is not None:
+                self._remember(name, version)
+            self._pending[name] -= 1
+            if self._pending[name] <= 0:
+                del self._pending[name]
+            self._changed.notify_all()
+
+    def under_way(self, name: str) -> tuple[int, bool]:
+        """How many writes to ``name`` began so far (a count that only grows, but may restart
+        from 0), and whether one is under way."""
+        with self._changed:
+            return self._began[name], self._pending[name] > 0
+
+    def made(self, name: str, version: str, *, wait: float = 0.0) -> bool:
+        """Whether this process wrote ``version`` of ``name``; with ``wait``, after waiting up to
+        that many seconds for its writes under way to ``name`` (past it: the answer so far)."""
+        with self._changed:
+            if wait > 0:
+                self._changed.wait_for(lambda: not self._pending[name], timeout=wait)
+            return version in self._versions.get(name, ())
+
+    def _remember(self, name: str, version: str) -> None:
+        """(``_changed`` held.)"""
+        versions = self._versions.setdefault(name, collections.deque(maxlen=self._KEEP))
+        self._versions.move_to_end(name)
+        if version not in versions:
+            versions.append(version)
+        while len(self._versions) > self._OBJECTS:
+            self._versions.popitem(last=False)
+
+
+#: The writes of this process to the objects of the stores that filter their own notices out.
+own_writes = OwnWrites()
 
 
 @functools.lru_cache(maxsize=65536)

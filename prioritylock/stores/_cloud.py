@@ -151,6 +151,8 @@ class CloudStore(abc.ABC):
     #: What to check when access is refused, and what to know when throttled.
     _ACCESS_HINT: ClassVar[str]
     _THROTTLE_HINT: ClassVar[str] = ""
+    #: The largest object the store writes (``None``: no limit of its own).
+    _MAX_BYTES: ClassVar[int | None] = None
 
     _client: Any
     _owns_client: bool
@@ -369,8 +371,14 @@ class CloudStore(abc.ABC):
         return prefixed_key(self._prefix, key, f"{self._LABEL} {self._OBJECT}")
 
     def _payload(self, op: str, key: str, data: bytes) -> bytes:
-        """The bytes to send for a write (a store with a size limit checks it here)."""
-        return bytes(data)
+        """The bytes to send for a write, refused (before any request) if over ``_MAX_BYTES``."""
+        payload = bytes(data)
+        if self._MAX_BYTES is not None and len(payload) > self._MAX_BYTES:
+            raise ConfigError(
+                f"{self._LABEL} {op} of {key!r}: {len(payload)} bytes is over the store's limit"
+                f" of {self._MAX_BYTES}"
+            )
+        return payload
 
     def _no_version(self, op: str, key: str, token: str) -> StoreUnavailable:
         """An answer without the version token: a write (if any) landed, but at a version

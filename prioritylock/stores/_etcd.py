@@ -12,12 +12,19 @@ cluster and never repeat, so a key created again never matches an earlier token
 (absent); replace and delete compare its ``mod_revision`` with the token.
 
 Requests are etcd's v3 JSON gateway (``POST /v3/kv/range``, ``/v3/kv/txn``, served on the client
-port by etcd 3.4 and later; keys and values base64) over one urllib3 connection pool, without
-retries: each request's connection and each read wait at most their timeouts. A request that
-could not connect was not sent (:class:`~prioritylock.StoreUnavailable`); a write whose answer
-was lost or late is outcome-unknown, and the lock reads back to decide, as on every store. Errors
-are translated in one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
+port by etcd 3.4 and later; keys and values base64) over one urllib3 connection pool (HTTPS for
+``etcds://``), without retries: each request's connection and each read wait at most their
+timeouts. A request that could not connect was not sent
+(:class:`~prioritylock.StoreUnavailable`); a write whose answer was lost or late is
+outcome-unknown, and the lock reads back to decide, as on every store. Errors are translated in
+one place, :meth:`EtcdStore._translate`, and always chained. etcd's leases
 (TTLs) play no part in who holds a lock (docs/stores.md).
+
+With a user name and password, the store asks ``/v3/auth/authenticate`` for a token before its
+first request and sends it with every request (``Authorization``); a token the server no longer
+knows (it expired, or the server restarted) is answered 401 before anything is applied, so the
+store authenticates again and sends the request once more. The password and the token never go
+into our errors or the log.
 
 Change notices (:meth:`EtcdStore.watch_key`) are one streamed ``POST /v3/watch`` per watched key,
 read on a thread of its own; a change whose revision this process wrote wakes nobody (a write
@@ -27,12 +34,11 @@ under way is announced first, so a watch that hears it before its answer waits f
 from __future__ import annotations
 
 import base64
-import collections
 import json
-import logging
+import ssl
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prioritylock.stores._registry import missing_extra
@@ -53,21 +59,19 @@ from prioritylock._errors import (
 )
 from prioritylock._scheduler import DEFAULT_WORKERS
 from prioritylock.stores._base import (
-    NOT_MODIFIED,
     ReadResult,
     StoreCapabilities,
-    StoreStats,
     Versioned,
+    own_writes,
     validate_key,
-    validate_prefix,
 )
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     WRITES,
-    check_timeouts,
+    CloudStore,
 )
-from prioritylock.stores._log import describe_error, describe_result, log
+from prioritylock.stores._log import log
 
 __all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "EtcdStore", "store_from_url"]
 
@@ -76,61 +80,43 @@ MAX_OBJECT_BYTES = 1_000_000
 """The largest document the store writes: etcd refuses a request over ``--max-request-bytes``
 (1.5 MiB by default), and base64 makes the JSON a third larger."""
 
-#: Revisions this process wrote, per etcd key (endpoint + key), the latest few: a watch that hears
-#: one of them does not wake this process's locks (they were told in-process).
-_written: collections.OrderedDict[str, collections.deque[int]] = collections.OrderedDict()
-#: Writes this process has under way, per etcd key: a watch may hear one before its answer.
-_pending: collections.Counter[str] = collections.Counter()
-_written_lock = threading.Condition()
 _WRITTEN_KEYS = 4096
 _PENDING_WAIT = 2.0
 """Seconds a watch waits for this process's writes under way to a key before deciding whose a
 change was (past it, the change wakes the locks: a hint too many)."""
 
 
-def _begin_write(name: str) -> None:
-    with _written_lock:
-        _pending[name] += 1
-
-
-def _end_write(name: str, revision: int | None) -> None:
-    """A write :func:`_begin_write` announced has its answer: ``revision`` if it landed."""
-    with _written_lock:
-        if revision is not None:
-            revisions = _written.setdefault(name, collections.deque(maxlen=8))
-            _written.move_to_end(name)
-            revisions.append(revision)
-            while len(_written) > _WRITTEN_KEYS:
-                _written.popitem(last=False)
-        _pending[name] -= 1
-        if _pending[name] <= 0:
-            del _pending[name]
-        _written_lock.notify_all()
-
-
-def _ours(name: str, revision: int) -> bool:
-    """Whether this process wrote ``revision`` of ``name`` (waiting for its writes under way)."""
-    with _written_lock:
-        _written_lock.wait_for(lambda: not _pending[name], timeout=_PENDING_WAIT)
-        return revision in _written.get(name, ())
-
-
-class EtcdStore:
+class EtcdStore(CloudStore):
     """Documents under the key prefix ``prefix`` of one etcd cluster member; shared by every
     process and host that opens it.
 
-    ``endpoint`` is ``HOST:PORT`` of a member's client URL (plain HTTP). ``pool``: a urllib3
-    pool of the caller's for that endpoint (its timeouts and retries are then the caller's; the
-    store closes it). Every request counts in :attr:`stats`.
+    ``endpoint`` is ``HOST:PORT`` of a member's client URL. ``tls`` speaks HTTPS
+    (``etcds://``), checking the member's certificate against ``ca_certs`` (a PEM file of CA
+    certificates) or else the system's trust store (which ``SSL_CERT_FILE`` can name);
+    ``client_cert`` and ``client_key`` (PEM files) are shown to a member that asks for a client
+    certificate (``--client-cert-auth``). ``username`` and ``password``: an etcd user, for a
+    cluster with authentication enabled. ``pool``: a urllib3 pool of the caller's for that
+    endpoint (its timeouts, retries and TLS are then the caller's; the store closes it). Every
+    request counts in :attr:`stats`; authenticating (once, and again when the token expires)
+    does not.
 
-    :raises ConfigError: invalid endpoint, prefix or timeouts.
+    :raises ConfigError: invalid endpoint, prefix, credentials or timeouts, or TLS files without
+        ``tls``.
     """
 
+    _LABEL = "etcd"
+    _SCHEME = "etcd"
+    _HOLDER = "endpoint"
     _CAPABILITIES = StoreCapabilities(
         shared_across_processes=True,
         shared_across_hosts=True,
         conditional_delete=True,
         unique_versions=True,  # mod revisions never repeat (see the module's notes)
+    )
+    _MAX_BYTES = MAX_OBJECT_BYTES
+    _ACCESS_HINT = (
+        "check the user name and password (etcd://USER:PASSWORD@HOST:PORT/PREFIX) and that the"
+        " user's role may read and write the prefix's keys (docs/stores.md)"
     )
 
     def __init__(
@@ -138,126 +124,62 @@ class EtcdStore:
         endpoint: str = f"127.0.0.1:{DEFAULT_PORT}",
         *,
         prefix: str = "prioritylock",
+        username: str | None = None,
+        password: str | None = None,
+        tls: bool = False,
+        ca_certs: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         pool: urllib3.HTTPConnectionPool | None = None,
     ) -> None:
         self._host, self._port = _check_endpoint(endpoint)
-        self._base = _base_prefix(prefix)
-        connect, read = check_timeouts("etcd", connect_timeout, read_timeout)
-        self._stats = StoreStats()
+        super().__init__(self.endpoint, _base_prefix(prefix), connect_timeout, read_timeout)
+        if (username is None) != (password is None) or username == "":
+            raise ConfigError("etcd needs both a user name and a password, or neither")
+        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
+            raise ConfigError("etcd ca_certs, client_cert and client_key are for TLS (etcds://)")
+        if client_key is not None and client_cert is None:
+            raise ConfigError("etcd client_key needs client_cert")
+        self._credentials = None if username is None else {"name": username, "password": password}
+        self._token: str | None = None
+        self._token_lock = threading.Lock()
+        self._tls: dict[str, Any] | None = None
+        if tls:
+            self._tls = {
+                "cert_reqs": ssl.CERT_REQUIRED,
+                "ca_certs": ca_certs,
+                "cert_file": client_cert,
+                "key_file": client_key,
+            }
         self._closed = False
         self._close_lock = threading.Lock()
-        self._connect_timeout = connect
         self._watches: list[_Watch] = []
         #: The latest revision this store read or wrote, per key: a watch starts after it.
         self._seen: dict[str, int] = {}
-        self._pool = pool or urllib3.HTTPConnectionPool(
-            self._host,
-            self._port,
-            maxsize=DEFAULT_WORKERS,  # as many connections as workers may call at once
-            block=False,
-            timeout=urllib3.Timeout(connect=connect, read=read),
-            retries=False,
-            headers={"Content-Type": "application/json"},
-        )
-
-    # -- what every store shows --------------------------------------------------------------
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return self._CAPABILITIES
+        # As many connections as workers may call at once.
+        self._take_client(pool, {}, lambda: self._new_pool(DEFAULT_WORKERS, self._timeouts[1]))
 
     @property
     def namespace(self) -> str:
         """Names what this store addresses: two stores with one namespace share documents."""
-        return f"etcd:{self.endpoint}/{self._base}"
-
-    @property
-    def prefix(self) -> str:
-        """The key prefix under which documents live (``prioritylock/``)."""
-        return self._base
+        return f"etcd:{self.endpoint}/{self._prefix}"
 
     @property
     def endpoint(self) -> str:
         """``HOST:PORT``."""
         return f"{self._host}:{self._port}"
 
-    def __repr__(self) -> str:
-        return f"EtcdStore({self.endpoint!r}, prefix={self._base!r})"
-
-    # -- the seam ------------------------------------------------------------------------------
-
-    def read(self, key: str) -> Versioned | None:
-        found = self._read(key, None)
-        assert found is not NOT_MODIFIED
-        return found
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        """One range request, compared with ``version`` (etcd has no conditional read)."""
-        return self._read(key, version)
-
-    def create(self, key: str, data: bytes) -> str:
-        name = self._name(key)
-        value = self._payload("create", key, data)
-        compare = {"key": name, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}
-        put = {"request_put": {"key": name, "value": value}}
-        answer = self._txn("create", key, {"compare": [compare], "success": [put]})
-        if not answer.get("succeeded"):
-            raise self._logged("create", key, ConditionFailed(key, "already exists"))
-        return self._wrote("create", key, answer)
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        name = self._name(key)
-        value = self._payload("replace", key, data)
-        revision = _parse(version)
-        if revision is None:
-            raise self._logged("replace", key, ConditionFailed(key, "at another version"))
-        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
-        put = {"request_put": {"key": name, "value": value}}
-        answer = self._txn("replace", key, {"compare": [compare], "success": [put]})
-        if not answer.get("succeeded"):
-            raise self._logged("replace", key, ConditionFailed(key, "absent or at another version"))
-        return self._wrote("replace", key, answer)
-
-    def delete(self, key: str, version: str) -> None:
-        name = self._name(key)
-        revision = _parse(version)
-        if revision is None:
-            raise self._logged("delete", key, ConditionFailed(key, "at another version"))
-        compare = {"key": name, "target": "MOD", "result": "EQUAL", "mod_revision": revision}
-        remove = {"request_delete_range": {"key": name}}
-        answer = self._txn("delete", key, {"compare": [compare], "success": [remove]})
-        if not answer.get("succeeded"):
-            raise self._logged("delete", key, ConditionFailed(key, "absent or at another version"))
-        self._log_outcome("delete", key, None)
-
-    def list(self, prefix: str) -> list[str]:
-        validate_prefix(prefix)
-        start = (self._base + prefix).encode()
-        body = {"key": _b64(start), "range_end": _b64(_prefix_end(start)), "keys_only": True}
-        answer = self._call("list", prefix, "range", body)
-        skip = len(self._base.encode())
-        keys = sorted(
-            key
-            for key in (_key_of(_unb64(kv.get("key", ""))[skip:]) for kv in answer.get("kvs", ()))
-            if key is not None and key.startswith(prefix)
-        )
-        self._log_outcome("list", prefix, keys)
-        return keys
-
     def close(self) -> None:
-        """Close the connection pool and the store's watches; safe to call twice."""
+        """Close the connection pool (the caller's too) and the store's watches; safe to call
+        twice."""
         with self._close_lock:
             self._closed = True
             watches, self._watches = self._watches, []
         for watch in watches:
             watch.stop()
-        self._pool.close()
+        self._client.close()
 
     # -- change notices (stores._base.KeyWatcher) -----------------------------------------------
 
@@ -274,7 +196,7 @@ class EtcdStore:
 
         :raises ConfigError: invalid key.
         """
-        name = self._base + validate_key(key)
+        name = self._object_name(key)
         # From the revision after the latest this store read or wrote: a change made before the
         # stream is open is heard too.
         watch = _Watch(self, name, callback, self._seen.get(key, -1) + 1)
@@ -292,131 +214,203 @@ class EtcdStore:
 
         return stop
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- one request per operation (CloudStore) -------------------------------------------------
 
-    def _read(self, key: str, version: str | None) -> ReadResult:
-        op = "read" if version is None else "read_if_changed"
-        answer = self._call("read", key, "range", {"key": self._name(key)}, log_as=op)
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
+        answer = self._request(key, "read", "range", {"key": _b64(name.encode())})
         kvs = answer.get("kvs") or []
         if not kvs:
             self._saw(key, int(answer.get("header", {}).get("revision", 0)))
-            self._log_outcome(op, key, None)
             return None
-        self._saw(key, int(kvs[0].get("mod_revision", 0)))
-        token = str(int(kvs[0].get("mod_revision", 0)))
-        found: ReadResult
-        if token == version:
-            found = NOT_MODIFIED
-            self._stats.count_not_modified()
-        else:
-            found = Versioned(_unb64(kvs[0].get("value", "")), token)
-        self._log_outcome(op, key, found)
-        return found
+        revision = int(kvs[0].get("mod_revision", 0))
+        self._saw(key, revision)
+        return Versioned(_unb64(kvs[0].get("value", "")), str(revision))
 
-    def _call(
-        self, op: str, key: str, method: str, body: dict[str, Any], *, log_as: str | None = None
-    ) -> dict[str, Any]:
-        """One request to ``/v3/kv/METHOD``: counted, sent once, its errors translated; the
-        answer's JSON object."""
-        self._stats.count(op + "s")
-        logged_op = log_as or op
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        encoded = _b64(name.encode())
+        if condition is None:
+            compare = {
+                "key": encoded,
+                "target": "CREATE",
+                "result": "EQUAL",
+                "create_revision": "0",
+            }
+        else:
+            compare = {
+                "key": encoded,
+                "target": "MOD",
+                "result": "EQUAL",
+                "mod_revision": condition,
+            }
+        put = {"request_put": {"key": encoded, "value": _b64(data)}}
+        revision = self._txn(op, key, name, {"compare": [compare], "success": [put]})
+        if revision is None:
+            raise ConditionFailed(
+                key, "already exists" if condition is None else "absent or at another version"
+            )
+        return revision
+
+    def _remove(self, name: str, condition: Any) -> None:
+        key, encoded = name[len(self._prefix) :], _b64(name.encode())
+        compare = {"key": encoded, "target": "MOD", "result": "EQUAL", "mod_revision": condition}
+        remove = {"request_delete_range": {"key": encoded}}
+        if self._txn("delete", key, name, {"compare": [compare], "success": [remove]}) is None:
+            raise ConditionFailed(key, "absent or at another version")
+
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        start = full_prefix.encode()
+        body = {"key": _b64(start), "range_end": _b64(_prefix_end(start)), "keys_only": True}
+        answer = self._request(full_prefix[len(self._prefix) :], "list", "range", body)
+        skip = len(self._prefix)
+        for kv in answer.get("kvs", ()):
+            try:
+                name = _unb64(kv.get("key", "")).decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if _key_of(name[skip:].encode()) is not None:  # not a key of ours otherwise
+                yield name
+
+    def _read_condition(self, version: str) -> str | None:
+        return _parse(version)
+
+    def _write_condition(self, key: str, version: str) -> str:
+        revision = _parse(version)
+        if revision is None:
+            raise ConditionFailed(key, "at another version")
+        return revision
+
+    def _namespace_root(self) -> str:
+        return ""
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _new_pool(self, size: int, read: float | None) -> urllib3.HTTPConnectionPool:
+        """A pool of ``size`` connections to the member (HTTPS if the store speaks TLS), no
+        retries, each read waiting at most ``read`` seconds (``None``: for ever)."""
+        options: dict[str, Any] = {
+            "maxsize": size,
+            "block": False,
+            "timeout": urllib3.Timeout(connect=self._timeouts[0], read=read),
+            "retries": False,
+            "headers": {"Content-Type": "application/json"},
+        }
+        if self._tls is None:
+            return urllib3.HTTPConnectionPool(self._host, self._port, **options)
+        return urllib3.HTTPSConnectionPool(self._host, self._port, **options, **self._tls)
+
+    def _request(self, key: str, op: str, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request to ``/v3/kv/METHOD``, sent once (twice if the member no longer knew the
+        store's token: it applied nothing); the answer's JSON object.
+
+        :raises EtcdStatusError: an answer other than 200 with a JSON object.
+        """
         with self._close_lock:
             if self._closed:
-                raise StoreError(f"{self._describe(logged_op, key)}: the store is closed")
-        try:
-            response = self._pool.request(
-                "POST", f"/v3/kv/{method}", body=json.dumps(body).encode(), preload_content=True
+                raise StoreError(f"{self._describe_call(op, key)}: the store is closed")
+        data = json.dumps(body).encode()
+        for attempt in (1, 2):
+            headers = self._auth_headers()
+            response = self._client.request(
+                "POST", f"/v3/kv/{method}", body=data, headers=headers, preload_content=True
             )
-        except Exception as exc:
-            raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
-        status = response.status
-        try:
-            answer = json.loads(response.data or b"{}")
-        except ValueError:
-            answer = None
-        if status != 200 or not isinstance(answer, dict):
-            code = answer.get("code") if isinstance(answer, dict) else None
-            refused = EtcdStatusError(status, code)
-            raise self._logged(logged_op, key, self._refused(refused, logged_op, key)) from refused
-        return answer
+            status, answer = response.status, _json(response.data)
+            if status == 200 and answer is not None:
+                return answer
+            if status == 401 and self._credentials is not None and attempt == 1:
+                self._forget_token(headers)  # a new token, and once more
+                continue
+            raise EtcdStatusError(status, answer)
+        raise AssertionError("unreachable")
 
-    def _txn(self, op: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One transaction on ``key``, announced to this process's watches while under way."""
-        name = f"{self.endpoint}/{self._base}{key}"
-        _begin_write(name)
+    def _txn(self, op: str, key: str, name: str, body: dict[str, Any]) -> str | None:
+        """One transaction on object ``name``, announced to this process's watches while under
+        way; the revision it made, or ``None`` if its condition failed."""
+        written = f"{self.endpoint}/{name}"
+        own_writes.begin(written)
         revision = None
         try:
-            answer = self._call(op, key, "txn", body)
+            answer = self._request(key, op, "txn", body)
             if answer.get("succeeded"):
                 revision = int(answer.get("header", {}).get("revision", 0))
                 self._saw(key, revision)
-            return answer
         finally:
-            _end_write(name, revision)
+            own_writes.end(written, None if revision is None else str(revision))
+        return None if revision is None else str(revision)
 
     def _saw(self, key: str, revision: int) -> None:
         if len(self._seen) > _WRITTEN_KEYS:
             self._seen.clear()
         self._seen[key] = max(revision, self._seen.get(key, 0))
 
-    def _wrote(self, op: str, key: str, answer: dict[str, Any]) -> str:
-        version = str(int(answer.get("header", {}).get("revision", 0)))
-        self._log_outcome(op, key, version)
-        return version
+    def _auth_headers(self) -> dict[str, str]:
+        """The headers that authenticate a request (none without credentials), asking for a
+        token first if the store has none.
 
-    def _payload(self, op: str, key: str, data: bytes) -> str:
-        payload = bytes(data)
-        if len(payload) > MAX_OBJECT_BYTES:
-            raise ConfigError(
-                f"etcd {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
-                f" {MAX_OBJECT_BYTES}"
+        :raises _AuthFailed: the token was not given (refused, or no answer).
+        """
+        if self._credentials is None:
+            return {}
+        with self._token_lock:
+            token = self._token
+        if token is None:
+            token = self._authenticate()
+        return {"Authorization": token}
+
+    def _authenticate(self) -> str:
+        """A new token (``/v3/auth/authenticate``; not counted in :attr:`stats`)."""
+        body = json.dumps(self._credentials).encode()
+        try:
+            response = self._client.request(
+                "POST", "/v3/auth/authenticate", body=body, preload_content=True
             )
-        return _b64(payload)
+        except (http_errors.HTTPError, OSError) as exc:
+            raise _AuthFailed(exc) from exc
+        answer = _json(response.data)
+        token = answer.get("token") if answer is not None else None
+        if response.status != 200 or not isinstance(token, str) or not token:
+            refused = EtcdStatusError(response.status, answer)
+            raise _AuthFailed(refused) from refused
+        with self._token_lock:
+            self._token = token
+        return token
 
-    def _name(self, key: str) -> str:
-        """The key's etcd key, base64 for the gateway."""
-        validate_key(key)
-        return _b64((self._base + key).encode())
+    def _forget_token(self, headers: dict[str, str]) -> None:
+        with self._token_lock:
+            if self._token == headers.get("Authorization"):
+                self._token = None
 
-    def _translate(self, exc: BaseException, op: str, key: str) -> PriorityLockError:
-        """The one place where urllib3's errors become ours: not connected is nothing sent;
-        a lost or late answer is outcome-unknown for a write."""
-        what = self._describe(op, key)
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
+        """The one place where urllib3's errors and the gateway's answers become ours: not
+        connected is nothing sent; a lost or late answer is outcome-unknown for a write; the
+        server's messages are not copied."""
+        if isinstance(exc, _AuthFailed):  # nothing of the operation itself was sent
+            error = self._translate(exc.cause, op, key)
+            return StoreUnavailable(str(error)) if isinstance(error, StoreUnavailable) else error
+        what = self._describe_call(op, key)
+        if isinstance(exc, EtcdStatusError):
+            if exc.status in (401, 403) or (exc.status == 400 and exc.auth):
+                return StoreAccessError(f"{what} refused ({exc}): {self._ACCESS_HINT}")
+            if exc.status in (408, 429) or exc.status >= 500:
+                return StoreUnavailable(
+                    f"{what}: etcd could not answer ({exc})", outcome_unknown=op in WRITES
+                )
+            return StoreError(f"{what} failed ({exc})")
+        cause: BaseException = exc
         if isinstance(exc, http_errors.MaxRetryError) and exc.reason is not None:
-            exc = exc.reason
-        name = type(exc).__name__
-        if isinstance(exc, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
+            cause = exc.reason
+        name = type(cause).__name__
+        if _untrusted(cause):
+            return StoreAccessError(
+                f"{what}: the member's TLS certificate was not trusted; name its CA with the"
+                " option ca_certs (a PEM file) or SSL_CERT_FILE"
+            )
+        if isinstance(cause, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
             return StoreUnavailable(f"{what}: no etcd server answered ({name})")
-        if isinstance(exc, (http_errors.HTTPError, OSError)):
+        if isinstance(cause, (http_errors.HTTPError, OSError)):
             return StoreUnavailable(
                 f"{what}: the answer was lost or late ({name})", outcome_unknown=op in WRITES
             )
         return StoreError(f"{what} failed ({name})")
-
-    def _refused(self, refused: EtcdStatusError, op: str, key: str) -> PriorityLockError:
-        """An answer other than 200 with a JSON object (the server's message is not copied)."""
-        what = self._describe(op, key)
-        if refused.status in (401, 403):
-            return StoreAccessError(f"{what} refused ({refused}): {_ACCESS_HINT}")
-        if refused.status in (408, 429) or refused.status >= 500:
-            return StoreUnavailable(
-                f"{what}: etcd could not answer ({refused})", outcome_unknown=op in WRITES
-            )
-        return StoreError(f"{what} failed ({refused})")
-
-    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
-        self._log_outcome(op, key, error)
-        return error
-
-    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            if isinstance(outcome, PriorityLockError):
-                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
-            else:
-                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
-
-    def _describe(self, op: str, key: str) -> str:
-        return f"etcd {op} of {key!r} at {self.endpoint} (prefix {self._base!r})"
 
 
 class _Watch:
@@ -447,14 +441,7 @@ class _Watch:
             response.shutdown()  # ends the blocked read at once
 
     def _run(self) -> None:
-        host, _colon, port = self._store.endpoint.rpartition(":")
-        pool = urllib3.HTTPConnectionPool(
-            host,
-            int(port),
-            maxsize=1,
-            timeout=urllib3.Timeout(connect=self._store._connect_timeout, read=None),
-            retries=False,
-        )
+        pool = self._store._new_pool(1, None)  # a stream waits for its next event for ever
         start = self._start
         lost = False
         delay = 0.05
@@ -477,8 +464,9 @@ class _Watch:
         if start:
             request["start_revision"] = str(start)
         body = json.dumps({"create_request": request}).encode()
+        headers = self._store._auth_headers()
         response = pool.request(
-            "POST", "/v3/watch", body=body, preload_content=False, retries=False
+            "POST", "/v3/watch", body=body, headers=headers, preload_content=False, retries=False
         )
         with self._lock:
             self._response = response
@@ -486,6 +474,8 @@ class _Watch:
             response.shutdown()
         try:
             if response.status != 200:
+                if response.status == 401:
+                    self._store._forget_token(headers)  # authenticate again on the next try
                 return start
             pending = b""
             for chunk in response.stream(None, decode_content=True):
@@ -520,7 +510,11 @@ class _Watch:
         for event in events:
             revision = int(event.get("kv", {}).get("mod_revision", 0))
             start = max(start, revision + 1)
-            news = news or event.get("type") == "DELETE" or not _ours(self._written_name, revision)
+            news = (
+                news
+                or event.get("type") == "DELETE"
+                or not own_writes.made(self._written_name, str(revision), wait=_PENDING_WAIT)
+            )
         if news:
             self._call()
         return start
@@ -538,23 +532,59 @@ def _nothing() -> None:
     pass
 
 
+class _AuthFailed(Exception):
+    """No token for a request (chained to why): nothing of the request itself was sent."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(type(cause).__name__)
+        self.cause = cause
+
+
 class EtcdStatusError(Exception):
-    """The gateway answered with an HTTP status other than 200 (chained under our error).
+    """The gateway answered with an HTTP status other than 200, or without a JSON object
+    (chained under our error; the server's message is not copied).
 
     :ivar status: the HTTP status.
     :ivar code: the gRPC code in its JSON answer, if any.
+    :ivar auth: the answer says the request was not authenticated (no user, a wrong password).
     """
 
-    def __init__(self, status: int, code: object = None) -> None:
+    def __init__(self, status: int, answer: dict[str, Any] | None = None) -> None:
+        code = answer.get("code") if answer is not None else None
         super().__init__(f"HTTP {status}" + (f", gRPC code {code}" if code is not None else ""))
         self.status = status
         self.code = code
+        message = str(answer.get("message", "")) if answer is not None else ""
+        self.auth = any(mark in message for mark in _AUTH_REFUSED)
 
 
-_ACCESS_HINT = (
-    "the store does not authenticate yet; use an etcd member without auth enabled, reachable"
-    " only by its users (docs/stores.md)"
-)
+#: What etcd's messages say when a request was not authenticated (answered 400, gRPC code 3).
+_AUTH_REFUSED = ("user name is empty", "authentication failed", "invalid user ID or password")
+
+#: Everything a request may raise that :meth:`EtcdStore._translate` turns into ours.
+EtcdStore._SDK_ERRORS = (http_errors.HTTPError, OSError, EtcdStatusError, _AuthFailed)
+
+
+def _json(data: bytes | None) -> dict[str, Any] | None:
+    """A JSON object's answer, or None for anything else."""
+    try:
+        answer = json.loads(data or b"{}")
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _untrusted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or came from) a failed check of the member's TLS certificate."""
+    for _ in range(4):
+        if exc is None:
+            return False
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return True
+        if isinstance(exc, http_errors.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _b64(data: bytes) -> str:
@@ -616,32 +646,44 @@ def _base_prefix(prefix: str) -> str:
     return stripped + "/"
 
 
-_URL_OPTIONS = ("connect_timeout", "read_timeout")
+_URL_OPTIONS = ("ca_certs", "client_cert", "client_key", "connect_timeout", "read_timeout")
+_TIMEOUTS = ("connect_timeout", "read_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> EtcdStore:
-    """The store for ``etcd://HOST:PORT/PREFIX``.
+    """The store for ``etcd://[USER:PASSWORD@]HOST:PORT/PREFIX`` (``etcds://`` for HTTPS).
 
-    The path is the key prefix under which documents live. Options: ``connect_timeout`` and
-    ``read_timeout`` (seconds).
+    The path is the key prefix under which documents live. The user name and password (an etcd
+    user, for a cluster with authentication on) may be percent-encoded. Options:
+    ``connect_timeout`` and ``read_timeout`` (seconds); for ``etcds://``, ``ca_certs`` (a PEM file
+    of the CAs to trust instead of the system's) and ``client_cert`` / ``client_key`` (PEM files,
+    for a member that asks for a client certificate).
 
-    :raises ConfigError: no host or prefix, credentials (not supported yet), an unknown option
-        (named), or an invalid value.
+    :raises ConfigError: no host or prefix, a user name without a password, an unknown or empty
+        option (named), or an invalid value.
     """
+    scheme = parts.scheme.lower()
     for name in sorted(options):
         if name not in _URL_OPTIONS:
             raise ConfigError(
-                f"unknown etcd:// store URL option {name!r}; known options:"
+                f"unknown {scheme}:// store URL option {name!r}; known options:"
                 f" {', '.join(_URL_OPTIONS)}"
             )
+        if not options[name]:
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
     if parts.fragment:
-        raise ConfigError("etcd:// store URL must not have a #fragment")
-    if "@" in parts.netloc:
-        raise ConfigError("etcd:// store URLs take no credentials yet (etcd auth is not supported)")
-    if not parts.netloc:
-        raise ConfigError("etcd:// store URL needs a host: etcd://HOST:PORT/PREFIX")
+        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
+    userinfo, at, endpoint = parts.netloc.rpartition("@")
+    if not endpoint:
+        raise ConfigError(f"{scheme}:// store URL needs a host: {scheme}://HOST:PORT/PREFIX")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        if not colon or not user:
+            raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
+        username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
     timeouts: dict[str, float] = {}
-    for option in _URL_OPTIONS:
+    for option in _TIMEOUTS:
         if option in options:
             try:
                 timeouts[option] = float(options[option])
@@ -651,8 +693,14 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
                     f" got {options[option]!r}"
                 ) from None
     return EtcdStore(
-        parts.netloc,
+        endpoint,
         prefix=urllib.parse.unquote(parts.path),
+        username=username,
+        password=password,
+        tls=scheme == "etcds",
+        ca_certs=options.get("ca_certs"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
         connect_timeout=timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
         read_timeout=timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
     )

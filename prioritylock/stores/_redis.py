@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import ssl
 import threading
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -154,10 +155,13 @@ class RedisStore(CloudStore):
 
     ``host``, ``port`` and ``db`` name the server and database; ``username`` and ``password``
     are sent with ``AUTH`` (none: no ``AUTH``); ``tls`` speaks TLS (``rediss://``), checking the
-    server's certificate against the system's trust store or ``ca_certs``. Every request counts
+    server's certificate against ``ca_certs`` (a PEM file of CA certificates) or else the
+    system's trust store (which ``SSL_CERT_FILE`` can name); ``client_cert`` and ``client_key``
+    (PEM files) are shown to a server that asks for a client certificate. Every request counts
     in :attr:`stats`; ``CONFIG GET`` (the durability check, once per server) does not.
 
-    :raises ConfigError: an invalid host, port, database, prefix or timeout.
+    :raises ConfigError: an invalid host, port, database, prefix or timeout, or TLS files
+        without ``tls``.
     """
 
     _LABEL = "Redis"
@@ -170,6 +174,7 @@ class RedisStore(CloudStore):
         unique_versions=True,
     )
     _SDK_ERRORS = (redis_errors.RedisError, OSError)
+    _MAX_BYTES = MAX_OBJECT_BYTES
     _ACCESS_HINT = (
         "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
         " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
@@ -187,6 +192,8 @@ class RedisStore(CloudStore):
         password: str | None = None,
         tls: bool = False,
         ca_certs: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
     ) -> None:
@@ -196,8 +203,10 @@ class RedisStore(CloudStore):
             raise ConfigError(f"Redis port must be 1-65535, got {port!r}")
         if isinstance(db, bool) or not isinstance(db, int) or db < 0:
             raise ConfigError(f"Redis database must be a number from 0, got {db!r}")
-        if ca_certs is not None and not tls:
-            raise ConfigError("Redis ca_certs is for TLS (rediss://) only")
+        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
+            raise ConfigError("Redis ca_certs, client_cert and client_key are for TLS (rediss://)")
+        if client_key is not None and client_cert is None:
+            raise ConfigError("Redis client_key needs client_cert")
         super().__init__(f"{host}:{port}/{db}", prefix, connect_timeout, read_timeout)
         self._host, self._port, self._db = host, port, db
         connect, read = self._timeouts
@@ -215,7 +224,9 @@ class RedisStore(CloudStore):
             "health_check_interval": 0,
         }
         if tls:
-            self._options.update(ssl=True, ssl_ca_certs=ca_certs)
+            self._options.update(
+                ssl=True, ssl_ca_certs=ca_certs, ssl_certfile=client_cert, ssl_keyfile=client_key
+            )
         self._take_client(None, {}, lambda: redis.Redis(**self._options))
         self._token = _tokens.setdefault(self.namespace, secrets.token_hex(8))
         self._closed = False
@@ -335,15 +346,6 @@ class RedisStore(CloudStore):
             if cursor in (b"0", 0, "0"):
                 return
             self._stats.count("lists")  # the next page is one more request
-
-    def _payload(self, op: str, key: str, data: bytes) -> bytes:
-        payload = bytes(data)
-        if len(payload) > MAX_OBJECT_BYTES:
-            raise ConfigError(
-                f"Redis {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
-                f" {MAX_OBJECT_BYTES}"
-            )
-        return payload
 
     def _read_condition(self, version: str) -> str | None:
         return version if isinstance(version, str) and version.isdigit() else None
@@ -475,6 +477,11 @@ class RedisStore(CloudStore):
                     " is not ours; it was left untouched"
                 )
             return StoreError(f"{what} failed ({name}, {code})")
+        if _untrusted(cause):
+            return StoreAccessError(
+                f"{what}: the server's TLS certificate was not trusted; name its CA with the"
+                " option ca_certs (a PEM file) or SSL_CERT_FILE"
+            )
         if isinstance(cause, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
             if not sent:
                 return self._not_sent(op, key, cause)
@@ -581,6 +588,17 @@ class _NotSent(redis_errors.RedisError):
 
 def _nothing() -> None:
     pass
+
+
+def _untrusted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or came from) a failed check of the server's TLS certificate."""
+    for _ in range(4):  # redis-py raises its ConnectionError while handling ssl's error
+        if exc is None:
+            return False
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _text(value: object) -> str:
@@ -733,7 +751,14 @@ class _Watcher:
             log.exception("%s: a change callback raised", self._label)
 
 
-_URL_OPTIONS = ("ca_certs", "connect_timeout", "prefix", "read_timeout")
+_URL_OPTIONS = (
+    "ca_certs",
+    "client_cert",
+    "client_key",
+    "connect_timeout",
+    "prefix",
+    "read_timeout",
+)
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> RedisStore:
@@ -741,9 +766,11 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
     for TLS).
 
     The path is the database number, as in every Redis URL; the key prefix is the ``prefix``
-    option. Other options: ``connect_timeout`` and ``read_timeout`` (seconds), ``ca_certs`` (a
-    CA bundle for ``rediss://``). The user name and password may be percent-encoded; a password
-    alone is ``redis://:PASSWORD@HOST``; none means no ``AUTH``.
+    option. Other options: ``connect_timeout`` and ``read_timeout`` (seconds); for
+    ``rediss://``, ``ca_certs`` (a PEM file of the CAs to trust instead of the system's) and
+    ``client_cert`` / ``client_key`` (PEM files, for a server that asks for a client
+    certificate). The user name and password may be percent-encoded; a password alone is
+    ``redis://:PASSWORD@HOST``; none means no ``AUTH``.
 
     :raises ConfigError: no host, a port or database that is not a number, an unknown or empty
         option (named), or an invalid value.
@@ -792,5 +819,7 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         password=password,
         tls=scheme == "rediss",
         ca_certs=options.get("ca_certs"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
         **timeouts,
     )

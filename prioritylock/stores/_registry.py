@@ -63,7 +63,9 @@ SCHEMES: dict[str, Scheme] = {
     "redis": Scheme("prioritylock.stores._redis", extra="redis", store="RedisStore"),
     "rediss": Scheme("prioritylock.stores._redis", extra="redis"),
     "etcd": Scheme("prioritylock.stores._etcd", extra="etcd", store="EtcdStore"),
+    "etcds": Scheme("prioritylock.stores._etcd", extra="etcd"),
     "zk": Scheme("prioritylock.stores._zookeeper", extra="zookeeper", store="ZooKeeperStore"),
+    "zks": Scheme("prioritylock.stores._zookeeper", extra="zookeeper"),
 }
 
 

@@ -26,7 +26,6 @@ log. The server's sessions and ephemeral nodes play no part in who holds a lock 
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import threading
@@ -59,6 +58,7 @@ from prioritylock.stores._base import (
     StoreCapabilities,
     StoreStats,
     Versioned,
+    own_writes,
     validate_key,
     validate_prefix,
 )
@@ -80,71 +80,26 @@ MAX_OBJECT_BYTES = 1_000_000
 
 class _NoCredentials(logging.Filter):
     """Drops kazoo's lines that show a request carrying credentials (at DEBUG it logs every
-    request it sends, ``Auth(scheme='digest', auth='USER:PASSWORD')`` among them)."""
+    request it sends, ``Auth(scheme='digest', auth='USER:PASSWORD')`` among them), and keeps
+    the others as text: a record holding kazoo's exception (``Connection dropped: %s``) would
+    keep its traceback, and the socket of a refused TLS handshake in it, alive for as long as a
+    handler keeps the record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # a line we can't read is a line we can't vouch for
             return False
-        return "Auth(" not in message and "auth_data" not in message and "sasl" not in message
+        if "Auth(" in message or "auth_data" in message or "sasl" in message:
+            return False
+        record.msg, record.args = message, None
+        return True
 
 
 #: kazoo's own log lines (connections, and at DEBUG each request) go here, under the stores'
 #: logger, without credentials.
 _KAZOO_LOG = logging.getLogger("prioritylock.stores.zookeeper")
 _KAZOO_LOG.addFilter(_NoCredentials())
-
-#: Versions this process wrote, per znode (``HOSTS`` + path), the latest few: a watch that finds
-#: one of them at the node does not wake this process's locks (they were told in-process).
-_written: collections.OrderedDict[str, collections.deque[str]] = collections.OrderedDict()
-#: Writes this process began, per znode: a watch that fires with none begun since it was armed
-#: heard another's write, and calls its watchers at once (no ``exists`` to ask whose it was).
-_began: collections.Counter[str] = collections.Counter()
-#: Writes this process has under way, per znode: one that began before a watch was armed may land
-#: after it, and fire it with no write begun since.
-_pending: collections.Counter[str] = collections.Counter()
-_written_lock = threading.Lock()
-_WRITTEN_PATHS = 4096
-
-
-def _begin_write(node: str, expected: str | None = None) -> None:
-    """A write of this process to ``node`` begins; ``expected``: the version it will make if it
-    lands (a replace's is known: same node, data version + 1), counted as ours from now on, so
-    a watch that hears it before our answer comes does not wake this process's locks."""
-    with _written_lock:
-        _began[node] += 1
-        _pending[node] += 1
-        if len(_began) > _WRITTEN_PATHS:
-            _began.clear()  # a watch then asks whose each change was, once
-        if expected is not None:
-            _remember(node, expected)
-
-
-def _end_write(node: str) -> None:
-    """A write :func:`_begin_write` announced has its answer (or gave up waiting for it)."""
-    with _written_lock:
-        _pending[node] -= 1
-        if _pending[node] <= 0:
-            del _pending[node]
-
-
-def _remember(node: str, version: str) -> None:
-    """(``_written_lock`` held.)"""
-    versions = _written.setdefault(node, collections.deque(maxlen=8))
-    _written.move_to_end(node)
-    if version not in versions:
-        versions.append(version)
-    while len(_written) > _WRITTEN_PATHS:
-        _written.popitem(last=False)
-
-
-def _forget(node: str, version: str) -> None:
-    """A replace that did not land: its expected version is not ours."""
-    with _written_lock:
-        versions = _written.get(node)
-        if versions is not None and version in versions:
-            versions.remove(version)
 
 
 class ZooKeeperStore:
@@ -154,11 +109,17 @@ class ZooKeeperStore:
     ``hosts`` is kazoo's ``HOST:PORT[,HOST:PORT...]``. With ``username`` and ``password``, the
     session authenticates with ZooKeeper's ``digest`` scheme and the nodes it creates are
     readable and writable by that user alone; without them, they get ZooKeeper's open ACL.
+    ``tls`` speaks TLS to the servers' ``secureClientPort`` (``zks://``), checking each server's
+    certificate and host name against ``ca_certs`` (a PEM file of CA certificates) or else the
+    system's trust store (which ``SSL_CERT_FILE`` can name); ``client_cert`` and ``client_key``
+    (PEM files; the key may be in the certificate's file) are shown to a server that asks for a
+    client certificate (``ssl.clientAuth``).
     ``client``: a kazoo client of the caller's, not started, for ``hosts`` (the store starts and
     stops it; its credentials and retries are the caller's). Every request counts in
     :attr:`stats`; a watch's re-arming (``exists``) does not.
 
-    :raises ConfigError: invalid hosts, prefix, credentials or timeouts.
+    :raises ConfigError: invalid hosts, prefix, credentials or timeouts, or TLS files without
+        ``tls``.
     """
 
     _CAPABILITIES = StoreCapabilities(
@@ -176,6 +137,10 @@ class ZooKeeperStore:
         prefix: str = "prioritylock",
         username: str | None = None,
         password: str | None = None,
+        tls: bool = False,
+        ca_certs: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
         session_timeout: float = 10.0,
@@ -187,6 +152,11 @@ class ZooKeeperStore:
         self._connect_timeout, self._read_timeout = timeouts
         if (username is None) != (password is None) or (username is not None and ":" in username):
             raise ConfigError("ZooKeeper needs both a user name (without ':') and a password")
+        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
+            raise ConfigError("ZooKeeper ca_certs, client_cert and client_key are for TLS (zks://)")
+        if client_key is not None and client_cert is None:
+            raise ConfigError("ZooKeeper client_key needs client_cert")
+        self._tls = tls
         self._stats = StoreStats()
         self._closed = False
         self._start_lock = threading.Lock()
@@ -195,6 +165,15 @@ class ZooKeeperStore:
         if username is not None and password is not None:
             options["auth_data"] = [("digest", f"{username}:{password}")]
             options["default_acl"] = [make_digest_acl(username, password, all=True)]
+        if tls:
+            options.update(
+                use_ssl=True,
+                verify_certs=True,
+                check_hostname=True,  # kazoo's default is not to
+                ca=ca_certs,
+                certfile=client_cert,
+                keyfile=client_key or client_cert,
+            )
         self._zk: Any = client or KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
@@ -257,18 +236,22 @@ class ZooKeeperStore:
         path = self._path(key)
         payload = self._payload("create", key, data)
         send = lambda: self._zk.create_async(path, payload, include_data=True)  # noqa: E731
-        _begin_write(self._hosts + path)
+        node = self._hosts + path
+        version: str | None = None
+        own_writes.begin(node)
         try:
             try:
                 _path, stat = self._call("create", key, send)
             except _Missing:  # the prefix's znode: made once, then the create again
                 self._make_base(key)
                 _path, stat = self._call("create", key, send)
+            version = _token(stat)
         except _Exists:
             raise self._logged("create", key, ConditionFailed(key, "already exists")) from None
         finally:
-            _end_write(self._hosts + path)
-        return self._wrote("create", key, path, stat)
+            own_writes.end(node, version)
+        self._log_outcome("create", key, version)
+        return version
 
     def replace(self, key: str, data: bytes, version: str) -> str:
         path = self._path(key)
@@ -277,32 +260,32 @@ class ZooKeeperStore:
         if number is None:
             raise self._logged("replace", key, ConditionFailed(key, "at another version"))
         node, expected = self._hosts + path, f"{czxid}.{number + 1}"
-        _begin_write(node, expected)
+        landed: str | None = None
+        own_writes.begin(node, expected)
         try:
             stat = self._call(
                 "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
             )
-        except BaseException:
-            _forget(node, expected)
-            raise
+            landed = _token(stat)
         finally:
-            _end_write(node)
+            own_writes.end(node, landed, withdrawn=expected)
         if stat.czxid != czxid:
             # The version matched a later incarnation of the node (created again after a
             # delete): the write landed. Say so; the lock never deletes its documents.
             log.warning("%r replace of %r: the node was deleted and created again", self, key)
-        return self._wrote("replace", key, path, stat)
+        self._log_outcome("replace", key, landed)
+        return landed
 
     def delete(self, key: str, version: str) -> None:
         path = self._path(key)
         _czxid, number = _parse(version)
         if number is None:
             raise self._logged("delete", key, ConditionFailed(key, "at another version"))
-        _begin_write(self._hosts + path)
+        own_writes.begin(self._hosts + path)
         try:
             self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
         finally:
-            _end_write(self._hosts + path)
+            own_writes.end(self._hosts + path)
         self._log_outcome("delete", key, None)
 
     def list(self, prefix: str) -> list[str]:
@@ -411,11 +394,10 @@ class ZooKeeperStore:
             if self._closed:
                 raise StoreError(f"{self._describe(op, key)}: the store is closed")
         if not self._connected.wait(self._connect_timeout):
-            raise self._logged(
-                op,
-                key,
-                StoreUnavailable(f"{self._describe(op, key)}: no ZooKeeper server answered"),
-            )
+            why = "no ZooKeeper server answered"
+            if self._tls:  # kazoo retries a refused certificate as it does a refused connection
+                why += " (or none had a certificate trusted by ca_certs or SSL_CERT_FILE)"
+            raise self._logged(op, key, StoreUnavailable(f"{self._describe(op, key)}: {why}"))
 
     def _on_state(self, state: str) -> None:
         """kazoo's session listener (its connection thread: never blocks)."""
@@ -436,13 +418,6 @@ class ZooKeeperStore:
                 self._call("create", key, functools.partial(self._zk.create_async, node, b""))
             except _Exists:
                 continue
-
-    def _wrote(self, op: str, key: str, path: str, stat: Any) -> str:
-        version = _token(stat)
-        with _written_lock:
-            _remember(self._hosts + path, version)
-        self._log_outcome(op, key, version)
-        return version
 
     def _payload(self, op: str, key: str, data: bytes) -> bytes:
         payload = bytes(data)
@@ -648,12 +623,11 @@ class _Watcher:
         with self._lock:
             if self._stopped or path not in self._callbacks:
                 return
-            with _written_lock:
-                self._began_at_arm[path] = _began[node]
-                if _pending[node] > 0:
-                    self._pending_at_arm.add(path)
-                else:
-                    self._pending_at_arm.discard(path)
+            self._began_at_arm[path], pending = own_writes.under_way(node)
+            if pending:
+                self._pending_at_arm.add(path)
+            else:
+                self._pending_at_arm.discard(path)
         if not self._zk.connected:
             return  # on_state arms it again once connected
         try:
@@ -670,11 +644,9 @@ class _Watcher:
         path = event.path
         if not path:
             return
-        with _written_lock:
-            ours = (
-                _began[self._store.hosts + path] != self._began_at_arm.get(path)
-                or path in self._pending_at_arm
-            )
+        began, _pending = own_writes.under_way(self._store.hosts + path)
+        with self._lock:
+            ours = began != self._began_at_arm.get(path) or path in self._pending_at_arm
         if ours:  # this process wrote since: ask whose the change is
             self._arm(path, check=True)
             return
@@ -688,11 +660,8 @@ class _Watcher:
             stat = answer.get_nowait()
         except Exception:
             stat = None  # lost: tell them anyway
-        if stat is not None:
-            with _written_lock:
-                mine = _token(stat) in _written.get(self._store.hosts + path, ())
-            if mine:
-                return
+        if stat is not None and own_writes.made(self._store.hosts + path, _token(stat)):
+            return
         self._notify(path)
 
     def _notify(self, path: str) -> None:
@@ -708,42 +677,58 @@ class _Watcher:
             log.exception("%r: a change callback raised", self._store)
 
 
-_URL_OPTIONS = ("connect_timeout", "read_timeout", "session_timeout")
+_URL_OPTIONS = (
+    "ca_certs",
+    "client_cert",
+    "client_key",
+    "connect_timeout",
+    "read_timeout",
+    "session_timeout",
+)
+_TIMEOUTS = ("connect_timeout", "read_timeout", "session_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> ZooKeeperStore:
-    """The store for ``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX``.
+    """The store for ``zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/PREFIX`` (``zks://`` for
+    TLS).
 
     The path is the znode under which documents live. Options: ``connect_timeout``,
-    ``read_timeout`` and ``session_timeout`` (seconds). The user name and password (ZooKeeper's
-    digest scheme) may be percent-encoded.
+    ``read_timeout`` and ``session_timeout`` (seconds); for ``zks://``, ``ca_certs`` (a PEM file of
+    the CAs to trust instead of the system's) and ``client_cert`` / ``client_key`` (PEM files). The
+    user name and password (ZooKeeper's digest scheme) may be percent-encoded.
 
     :raises ConfigError: no host or prefix, an unknown or empty option (named), or an invalid value.
     """
+    scheme = parts.scheme.lower()
     for name in sorted(options):
         if name not in _URL_OPTIONS:
             raise ConfigError(
-                f"unknown zk:// store URL option {name!r}; known options: {', '.join(_URL_OPTIONS)}"
+                f"unknown {scheme}:// store URL option {name!r}; known options:"
+                f" {', '.join(_URL_OPTIONS)}"
             )
+        if not options[name]:
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
     if parts.fragment:
-        raise ConfigError("zk:// store URL must not have a #fragment")
+        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
     userinfo, at, hosts = parts.netloc.rpartition("@")
     if not hosts:
-        raise ConfigError("zk:// store URL needs hosts: zk://HOST:PORT[,HOST:PORT...]/PREFIX")
+        raise ConfigError(
+            f"{scheme}:// store URL needs hosts: {scheme}://HOST:PORT[,HOST:PORT...]/PREFIX"
+        )
     username = password = None
     if at:
         user, colon, secret = userinfo.partition(":")
         if not colon:
-            raise ConfigError("zk:// store URL credentials must be USER:PASSWORD@")
+            raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
         username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
     timeouts: dict[str, float] = {}
-    for option in _URL_OPTIONS:
+    for option in _TIMEOUTS:
         if option in options:
             try:
                 timeouts[option] = float(options[option])
             except ValueError:
                 raise ConfigError(
-                    f"zk:// store URL option {option!r} must be a number of seconds,"
+                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
                     f" got {options[option]!r}"
                 ) from None
     return ZooKeeperStore(
@@ -751,5 +736,9 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         prefix=urllib.parse.unquote(parts.path),
         username=username,
         password=password,
+        tls=scheme == "zks",
+        ca_certs=options.get("ca_certs"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
         **timeouts,
     )

@@ -21,6 +21,10 @@ A test that wants a given fault on a given request, rather than a seeded draw, s
 forward; ``replace``: forward, let the server act, then say the fabricated answer instead of its
 own). ``tests/lock/_cloud_faults.py`` drives the proxy this way for the store fault suite.
 
+With ``raw=True`` it is a TCP proxy for servers that do not speak HTTP (Redis, ZooKeeper): it
+copies bytes both ways and knows no requests, so its only fault is the partition, which holds
+the bytes in both directions until it heals and then delivers them.
+
 It runs its event loop on a thread of its own, so threaded clients (boto3, google-cloud-storage,
 azure-storage-blob) can use it unchanged: point the client's endpoint at ``route(name)``. Counts of
 requests and of each fault are kept in :attr:`FaultProxy.counts`.
@@ -95,11 +99,14 @@ class _Route:
 class FaultProxy:
     """An HTTP/1.1 fault proxy in front of ``upstream`` (``"127.0.0.1:PORT"``); see the module."""
 
-    def __init__(self, upstream: str, *, seed: int, plan: FaultPlan | None = None) -> None:
+    def __init__(
+        self, upstream: str, *, seed: int, plan: FaultPlan | None = None, raw: bool = False
+    ) -> None:
         host, _, port = upstream.rpartition(":")
         if host not in ("127.0.0.1", "localhost"):
             raise ValueError(f"the fault proxy only forwards to 127.0.0.1, not {host!r}")
         self._upstream = ("127.0.0.1", int(port))
+        self._raw = raw
         self._seed = seed
         self.plan = plan or FaultPlan()
         #: Called on the proxy's thread for every request; see :class:`Choice`.
@@ -115,7 +122,8 @@ class FaultProxy:
     # -- control, from any thread ---------------------------------------------------------------
 
     def route(self, name: str) -> str:
-        """A new listening address (``http://127.0.0.1:PORT``) for the client called ``name``."""
+        """A new listening address (``http://127.0.0.1:PORT``) for the client called ``name``
+        (raw: ``127.0.0.1:PORT``)."""
         if name in self._routes:
             raise ValueError(f"route {name!r} exists")
         # One generator per route, from the seed and the route's name: a route's choices do
@@ -123,7 +131,7 @@ class FaultProxy:
         route = _Route(name, random.Random(f"{self._seed}:{name}"))
         self._routes[name] = route
         self._call(self._listen(route))
-        return f"http://127.0.0.1:{route.port}"
+        return f"127.0.0.1:{route.port}" if self._raw else f"http://127.0.0.1:{route.port}"
 
     def partition(self, seconds: float, name: str | None = None) -> None:
         """Cut route ``name`` (or every route) off from the server for ``seconds`` from now."""
@@ -176,7 +184,10 @@ class FaultProxy:
 
     async def _listen(self, route: _Route) -> None:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._serve(route, reader, writer)
+            if self._raw:
+                await self._pipe(route, reader, writer)
+            else:
+                await self._serve(route, reader, writer)
 
         route.server = await asyncio.start_server(serve, "127.0.0.1", 0)
         route.port = route.server.sockets[0].getsockname()[1]
@@ -285,6 +296,44 @@ class FaultProxy:
             route.connections.discard(writer)
             if upstream is not None:
                 upstream[1].close()
+            writer.close()
+
+    async def _pipe(
+        self, route: _Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Raw mode: copy bytes both ways, held while ``route`` is partitioned."""
+        route.connections.add(writer)
+        self._count("connections")
+        up_writer: asyncio.StreamWriter | None = None
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+
+            async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+                while chunk := await source.read(65536):
+                    if time.monotonic() < self._until(route):
+                        self._count("held by a partition")
+                        await self._through_partition(route)
+                    sink.write(chunk)
+                    await sink.drain()
+
+            done, pending = await asyncio.wait(
+                [
+                    asyncio.ensure_future(copy(reader, up_writer)),
+                    asyncio.ensure_future(copy(up_reader, writer)),
+                ],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*done, *pending, return_exceptions=True)  # a side's end ends both
+        except (ConnectionError, OSError):
+            self._count("connection errors")
+        except asyncio.CancelledError:
+            pass  # the proxy is closing: its connections end with it
+        finally:
+            route.connections.discard(writer)
+            if up_writer is not None:
+                up_writer.close()
             writer.close()
 
 

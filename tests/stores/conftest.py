@@ -22,3 +22,12 @@ def bucket(server: S3Server) -> Iterator[str]:
     name = server.create_bucket()
     yield name
     server.remove_bucket(name)
+
+
+# The TLS servers' fixtures (tests/_servers/tls.py), for test_tls.py.
+from tests._servers.tls import (  # noqa: E402, F401
+    etcd_tls_server,
+    redis_tls_server,
+    test_ca,
+    zookeeper_tls_server,
+)

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+import urllib3
 
 from prioritylock import ConfigError, StoreUnavailable
 from prioritylock.stores import open_store
@@ -69,13 +70,36 @@ def test_the_url_names_endpoint_prefix_and_timeouts() -> None:
     default_port.close()
 
 
+def test_the_url_names_credentials_and_tls_files_without_showing_the_password() -> None:
+    store = open_store(
+        "etcds://ops:s%40cret@etcd1:2379/locks?ca_certs=/etc/ca.pem"
+        "&client_cert=/etc/me.pem&client_key=/etc/me.key"
+    )
+    try:
+        assert isinstance(store, EtcdStore)
+        assert store.namespace == "etcd:etcd1:2379/locks/"  # the same cluster as over http
+        assert store._credentials == {"name": "ops", "password": "s@cret"}
+        pool = store.client
+        assert isinstance(pool, urllib3.HTTPSConnectionPool)
+        assert (pool.ca_certs, pool.cert_file, pool.key_file) == (
+            "/etc/ca.pem",
+            "/etc/me.pem",
+            "/etc/me.key",
+        )
+        assert "s@cret" not in repr(store) and "s%40cret" not in repr(store)
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize(
     ("url", "says"),
     [
         ("etcd://etcd1:2379/", "prefix must not be empty"),
         ("etcd://etcd1:2379/locks?ttl=3", "unknown etcd:// store URL option 'ttl'"),
         ("etcd://etcd1:2379/locks?read_timeout=soon", "number of seconds"),
-        ("etcd://u:p@etcd1:2379/locks", "no credentials"),
+        ("etcd://user-without-password@etcd1:2379/locks", "USER:PASSWORD"),
+        ("etcd://etcd1:2379/locks?ca_certs=/ca.pem", "for TLS"),
+        ("etcds://etcd1:2379/locks?ca_certs=", "is empty"),
         ("etcd://etcd1:99999/locks", "port must be 1-65535"),
     ],
 )

@@ -65,11 +65,17 @@ def test_the_url_names_host_port_database_prefix_and_credentials() -> None:
         assert "s@cret" not in repr(store)
     finally:
         store.close()
-    tls = open_store("rediss://:pw@127.0.0.1")
+    tls = open_store("rediss://:pw@127.0.0.1?ca_certs=/ca.pem&client_cert=/me.pem&client_key=/k")
     try:
         assert isinstance(tls, RedisStore)
         assert tls.namespace == "redis:127.0.0.1:6379/0/"
         assert tls.client.connection_pool.connection_class.__name__ == "SSLConnection"
+        kwargs = tls.client.connection_pool.connection_kwargs
+        assert (kwargs["ssl_ca_certs"], kwargs["ssl_certfile"], kwargs["ssl_keyfile"]) == (
+            "/ca.pem",
+            "/me.pem",
+            "/k",
+        )
     finally:
         tls.close()
 
@@ -82,7 +88,7 @@ def test_the_url_names_host_port_database_prefix_and_credentials() -> None:
         ("redis://127.0.0.1:port/0", "port that is not a number"),
         ("redis:///0", "needs a host"),
         ("redis://127.0.0.1/0?connect_timeout=soon", "must be a number of seconds"),
-        ("redis://127.0.0.1/0?ca_certs=/ca.pem", "for TLS (rediss://) only"),
+        ("redis://127.0.0.1/0?ca_certs=/ca.pem", "are for TLS (rediss://)"),
     ],
 )
 def test_a_bad_url_is_a_config_error_that_never_shows_the_password(url: str, says: str) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from prioritylock import ConfigError, StoreAccessError, StoreError, StoreUnavailable
-from prioritylock.stores import _zookeeper as zk_module
 from prioritylock.stores import open_store
+from prioritylock.stores._base import own_writes
 from prioritylock.stores._zookeeper import ZooKeeperStore
 from scopes import LockScope
 from tests._servers.zookeeper import ZooKeeperServer
@@ -69,6 +69,8 @@ def test_the_url_names_hosts_prefix_credentials_and_timeouts() -> None:
         ("zk://h/locks?timeout=1", "unknown zk:// store URL option 'timeout'"),
         ("zk://h/locks?read_timeout=soon", "number of seconds"),
         ("zk://user-without-password@h/locks", "USER:PASSWORD"),
+        ("zk://h/locks?ca_certs=/ca.pem", "for TLS"),
+        ("zks://h/locks?client_key=/k.pem", "client_key needs client_cert"),
     ],
 )
 def test_a_bad_url_is_a_config_error(url: str, says: str) -> None:
@@ -240,8 +242,8 @@ def test_watches_come_back_after_a_restart(
     """The session reconnects by itself and each watcher is called once for what it may have
     missed; later writes from elsewhere are announced again."""
     # The writer's writes are another process's, as far as the watch can tell.
-    monkeypatch.setattr(zk_module, "_begin_write", lambda *_args: None)
-    monkeypatch.setattr(zk_module, "_remember", lambda *_args: None)
+    for method in ("begin", "end"):
+        monkeypatch.setattr(own_writes, method, lambda *_args, **_kwargs: None)
     told = threading.Event()
     stop = store.watch_key("doc", told.set)
     writer = zookeeper_server.store(prefix)
