@@ -1,15 +1,19 @@
 """Scale: one process holding many leases, the CPU its heartbeat uses and how late renewals run.
 
     python benchmarks/scale.py [--store memory|s3-moto|s3-seaweedfs] [--leases 1000,10000]
-                               [--seconds 30] [--async] [--json PATH]
+                               [--seconds 30] [--async] [--tune-gc] [--json PATH]
+                               [--lease-timeout 30] [--watch-interval S]
 
-N leases with the default timings (lease 30 s: renewed every 10 s, watched half-way) are
-acquired by 8 workers, held for the window, then released. Over the window: this process's CPU
+N leases (by default lease 30 s: renewed every 10 s, watched half-way; a longer lease and watch
+interval make fewer requests a second, for 100,000 leases on a machine with little CPU to spare)
+are acquired by 8 workers, held for the window, then released. Over the window: this process's CPU
 (and the emulator's, which shares the machine), the store's requests, how late each heartbeat
 task started, when each renewal finished against its due time and the margin it left on the old
 lease (about 20 s when on time; 0 is a loss), and losses. ``--async`` holds ``AsyncLock`` leases
 on one event loop (its ``AsyncScheduler``) and adds the loop's lag (a probe sleeping 50 ms); the
-garbage collector's full collections are timed (``gc_full_ms``). Exits with status 1 if a lease
+garbage collector's full collections are timed (``gc_full_ms``), and the objects it tracks
+counted per lease (``tracked_per_lease``); ``--tune-gc`` tunes it as the service does
+(``prioritylock._collector``) once the leases are held. Exits with status 1 if a lease
 was lost or is not held at the end.
 """
 
@@ -35,9 +39,11 @@ from _harness import CpuWindow, Json, lag_probe, machine_info, ms_summary, write
 
 from prioritylock import AsyncLock, Heartbeat, Lock, LockBuilder, signals
 from prioritylock._ascheduler import AsyncScheduler, ScheduledAsyncTask
+from prioritylock._collector import tune_collector
 from prioritylock._scheduler import ScheduledTask
 from prioritylock.stores import ObjectStore, open_store
 
+THRESHOLDS = gc.get_threshold()  # restored after each row
 DEFAULT_LEASES = {"memory": "1000,10000", "s3-moto": "1000", "s3-seaweedfs": "1000"}
 #: Workers that acquire and release the leases: fewer than the S3 client's pooled connections.
 SETUP_WORKERS = 8
@@ -122,12 +128,17 @@ def _row(tally: Tally, window: CpuWindow, requests: dict[str, int]) -> Json:
 
 
 async def measure(
-    store: ObjectStore, leases: int, seconds: float, emulator: int | None, aio: bool
+    store: ObjectStore, leases: int, seconds: float, emulator: int | None, args: Any
 ) -> Json:
     """``leases`` locks held on ``store`` for ``seconds``: ``Lock`` objects on a threaded
-    heartbeat, or (``aio``) ``AsyncLock`` objects on this event loop's scheduler."""
+    heartbeat, or (``args.aio``) ``AsyncLock`` objects on this event loop's scheduler."""
+    aio = args.aio
     scheduler = MeasuringScheduler() if aio else MeasuringHeartbeat()
-    tally, build = Tally(), LockBuilder().store(store)
+    tally, build = Tally(), LockBuilder().store(store).lease_timeout(args.lease_timeout)
+    if args.watch_interval:
+        build.watch_interval(args.watch_interval)
+    gc.collect()
+    untracked = len(gc.get_objects())
     scheduler.tally = tally
     if isinstance(scheduler, MeasuringHeartbeat):
         build.heartbeat(scheduler)
@@ -163,6 +174,10 @@ async def measure(
         if not all(x is True for x in await each("try_lock")):
             raise RuntimeError("a free lock could not be acquired")
         acquired = time.perf_counter() - t0
+        gc.collect()
+        tracked = (len(gc.get_objects()) - untracked) / leases
+        if args.tune_gc:
+            tune_collector()
         gc.callbacks.append(full)
         scheduler.tally = tally = Tally(tally.locks)  # the acquisitions left out
         lags: list[float] = []
@@ -176,12 +191,15 @@ async def measure(
         row = _row(tally, window, {k: after[k] - before[k] for k in after if after[k] != before[k]})
         row["loop_lag_ms"] = ms_summary(lags) if aio else None
         row["gc_full_ms"] = [round(p * 1e3, 1) for p in pauses]
+        row |= {"tracked_per_lease": round(tracked, 1), "gc_tuned": args.tune_gc}
         row["still_held"] = sum(lock.is_current_owner() for lock in locks)
         row |= {"lost_reasons": sorted(set(lost)), "lost": len(lost)}
         t0 = time.perf_counter()
         await each("unlock")
     finally:
         signals.lock_lost.disconnect(on_lost)
+        gc.unfreeze()
+        gc.set_threshold(*THRESHOLDS)
         pool.shutdown()
         await scheduler.aclose() if aio else scheduler.close()  # type: ignore[union-attr]
     released = round(time.perf_counter() - t0, 3)
@@ -194,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--leases", default=None, help="comma-separated (default: per store)")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--async", dest="aio", action="store_true", help="AsyncLock leases")
+    parser.add_argument("--tune-gc", action="store_true", help="as the service, once held")
+    parser.add_argument("--lease-timeout", type=float, default=30.0)
+    parser.add_argument("--watch-interval", type=float, default=None, help="default: derived")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     counts = [int(n) for n in (args.leases or DEFAULT_LEASES[args.store]).split(",")]
@@ -203,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with _servers.store_url(args.store, "scale") as (url, emulator):
             store = open_store(url)
             pid = emulator.pid if emulator else None
-            rows.append(asyncio.run(measure(store, n, args.seconds, pid, args.aio)))
+            rows.append(asyncio.run(measure(store, n, args.seconds, pid, args)))
             store.close()
             if emulator is not None:
                 facts["versions"] = _servers.versions()

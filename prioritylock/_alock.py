@@ -31,7 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic
 
 from prioritylock import _effects as effects
 from prioritylock import _flows as flows
@@ -116,12 +116,19 @@ class InlineRoute(Route):
         return call()
 
 
+#: The inline routes, by whether the store is shared across hosts: they keep nothing of a store.
+_inline_routes: dict[bool, InlineRoute] = {}
+
+
 def route_for(store: ObjectStore) -> Route:
-    """The route for a lock on ``store``."""
-    pool = _io_pool(store.capabilities.shared_across_hosts)
+    """The route for a lock on ``store`` (one for every lock on an in-process store)."""
+    network = store.capabilities.shared_across_hosts
     if not store.capabilities.shared_across_processes:
-        return InlineRoute(pool)
-    return Route(pool, _nowait_entry(store), _native_entry(store))
+        route = _inline_routes.get(network)
+        if route is None:
+            route = _inline_routes[network] = InlineRoute(_io_pool(network))
+        return route
+    return Route(_io_pool(network), _nowait_entry(store), _native_entry(store))
 
 
 class LoopRunner(FlowRunner):
@@ -239,11 +246,7 @@ class LoopRunner(FlowRunner):
         task.add_done_callback(_background.discard)
 
     def _task(self, make: Callable[[], Generator[Any, Any, T]]) -> Callable[[], Awaitable[T]]:
-        async def run() -> T:
-            async with self._guard():
-                return await self._run(make())
-
-        return run
+        return _Guarded(self, make)
 
     def _schedule(self, task: AsyncTask, when: float, name: str, **how: Any) -> ScheduledAsyncTask:
         self._loop = asyncio.get_running_loop()  # where notices from other threads are sent
@@ -265,6 +268,20 @@ class LoopRunner(FlowRunner):
         else:
             news.send(self._sender)
             self._spawn(_call_listener(news.method, *news.args))
+
+
+class _Guarded(Generic[T]):
+    """``await task()`` runs the flow ``make()`` under ``runner``'s guard: a scheduler's task,
+    one small object (a closure is four, kept for as long as the lease is held)."""
+
+    __slots__ = ("make", "runner")
+
+    def __init__(self, runner: LoopRunner, make: Callable[[], Generator[Any, Any, T]]) -> None:
+        self.runner, self.make = runner, make
+
+    async def __call__(self) -> T:
+        async with self.runner._guard():
+            return await self.runner._run(self.make())
 
 
 class AsyncLock(LoopRunner, LockBase):

@@ -225,6 +225,10 @@ class FlowRunner:
 
     #: "thread" or "task": who must not share one lock object.
     _who: ClassVar[str]
+    #: Guards the flags of every lock object (``_acquiring``, a holding's loss): held for a few
+    #: instructions, so one for the process (a lock per object is one more object per lease
+    #: for the garbage collector to walk).
+    _flags_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, store: ObjectStore, key: str, clock: Clock) -> None:
         self._store = store
@@ -240,12 +244,11 @@ class FlowRunner:
         # What signals and listeners are given as the lock (tests put a synchronous face here).
         self._sender: Any = self
         self._acquiring = False
-        self._acquiring_lock = threading.Lock()
 
     @contextlib.contextmanager
     def _acquisition(self) -> Iterator[None]:
         """While an acquire runs: a second one with this object raises ``LockHeld``."""
-        with self._acquiring_lock:
+        with self._flags_lock:
             if self._acquiring:
                 # One lock object is one client: two callers acquiring with it would share its
                 # state. Every store behaves the same here.

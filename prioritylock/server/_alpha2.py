@@ -40,7 +40,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Hashable, Mapping
 from typing import Any
 
 import attrs
@@ -70,6 +70,7 @@ from prioritylock.server._events import (
     Requestor,
     RequestWithdrawn,
 )
+from prioritylock.server._lockcache import LockCache
 from prioritylock.server._metrics import API_ALPHA2, API_GRPC, Metrics
 from prioritylock.server._names import BadRequest, Names
 from scopes import LockScope
@@ -266,13 +267,16 @@ class Stream:
 
 
 class _StreamListener(LockListener):
-    """A stream holder's side of cooperative preemption."""
+    """A stream holder's side of cooperative preemption. A lock object taken over by another
+    stream's request (``LockCache``) is given that ``stream``: what it is told of a holding
+    goes to the stream of that holding (a cleanup under way keeps the stream it began with)."""
 
     def __init__(self, stream: Stream) -> None:
-        self._stream = stream
+        self.stream = stream
 
     async def on_cleanup_notification(self, notice: CleanupNotice) -> None:
-        self._stream.send(
+        stream = self.stream
+        stream.send(
             CleanupRequested(
                 deadline=notice.deadline_wall,
                 seconds_left=round(max(0.0, notice.seconds_left()), 3),
@@ -280,8 +284,8 @@ class _StreamListener(LockListener):
             )
         )
         try:
-            await asyncio.wait_for(self._stream.closed.wait(), max(0.0, notice.seconds_left()))
-            self._stream.cooperated = True
+            await asyncio.wait_for(stream.closed.wait(), max(0.0, notice.seconds_left()))
+            stream.cooperated = True
         except asyncio.TimeoutError:  # the builtin TimeoutError from Python 3.11 on
             # The client kept its stream open past the window: it has not said it is done, so
             # nothing is handed over. Ending the cleanup as cancelled keeps the lock (and lets a
@@ -293,10 +297,10 @@ class _StreamListener(LockListener):
             raise asyncio.CancelledError from None
 
     def on_request_withdrawn(self, notice: CleanupNotice) -> None:
-        self._stream.send(RequestWithdrawn(Requestor.of(notice)))
+        self.stream.send(RequestWithdrawn(Requestor.of(notice)))
 
     def on_lock_lost(self, lock: Any, reason: str) -> None:
-        self._stream.send(Lost(reason))
+        self.stream.send(Lost(reason))
 
 
 # -- the locks ---------------------------------------------------------------------------------
@@ -314,6 +318,8 @@ class Held:
     #: The ``api`` label its metrics are counted under.
     api: str = API_ALPHA2
     ending: asyncio.Future[None] | None = None
+    #: What the lock object was built for (``LockCache``): it goes back there once released.
+    built_for: Hashable = None
 
     @property
     def fence(self) -> int:
@@ -337,6 +343,8 @@ class Alpha2Locks:
             self.metrics.prepare(name, API_ALPHA2)
             self.metrics.prepare(name, API_GRPC)
         self._held: dict[str, Held] = {}
+        #: Lock objects no request uses now, for the next request on the same lock and options.
+        self.idle = LockCache()
         self._by_lock: dict[int, Held] = {}
         # lock id -> (store, resource, why): a lost lock is let go at once, its reason kept; a
         # released one is remembered too, so that a second unlock hears which it was.
@@ -395,7 +403,7 @@ class Alpha2Locks:
         :raises ConditionFailed: never (no guards are offered here).
         :raises StoreError: the store failed (CorruptLease: a document it can't trust).
         """
-        lock = self._build(store_name, resource_id, options, stream, operator)
+        key, lock = self._take(store_name, resource_id, options, stream, operator)
         started = time.monotonic()
         try:
             if options.immediate:
@@ -405,9 +413,11 @@ class Alpha2Locks:
                 got = True
         except PreemptionTimeout as exc:
             self._refused(store_name, api, started)
+            self.idle.give(key, lock)
             raise ResourceLocked(f"the holder did not hand over in time: {exc}") from None
         except LockTimeout as exc:
             self._refused(store_name, api, started)
+            self.idle.give(key, lock)
             raise ResourceLocked(f"not acquired within the timeout: {exc}") from None
         except PriorityLockError:
             self.metrics.failed(store_name, api, latency=time.monotonic() - started)
@@ -418,9 +428,10 @@ class Alpha2Locks:
             raise
         if not got:
             self._refused(store_name, api, started)
-            await lock.aclose()
+            self.idle.give(key, lock)
             raise ResourceLocked(f"lock {resource_id} in store {store_name} is held")
-        held = Held(secrets.token_urlsafe(24), store_name, resource_id, lock, stream, api)
+        lock_id = secrets.token_urlsafe(24)
+        held = Held(lock_id, store_name, resource_id, lock, stream, api, built_for=key)
         self._held[held.lock_id] = held
         self._by_lock[id(lock)] = held
         took = time.monotonic() - started
@@ -468,11 +479,13 @@ class Alpha2Locks:
 
         :raises StoreError: the store failed (CorruptLease included: it is not overwritten).
         """
-        probe = self._probe(store_name, resource_id)
+        key, probe = self._take(store_name, resource_id)
         try:
-            return await probe.force_unlock(message, by=by)
+            found = await probe.force_unlock(message, by=by)
         except ConfigError as exc:
             raise BadRequest(str(exc)) from None
+        self.idle.give(key, probe)
+        return found
 
     async def info(self, store_name: str, resource_id: str) -> dict[str, Any]:
         """The lease as the CLI's ``info --json`` shows it.
@@ -480,8 +493,9 @@ class Alpha2Locks:
         :raises CorruptLease: the document can't be trusted.
         :raises StoreError: the store failed.
         """
-        probe = self._probe(store_name, resource_id)
+        key, probe = self._take(store_name, resource_id)
         info = await probe.info()
+        self.idle.give(key, probe)
         scope = LockScope.path(*self.names.path(store_name, resource_id))
         return {"resourceId": resource_id, **record(scope, info, time.time())}
 
@@ -538,6 +552,7 @@ class Alpha2Locks:
             self._forget(held)
             if held.stream is not None:
                 held.stream.closed.set()
+        self.idle.give(held.built_for, held.lock)  # released: the next request may take it over
 
     async def shutdown(self) -> None:
         """Tell every stream holder and release its lock; plain holders keep their leases,
@@ -585,16 +600,37 @@ class Alpha2Locks:
             .path(*self.names.path(store_name, resource_id))
         )
 
-    def _probe(self, store_name: str, resource_id: str) -> AsyncLock:
-        return self._builder(store_name, resource_id).build_async(scheduler=self._scheduler)
-
-    def _build(
+    def _take(
         self,
         store_name: str,
         resource_id: str,
-        options: Options,
-        stream: Stream | None,
-        operator: bool,
+        options: Options | None = None,
+        stream: Stream | None = None,
+        operator: bool = False,
+    ) -> tuple[Hashable, AsyncLock]:
+        """A lock object for this request alone: an idle one built for the same lock and options
+        (``LockCache``), else a new one (``options`` None: a probe, for reads and force unlocks);
+        and the key to give it back under."""
+        if options is not None and options.priority == OVERRIDE_PRIORITY and not operator:
+            raise Forbidden("priority 2147483647 (the emergency override) needs the operator token")
+        # What the lock object's config is built from: not how long or whether this one waits.
+        terms = None if options is None else attrs.evolve(options, immediate=False, timeout=None)
+        key = (store_name, resource_id, terms, stream is not None)
+        lock = self.idle.take(key)
+        if lock is None:
+            self.idle.built_one()
+            if options is None:
+                builder = self._builder(store_name, resource_id)
+                lock = builder.build_async(scheduler=self._scheduler)
+            else:
+                lock = self._build(store_name, resource_id, options, stream)
+        elif stream is not None:
+            assert isinstance(lock.config.listener, _StreamListener)
+            lock.config.listener.stream = stream  # what it is told goes to this stream now
+        return key, lock
+
+    def _build(
+        self, store_name: str, resource_id: str, options: Options, stream: Stream | None
     ) -> AsyncLock:
         builder = self._builder(store_name, resource_id)
         message = options.message or f"locked through prioritylock serve by app {self.names.app_id}"
@@ -602,10 +638,6 @@ class Alpha2Locks:
             builder.owner(options.owner or self.names.app_id).lease_timeout(options.ttl)
             builder.keep_waiting(False)  # a priority request whose wait ran out answers 409
             if options.priority == OVERRIDE_PRIORITY:
-                if not operator:
-                    raise Forbidden(
-                        "priority 2147483647 (the emergency override) needs the operator token"
-                    )
                 builder.emergency_override(message)
             else:
                 builder.priority(options.priority).forceful(options.forceful).message(message)
