@@ -322,11 +322,14 @@ class Notices:
     ) -> None:
         if not self.enabled:
             return
-        # Nobody of this process waits on or holds the document, and no feed is left to end:
-        # nothing to do (read without the lock: an interest added meanwhile armed before its
-        # read, which then sees the write this notice is about).
-        if where not in self._watchers and where not in self._waiters and where not in self._feeds:
-            return
+        # Nobody of this process but the writer itself (a holder's own release) waits on or
+        # holds the document, and no feed is left to end: nothing to do (read without the
+        # lock: an interest added meanwhile armed before its read, which then sees the write
+        # this notice is about).
+        if where not in self._waiters and where not in self._feeds:
+            watchers = tuple(self._watchers.get(where, ()))  # a snapshot
+            if not watchers or (len(watchers) == 1 and watchers[0].owner is source):
+                return
         if self.faults is not None:
             self.faults.deliver(lambda: self._deliver(where, source, stamp))
         else:
