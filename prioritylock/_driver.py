@@ -148,6 +148,7 @@ class LockBase(FlowRunner):
         FlowRunner.__init__(self, config.store, config.key, config.clock)
         self._cfg = config
         self._st = new_state(config)
+        self._beat_name = f"lease {self._key}"  # the heartbeat's name, on every acquire
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -259,7 +260,9 @@ class LockBase(FlowRunner):
         driver's own way of doing it (for ``AsyncLock``, what comes back is to be awaited);
         the others need no waiting and are the same on both drivers."""
         match effect:
-            case effects.Waits() | effects.Now() | effects.Arm():  # effects.Shared
+            case effects.Now():  # the commonest effect: done here, not handed on
+                return self._clock.monotonic(), self._clock.time()
+            case effects.Waits() | effects.Arm():  # the rest of effects.Shared
                 return self._perform_shared(effect)
             case effects.Hold():
                 self._hold(effect)
@@ -327,7 +330,7 @@ class LockBase(FlowRunner):
         holding.entry = self._schedule(
             self._task(beat),
             due,
-            f"lease {self._key}",
+            self._beat_name,
             # An in-process store answers in microseconds: run its heartbeat on the scheduler's
             # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
             inline=self._st.inline,

@@ -247,7 +247,7 @@ def write(
         known = base.lease if not create and base is not None and base.version == version else None
         lease, unsynced = plan_write(lease, known, state.boot)
     data = encode(lease)
-    backoff = Backoff(1.0, start=0.02)
+    backoff: Backoff | None = None  # made at the first failure (most writes have none)
     creating = create or version is None
     by = deadline if bound is None else bound
     while True:
@@ -272,6 +272,7 @@ def write(
             mono, _wall = yield NOW
             if mono >= deadline:
                 raise
+            backoff = backoff or Backoff(1.0, start=0.02)
             yield Sleep(min(backoff.next(), max(0.0, deadline - mono)))
             fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:

@@ -9,7 +9,7 @@ Times in the document are wall-clock seconds for people to read; no decision res
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import itertools
 import json
@@ -98,17 +98,18 @@ def new_nonce() -> str:
 
 
 def _reseed_nonces() -> None:
-    global _nonce_prefix, _nonce_counter, _id_key, _id_counter
+    global _nonce_prefix, _nonce_counter, _id_hash, _id_counter
     _nonce_prefix = secrets.token_hex(12) + "-"
     _nonce_counter = itertools.count(1)
-    _id_key = secrets.token_bytes(32)
+    _id_hash = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=24)
     _id_counter = itertools.count(1)
 
 
 _nonce_prefix = ""
 _nonce_counter = itertools.count(1)
-_id_key = b""
+_id_hash = hashlib.blake2b(digest_size=24)  # keyed (per process) by _reseed_nonces
 _id_counter = itertools.count(1)
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 _reseed_nonces()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reseed_nonces)
@@ -120,10 +121,9 @@ def new_lock_id() -> str:
     A keyed BLAKE2b of a counter under a 256-bit per-process secret key: a pseudorandom
     function, so ids can't be guessed without the key, at no system call per id.
     """
-    digest = hashlib.blake2b(
-        next(_id_counter).to_bytes(8, "little"), key=_id_key, digest_size=24
-    ).digest()
-    return base64.urlsafe_b64encode(digest).decode()
+    h = _id_hash.copy()  # the key set up once, not per id
+    h.update(next(_id_counter).to_bytes(8, "little"))
+    return binascii.b2a_base64(h.digest(), newline=False).translate(_URLSAFE).decode()
 
 
 @attrs.frozen

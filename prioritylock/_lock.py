@@ -26,7 +26,7 @@ from prioritylock._driver import LockBase, cleanup_notice
 from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
-from prioritylock._runner import CallPool, FlowRun, FlowRunner, News, StoreCall, T, call_pool
+from prioritylock._runner import CallPool, FlowRunner, News, StoreCall, T, call_pool
 from prioritylock._scheduler import ScheduledTask, Scheduler, Task, default_scheduler
 from prioritylock._wake import NOTICES, ThreadWaiter, Waiter
 
@@ -52,21 +52,29 @@ class ThreadRunner(FlowRunner):
     def _run(self, flow: Generator[Any, Any, T]) -> T:
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
         throw in the store's error). The caller holds ``_io``; pauses let go of it."""
-        run = FlowRun(flow)
+        # ``FlowRun``, spelled out: this loop runs for every effect of every flow.
+        perform = self._perform
+        value: Any = None
+        error: Exception | None = None
         try:
-            while (effect := run.next()) is not None:
+            while True:
                 try:
-                    run.value = self._perform(effect)
+                    effect = flow.send(value) if error is None else flow.throw(error)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                try:
+                    value, error = perform(effect), None
                 except Exception as exc:
-                    run.error = exc
+                    value, error = None, exc
         finally:
             flow.close()
-        return run.result
 
     def _perform(self, effect: Any) -> Any:
         return self._perform_effect(effect)
 
     def _store_call(self, call: StoreCall) -> Any:
+        if call.by is None:  # no time bound (a store of this machine): made straight
+            return self._call_here(call, call)
         return self._call_here(call, lambda: self._bounded(call))
 
     def _bounded(self, call: StoreCall) -> Any:

@@ -15,11 +15,10 @@ heartbeat, preemption, signals; a Hudi holding's renewals) is in ``_driver.LockB
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Executor, Future
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -64,25 +63,42 @@ MIN_WAIT = 0.25
 T = TypeVar("T")
 
 
-@attrs.frozen
 class StoreCall:
     """One store call a ``Read`` or ``Put`` turns into: the method's name (``op``, what the
-    asyncio routes pass to a store's quick or native path), the method, and its arguments."""
+    asyncio routes pass to a store's quick or native path), the method, and its arguments.
+    Made for every store call, so a plain class with slots (an attrs frozen class's
+    ``__init__`` costs a microsecond more)."""
 
-    op: str
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    #: A write the other locks of the process are to notice (``Put.quiet`` unset).
-    notify: bool = False
-    #: When the driver stops waiting for the call (the effect's ``by``; None: at its end).
-    by: float | None = None
-    #: A write: given up on, its outcome is unknown.
-    write: bool = False
-    #: A request write (``Put.request``): when it was sent, on the lock's monotonic clock.
-    sent: float | None = None
+    __slots__ = ("args", "by", "fn", "notify", "op", "sent", "write")
+
+    def __init__(
+        self,
+        op: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        *,
+        notify: bool = False,
+        by: float | None = None,
+        write: bool = False,
+        sent: float | None = None,
+    ) -> None:
+        self.op = op
+        self.fn = fn
+        self.args = args
+        #: A write the other locks of the process are to notice (``Put.quiet`` unset).
+        self.notify = notify
+        #: When the driver stops waiting for the call (the effect's ``by``; None: at its end).
+        self.by = by
+        #: A write: given up on, its outcome is unknown.
+        self.write = write
+        #: A request write (``Put.request``): when it was sent, on the lock's monotonic clock.
+        self.sent = sent
 
     def __call__(self) -> Any:
         return self.fn(*self.args)
+
+    def __repr__(self) -> str:
+        return f"StoreCall({self.op!r}, by={self.by!r})"
 
 
 class StoreCalls:
@@ -100,9 +116,12 @@ class StoreCalls:
         # fake clock's seconds are not ones a driver can wait for.
         self.bounded = store.capabilities.shared_across_hosts and not isinstance(clock, FakeClock)
 
-    def of(self, effect: effects.Read | effects.Put) -> StoreCall:
+    def of(self, effect: effects.Read | effects.Put, sent: float | None = None) -> StoreCall:
+        """The call ``effect`` turns into (``sent``: a request write's send time)."""
         key = self.key
         by = effect.by if self.bounded else None
+        fn: Callable[..., Any]
+        args: tuple[Any, ...]
         match effect:
             case effects.Read(known=str(known)) if self.reader is not None:
                 read = self.reader.read_if_changed
@@ -110,15 +129,13 @@ class StoreCalls:
             case effects.Read():
                 return StoreCall("read", self.store.read, (key,), by=by)
             case effects.Put(create=True):
-                new = (key, effect.data)
-                return StoreCall("create", self.store.create, new, not effect.quiet, by, True)
+                op, fn, args = "create", self.store.create, (key, effect.data)
             case effects.Put(unsynced=True) if self.unsynced is not None:
-                args = (key, effect.data, effect.version)
                 fn = self.unsynced.replace_unsynced
-                return StoreCall("replace_unsynced", fn, args, not effect.quiet, by, True)
+                op, args = "replace_unsynced", (key, effect.data, effect.version)
             case effects.Put():
-                args = (key, effect.data, effect.version)
-                return StoreCall("replace", self.store.replace, args, not effect.quiet, by, True)
+                op, fn, args = "replace", self.store.replace, (key, effect.data, effect.version)
+        return StoreCall(op, fn, args, notify=not effect.quiet, by=by, write=True, sent=sent)
 
 
 class CallPool(Executor):
@@ -218,6 +235,32 @@ class News:
             call_safely(self.method, *self.args)
 
 
+class _Acquisition:
+    """:meth:`FlowRunner._acquisition`'s guard: a slotted class (a generator context manager,
+    made for every acquire, cost more than the rest of a store-free try_lock's bookkeeping)."""
+
+    __slots__ = ("_runner",)
+
+    def __init__(self, runner: FlowRunner) -> None:
+        self._runner = runner
+
+    def __enter__(self) -> None:
+        runner = self._runner
+        with runner._flags_lock:  # one process-wide lock, held for an instant
+            if runner._acquiring:
+                # One lock object is one client: two callers acquiring with it would share its
+                # state. Every store behaves the same here.
+                who = runner._who
+                raise LockHeld(
+                    f"{runner._key!r}: another {who} is acquiring with this lock object "
+                    f"(use one lock object per {who})"
+                )
+            runner._acquiring = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._runner._acquiring = False
+
+
 class FlowRunner:
     """Runs flows against one document of one store: what a driver does the same way for every
     flow. A lock object is one (``LockBase``, ``HudiBase``) and a driver (``ThreadRunner``,
@@ -245,40 +288,29 @@ class FlowRunner:
         self._sender: Any = self
         self._acquiring = False
 
-    @contextlib.contextmanager
-    def _acquisition(self) -> Iterator[None]:
-        """While an acquire runs: a second one with this object raises ``LockHeld``."""
-        with self._flags_lock:
-            if self._acquiring:
-                # One lock object is one client: two callers acquiring with it would share its
-                # state. Every store behaves the same here.
-                raise LockHeld(
-                    f"{self._key!r}: another {self._who} is acquiring with this lock object "
-                    f"(use one lock object per {self._who})"
-                )
-            self._acquiring = True
-        try:
-            yield
-        finally:
-            self._acquiring = False
+    def _acquisition(self) -> _Acquisition:
+        """While an acquire runs (``with self._acquisition():``): a second one with this
+        object raises ``LockHeld``. Made per acquire: one kept on the object would be a
+        reference cycle, left for the garbage collector to free."""
+        return _Acquisition(self)
 
     def _perform_shared(self, effect: effects.Shared) -> Any:
         """Perform an effect any flow may yield. A waiting one (a store call, a sleep, a pause)
         is handed to the driver's own way of doing it (for ``AsyncLock``, what comes back is to
         be awaited); the clock and arming are done here."""
         match effect:
+            case effects.Now():  # the commonest: first
+                return self._clock.monotonic(), self._clock.time()
             case effects.Put(request=True):
                 # Read before the call is made: the requestor's wait begins after it returns.
                 sent = self._clock.monotonic()
-                return self._store_call(attrs.evolve(self._calls.of(effect), sent=sent))
+                return self._store_call(self._calls.of(effect, sent))
             case effects.Read() | effects.Put():
                 return self._store_call(self._calls.of(effect))
             case effects.Sleep():
                 return self._sleep(effect.seconds)
             case effects.Pause():
                 return self._pause(effect.seconds)
-            case effects.Now():
-                return self._clock.monotonic(), self._clock.time()
             case effects.Arm():
                 self._armed = NOTICES.arm_at(self._place, self._new_waiter())
             case _:

@@ -57,7 +57,10 @@ class Scheduler:
         self.clock = clock
         self.threaded = threaded
         self._name = name
-        self._cond = threading.Condition()
+        # Entered by its lock where nothing waits on it: ``Condition.__enter__`` is Python, and
+        # every acquire schedules a heartbeat, every release cancels one.
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)
         self._heap: DueHeap[ScheduledTask] = DueHeap()
         self._closed = False
         # While the loop sleeps: the due time it sleeps until (inf: no task); None: awake.
@@ -88,11 +91,12 @@ class Scheduler:
         """
         # The class itself: calling the generic alias costs a microsecond (per acquire).
         entry: ScheduledTask = _due.ScheduledTask(task, when, name, inline, tolerance)
-        with self._cond:
+        with self._mutex:
             if self._closed:
                 raise RuntimeError("heartbeat is closed")
             self._push(entry, when)
-            self._start_locked()
+            if self._thread is None:
+                self._start_locked()
         return entry
 
     def reschedule(self, entry: ScheduledTask, when: float) -> None:
@@ -106,7 +110,7 @@ class Scheduler:
 
     def cancel(self, entry: ScheduledTask) -> None:
         """Stop ``entry`` from running again (a run in progress finishes)."""
-        with self._cond:
+        with self._mutex:
             self._heap.cancel(entry)
 
     def _push(self, entry: ScheduledTask, when: float, *, exact: bool = False) -> None:

@@ -171,31 +171,28 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None:
             loop.call_soon_threadsafe(fn)
 
 
-class _Watcher:
-    __slots__ = ("callback", "heard", "owner")
-
-    def __init__(self, owner: object, callback: Callable[[Stamp | None], None]) -> None:
-        self.owner = owner
-        self.callback = callback
-        self.heard = False  # a notice reached it
-
-
 class Watching:
-    """A holder's interest (:meth:`Notices.watch_at`): whether its store subscription is made
-    (``fed``; False: deferred, the driver calls :meth:`Notices.feed`), when it began on the
-    holder's clock (``started``), and whether a notice reached it (``heard``)."""
+    """A holder's interest (:meth:`Notices.watch_at`), and the board's entry for it: whether
+    its store subscription is made (``fed``; False: deferred, the driver calls
+    :meth:`Notices.feed`), when it began on the holder's clock (``started``), and whether a
+    notice reached it (``heard``). One object per holding: it is made on every acquire."""
 
-    __slots__ = ("fed", "place", "started", "watcher")
+    __slots__ = ("callback", "fed", "heard", "owner", "place", "started")
 
-    def __init__(self, place: Place, watcher: _Watcher, started: float, fed: bool) -> None:
+    def __init__(
+        self,
+        place: Place,
+        owner: object,
+        callback: Callable[[Stamp | None], None],
+        started: float,
+        fed: bool,
+    ) -> None:
         self.place = place
-        self.watcher = watcher
+        self.owner = owner  # its own writes don't call it
+        self.callback = callback
         self.started = started
         self.fed = fed
-
-    @property
-    def heard(self) -> bool:
-        return self.watcher.heard
+        self.heard = False  # a notice reached it
 
 
 class Notices:
@@ -204,7 +201,7 @@ class Notices:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[Location, weakref.WeakSet[Waiter]] = {}
-        self._watchers: dict[Location, list[_Watcher]] = {}
+        self._watchers: dict[Location, list[Watching]] = {}
         self._feeds: dict[Location, Callable[[], None]] = {}
         # Brief, un-asked holdings in a row, by location (see GRACE); bounded.
         self._brief: dict[Location, int] = {}
@@ -249,13 +246,13 @@ class Notices:
         holding's first heartbeat if the handle says the store subscription was deferred (see
         the module docstring)."""
         where = at.where
-        watcher = _Watcher(owner, callback)
         with self._lock:
-            self._watchers.setdefault(where, []).append(watcher)
             defer = may_defer and at.feed is not None and self._brief.get(where, 0) >= BRIEF_STREAK
-        if not defer:
+            watching = Watching(at, owner, callback, started, not defer)
+            self._watchers.setdefault(where, []).append(watching)
+        if not defer and at.feed is not None:
             self._feed(at)
-        return Watching(at, watcher, started, not defer)
+        return watching
 
     def feed(self, watching: Watching) -> None:
         """Make a deferred store subscription (at the holding's first heartbeat; idempotent)."""
@@ -266,13 +263,13 @@ class Notices:
     def unwatch(self, handle: Watching, ended: float | None = None) -> None:
         """Stop the calls of :meth:`watch`; ``ended``: when the holding ended (its lock's clock),
         to judge whether it was brief."""
-        where, watcher = handle.place.where, handle.watcher
+        where = handle.place.where
         brief = ended is not None and not handle.heard and ended - handle.started < GRACE
         with self._lock:
             watchers = self._watchers.get(where)
             if watchers is not None:
                 with contextlib.suppress(ValueError):
-                    watchers.remove(watcher)
+                    watchers.remove(handle)
                 if not watchers:
                     del self._watchers[where]
             if brief:
@@ -281,7 +278,8 @@ class Notices:
                 self._brief[where] = min(BRIEF_STREAK, self._brief.get(where, 0) + 1)
             elif ended is not None:
                 self._brief.pop(where, None)
-        self._unfeed_if_idle(where)
+        if where in self._feeds:  # (read without the lock: a hint)
+            self._unfeed_if_idle(where)
 
     # -- notices -----------------------------------------------------------------------------
 
@@ -324,11 +322,14 @@ class Notices:
     ) -> None:
         if not self.enabled:
             return
-        # Nobody of this process waits on or holds the document, and no feed is left to end:
-        # nothing to do (read without the lock: an interest added meanwhile armed before its
-        # read, which then sees the write this notice is about).
-        if where not in self._watchers and where not in self._waiters and where not in self._feeds:
-            return
+        # Nobody of this process but the writer itself (a holder's own release) waits on or
+        # holds the document, and no feed is left to end: nothing to do (read without the
+        # lock: an interest added meanwhile armed before its read, which then sees the write
+        # this notice is about).
+        if where not in self._waiters and where not in self._feeds:
+            watchers = tuple(self._watchers.get(where, ()))  # a snapshot
+            if not watchers or (len(watchers) == 1 and watchers[0].owner is source):
+                return
         if self.faults is not None:
             self.faults.deliver(lambda: self._deliver(where, source, stamp))
         else:

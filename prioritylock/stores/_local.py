@@ -73,7 +73,7 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final
 
 from prioritylock._errors import (
@@ -188,6 +188,26 @@ def _read_slots(fd: int, buf: bytes, capacity: int) -> list[Slot | Torn | None]:
         slots.append(parse_slot(raw, position, capacity))
         start += capacity
     return slots
+
+
+class _KeyLock:
+    """``LocalStore._locked``'s context manager: a class, not a generator (every write takes
+    one; a generator context manager cost a few microseconds more)."""
+
+    __slots__ = ("_fd", "_how", "_store", "_stripe")
+
+    def __init__(self, store: LocalStore, how: tuple[str, str, str, int, bool]) -> None:
+        self._store = store
+        self._how = how  # _lock_key's arguments
+
+    def __enter__(self) -> None:
+        self._stripe, self._fd = self._store._lock_key(*self._how)
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            os.close(self._fd)  # releases the flock
+        finally:
+            self._stripe.release()
 
 
 class LocalStore:
@@ -778,18 +798,25 @@ class LocalStore:
 
     # -- locking ----------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def _locked(
         self, key: str, lock_path: str, op: str, mode: int = fcntl.LOCK_EX, *, wait: bool = True
-    ) -> Iterator[None]:
-        """Hold ``key``'s lock: this process's stripe lock, then ``flock`` on its lock file,
-        exclusive for a write (``mode``), shared for a read that must not meet a write in flight.
-        Not ``wait``: raise :class:`_WouldBlock` at once where either is held by another.
+    ) -> _KeyLock:
+        """Hold ``key``'s lock (``with self._locked(...):``): this process's stripe lock, then
+        ``flock`` on its lock file, exclusive for a write (``mode``), shared for a read that must
+        not meet a write in flight. Not ``wait``: raise :class:`_WouldBlock` at once where
+        either is held by another.
 
         The flock dies with the process (SIGKILL included), so a killed writer never leaves the
         key locked; the lock file itself stays, empty, and is reused. Each call opens its own file
         description: flock belongs to it, so two calls never share (or convert) one lock.
         """
+        return _KeyLock(self, (key, lock_path, op, mode, wait))
+
+    def _lock_key(
+        self, key: str, lock_path: str, op: str, mode: int, wait: bool
+    ) -> tuple[threading.Lock, int]:
+        """:meth:`_locked`'s acquisition: the stripe lock held and the lock file's descriptor,
+        flocked."""
         deadline = time.monotonic() + self._lock_timeout
         stripe = _STRIPES[hash((self._root, key)) % len(_STRIPES)]
         if not wait:
@@ -804,7 +831,7 @@ class LocalStore:
                 while True:
                     try:
                         fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                        break
+                        return stripe, fd
                     except BlockingIOError:
                         # Another process writes this key: it holds the lock for one write.
                         if not wait:
@@ -816,11 +843,12 @@ class LocalStore:
                         delay = min(delay * 2, 0.005)
                     except OSError as exc:
                         raise self._error(exc, op, key) from exc
-                yield
-            finally:
-                os.close(fd)  # releases the flock
-        finally:
+            except BaseException:
+                os.close(fd)
+                raise
+        except BaseException:
             stripe.release()
+            raise
 
     def _open_lock_file(self, path: str, key: str, op: str) -> int:
         flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
