@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests._servers import StoreFactory, emulator, store_factory
+from tests._servers import StoreFactory, emulator, fresh_prefix, store_factory
 from tests._servers.gcs import STORE_PREFIX, FaultyAdapter
 from tools import sdk
 from tools.emulators import AZURITE_ACCOUNT as ACCOUNT
@@ -118,11 +118,16 @@ def azurite_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite
         yield AzuriteServer(running.endpoint, running.startup_s, running.log_path)
 
 
+@pytest.fixture(scope="session")
+def _azure_shared_container(azurite_server: AzuriteServer) -> str:
+    return azurite_server.create_container()
+
+
 @pytest.fixture
-def azure_store_factory(azurite_server: AzuriteServer) -> Iterator[StoreFactory]:
-    """New :class:`AzureBlobStore` clients (prefix ``locks/``) on a fresh Azurite container."""
-    container = azurite_server.create_container()
-    yield from store_factory(
-        lambda: azurite_server.store(container),
-        lambda: azurite_server.remove_container(container),
-    )
+def azure_store_factory(
+    azurite_server: AzuriteServer, _azure_shared_container: str
+) -> Iterator[StoreFactory]:
+    """New :class:`AzureBlobStore` clients on Azurite, on a fresh prefix (``t-RANDOM/locks/``) of
+    a shared container."""
+    prefix = fresh_prefix(STORE_PREFIX)
+    yield from store_factory(lambda: azurite_server.store(_azure_shared_container, prefix))

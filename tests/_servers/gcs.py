@@ -35,7 +35,7 @@ import urllib3
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 
-from tests._servers import StoreFactory, emulator, store_factory
+from tests._servers import StoreFactory, emulator, fresh_prefix, store_factory
 from tools import sdk
 from tools.emulators import free_port
 
@@ -221,11 +221,19 @@ def fake_gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGC
         yield FakeGCSServer(running.endpoint, running.startup_s, running.log_path)
 
 
+@pytest.fixture(scope="session")
+def _gcs_shared_bucket(fake_gcs_server: FakeGCSServer) -> str:
+    return fake_gcs_server.create_bucket()
+
+
 @pytest.fixture
-def gcs_store_factory(fake_gcs_server: FakeGCSServer) -> Iterator[StoreFactory]:
-    """New :class:`GCSStore` clients (prefix ``locks/``) on a fresh fake-gcs-server bucket."""
-    bucket = fake_gcs_server.create_bucket()
-    yield from store_factory(lambda: fake_gcs_server.store(bucket))
+def gcs_store_factory(
+    fake_gcs_server: FakeGCSServer, _gcs_shared_bucket: str
+) -> Iterator[StoreFactory]:
+    """New :class:`GCSStore` clients on fake-gcs-server, on a fresh prefix (``t-RANDOM/locks/``)
+    of a shared bucket."""
+    prefix = fresh_prefix(STORE_PREFIX)
+    yield from store_factory(lambda: fake_gcs_server.store(_gcs_shared_bucket, prefix))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -5,8 +5,9 @@ only when a test asks for ``moto_server``, ``seaweedfs_server`` or one of the st
 stops at session end, even after failures. Starting and stopping (free ports, a retry after a lost
 port race, logs, SIGTERM then SIGKILL, ``atexit``) is :mod:`tools.emulators`.
 
-``s3_moto_store_factory`` and ``s3_seaweedfs_store_factory`` make a unique bucket per test and
-return a callable that opens a *new* :class:`S3Store` (its own boto3 client) on it at each call.
+``s3_moto_store_factory`` and ``s3_seaweedfs_store_factory`` give each test a prefix of its own in
+a bucket the session's tests share, and return a callable that opens a *new* :class:`S3Store` (its
+own boto3 client) on it at each call.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests._servers import StoreFactory, emulator, store_factory
+from tests._servers import StoreFactory, emulator, fresh_prefix, store_factory
 from tests.conftest import selected_kinds
 from tools import sdk
 from tools.emulators import Emulator
@@ -126,18 +127,33 @@ def s3_server(name: str, running: Emulator) -> S3Server:
     return S3Server(name, running.endpoint, key_id, secret, running.startup_s, running.log_path)
 
 
-def _store_factory(server: S3Server) -> Iterator[StoreFactory]:
-    bucket = server.create_bucket()
-    yield from store_factory(lambda: server.store(bucket), lambda: server.remove_bucket(bucket))
+@pytest.fixture(scope="session")
+def _moto_shared_bucket(moto_server: S3Server) -> str:
+    return moto_server.create_bucket()
+
+
+@pytest.fixture(scope="session")
+def _seaweedfs_shared_bucket(seaweedfs_server: S3Server) -> str:
+    return seaweedfs_server.create_bucket()
+
+
+def _store_factory(server: S3Server, bucket: str) -> Iterator[StoreFactory]:
+    prefix = fresh_prefix(STORE_PREFIX)
+    yield from store_factory(lambda: server.store(bucket, prefix))
 
 
 @pytest.fixture
-def s3_moto_store_factory(moto_server: S3Server) -> Iterator[StoreFactory]:
-    """New S3Store clients on a fresh moto bucket (prefix ``locks/``)."""
-    yield from _store_factory(moto_server)
+def s3_moto_store_factory(
+    moto_server: S3Server, _moto_shared_bucket: str
+) -> Iterator[StoreFactory]:
+    """New S3Store clients on moto, on a fresh prefix (``t-RANDOM/locks/``) of a shared bucket."""
+    yield from _store_factory(moto_server, _moto_shared_bucket)
 
 
 @pytest.fixture
-def s3_seaweedfs_store_factory(seaweedfs_server: S3Server) -> Iterator[StoreFactory]:
-    """New S3Store clients on a fresh SeaweedFS bucket (prefix ``locks/``)."""
-    yield from _store_factory(seaweedfs_server)
+def s3_seaweedfs_store_factory(
+    seaweedfs_server: S3Server, _seaweedfs_shared_bucket: str
+) -> Iterator[StoreFactory]:
+    """New S3Store clients on SeaweedFS, on a fresh prefix (``t-RANDOM/locks/``) of a shared
+    bucket."""
+    yield from _store_factory(seaweedfs_server, _seaweedfs_shared_bucket)
