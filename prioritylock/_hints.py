@@ -38,6 +38,7 @@ import heapq
 import ipaddress
 import logging
 import os
+import random
 import re
 import secrets
 import socket
@@ -49,7 +50,7 @@ import attrs
 
 from prioritylock._errors import ConfigError
 from prioritylock._lease import MAX_HINT_CHARS
-from prioritylock._wake import NOTICES
+from prioritylock._wake import NOTICES, Faults
 
 __all__ = [
     "BURST",
@@ -79,6 +80,9 @@ DATAGRAM_BYTES = len(MAGIC) + TOKEN_CHARS
 #: Notices a document's hints may cause per second, after a burst of :data:`BURST`.
 RATE = 2.0
 BURST = 4
+
+#: Under notice faults (tests): the chance that a hint sent comes with forged ones.
+FORGE = 0.3
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
 #: Documents whose rate is remembered (emptied of idle ones when full).
@@ -247,6 +251,7 @@ class Hints:
         self._failed = False  # the listener could not be opened: hints off, said once
         self._tokens: dict[str, object] = {}  # token -> the document's place on the board
         self._senders: dict[int, socket.socket] = {}
+        self._forger: tuple[Faults, random.Random] | None = None
         # Only the listener's thread touches these.
         self._rates: dict[object, _Rate] = {}
         self._due: list[tuple[float, int, object]] = []
@@ -326,6 +331,29 @@ class Hints:
                 sender.sendto(MAGIC + token.encode(), (host, port))
             except OSError as exc:  # unreachable, buffer full, no such family here
                 log.debug("prioritylock: a hint to %s:%d could not be sent: %s", host, port, exc)
+                continue
+            faults = NOTICES.faults
+            if faults is not None:
+                self._forge(faults, sender, (host, port), token)
+
+    def _forge(self, faults: Faults, sender: socket.socket, to: Address, token: str) -> None:
+        """Under ``PRIORITYLOCK_NOTICES=faults:SEED`` (tests): besides what the board does to
+        every notice the hints cause (drop, duplicate, delay), forge datagrams at random, as
+        anyone who can reach the listener may: garbage, an unknown token, and the right token
+        again, later, with nothing written (a notice that nothing caused)."""
+        with self._lock:
+            forger = self._forger
+            if forger is None or forger[0] is not faults:
+                forger = self._forger = (faults, random.Random(faults.seed))
+            roll, delay = forger[1].random(), forger[1].uniform(0.0, faults.MAX_DELAY)
+        if roll >= FORGE:
+            return
+        forged = [b"forged", MAGIC + token_for(f"forged-{roll}").encode()]
+        with contextlib.suppress(OSError):
+            for data in forged:
+                sender.sendto(data, to)
+        again = MAGIC + token.encode()
+        faults.later(delay, lambda: _quietly(sender.sendto, again, to))
 
     def _sender(self, family: int) -> socket.socket:
         with self._lock:
@@ -471,6 +499,11 @@ class Hints:
             listener.open = False
             with contextlib.suppress(OSError):
                 listener.sock.close()
+
+
+def _quietly(send: Callable[..., object], *args: object) -> None:
+    with contextlib.suppress(OSError):
+        send(*args)
 
 
 #: The process's hints, shared by every lock object and the service.

@@ -9,11 +9,12 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from prioritylock._hints import BURST, MAGIC, RATE, Hints, parse_hint, token_for
+from prioritylock._wake import NOTICES, Faults
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -140,3 +141,29 @@ def test_a_flood_of_100000_datagrams_costs_the_holder_only_its_rate(
     assert heard.by_where.get("doc-1", 0) <= BURST + RATE * seconds + 1
     assert stats.dropped > 0
     assert used < 5.0  # ~10 µs a datagram on an idle machine: 1 s for the lot
+
+
+def test_under_notice_faults_hints_come_with_forged_ones(
+    hints: Hints, heard: Heard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notice-fault replay of the lock suites (``PRIORITYLOCK_NOTICES=faults:SEED``) gets
+    a hint channel: besides the board's drops, duplicates and delays, forged datagrams."""
+
+    class Now(Faults):
+        def later(self, delay: float, send: Callable[[], None]) -> None:
+            send()
+
+    monkeypatch.setattr(NOTICES, "faults", Now(5))
+    hint = hints.hint_for("lock-1", "doc-1")
+    assert hint is not None
+    for _ in range(100):
+        hints.send([hint])
+    deadline = time.monotonic() + 5
+    stats = hints.stats()
+    while (stats.dropped <= 20 or stats.delivered + stats.coalesced <= 100) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.005)
+        stats = hints.stats()
+    assert stats.dropped > 20, "garbage and unknown tokens were forged"
+    assert stats.delivered + stats.coalesced > 100, "and the right token again"
