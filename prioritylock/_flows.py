@@ -441,6 +441,12 @@ def take(
 
     :raises PreemptionTimeout: a try_lock's request ran out and was withdrawn.
     """
+    early = proto.early_hint(seen.lease, attempt.claim) if step.outcome == "requested" else None
+    if early is not None:
+        # The window rule (docs/protocol.md): the holder reads now, before our request can
+        # land, and counts its cleanup window from that read; then we write.
+        yield Hint((early,))
+        yield Sleep(proto.EARLY_HINT_GAP)
     started = yield from now()
     until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(
