@@ -27,6 +27,7 @@ from prioritylock._errors import (
     StoreError,
     StoreUnavailable,
 )
+from prioritylock._hints import HintStats, configure_hints, hint_stats
 from prioritylock._hudi_lock import AsyncHudiTableLock, HudiLockInfo, HudiTableLock
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
@@ -51,6 +52,7 @@ __all__ = [
     "CorruptLease",
     "FakeClock",
     "Heartbeat",
+    "HintStats",
     "HudiLockInfo",
     "HudiTableBuilder",
     "HudiTableLock",
@@ -75,6 +77,8 @@ __all__ = [
     "StoreUnavailable",
     "SystemClock",
     "__version__",
+    "configure_hints",
+    "hint_stats",
 ]
 
 publish(__name__, globals(), __all__)

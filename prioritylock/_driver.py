@@ -23,6 +23,7 @@ from prioritylock import _state as lockstate
 from prioritylock import signals
 from prioritylock._config import LockConfig
 from prioritylock._errors import ConfigError, LockHeld, LockTimeout
+from prioritylock._hints import HINTS
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
 from prioritylock._listener import CleanupNotice
@@ -149,6 +150,8 @@ class LockBase(FlowRunner):
         self._cfg = config
         self._st = new_state(config)
         self._beat_name = f"lease {self._key}"  # the heartbeat's name, on every acquire
+        # Other processes can write this document: its acquisitions record a hint (``_hints``).
+        self._hinted = config.store.capabilities.shared_across_processes
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -262,7 +265,7 @@ class LockBase(FlowRunner):
         match effect:
             case effects.Now():  # the commonest effect: done here, not handed on
                 return self._clock.monotonic(), self._clock.time()
-            case effects.Waits() | effects.Arm():  # the rest of effects.Shared
+            case effects.Waits() | effects.Arm() | effects.Hint():  # the rest of effects.Shared
                 return self._perform_shared(effect)
             case effects.Hold():
                 self._hold(effect)
@@ -360,6 +363,8 @@ class LockBase(FlowRunner):
             self._bring_forward(entry)
 
     def _stop_heartbeat(self, holding: lockstate.Holding) -> None:
+        if self._hinted:
+            HINTS.forget(holding.lock_id)
         if holding.entry is not None:
             self._unschedule(holding.entry)
         watching, holding.watching = holding.watching, None
@@ -433,7 +438,18 @@ class LockBase(FlowRunner):
     def _acquire_flow(
         self, lock_id: str, blocking: bool, deadline: float | None
     ) -> effects.Flow[bool]:
-        return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
+        """The acquire, hinted (``_hints``) from before its first write until it ends without
+        the lock, or its holding ends (:meth:`_stop_heartbeat`)."""
+        hint = HINTS.hint_for(lock_id, self._place.where) if self._hinted else None
+        got = False
+        try:
+            got = yield from flows.acquire(
+                self._st, lock_id, blocking=blocking, deadline=deadline, hint=hint
+            )
+            return got
+        finally:
+            if hint is not None and not got:
+                HINTS.forget(lock_id)
 
     def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         raise NotImplementedError

@@ -29,6 +29,7 @@ __all__ = [
     "Effect",
     "End",
     "Flow",
+    "Hint",
     "Hold",
     "HudiEffect",
     "HudiEnded",
@@ -148,6 +149,15 @@ class Pause(Waits):
 
 
 @attrs.frozen
+class Hint:
+    """A write landed that concerns other parties (``_protocol.hinted``): send each of
+    ``hints`` (their recorded ``HOST:PORT/TOKEN``) a hint to read now (``_hints``). Never
+    waited for, never fails."""
+
+    hints: tuple[str, ...]
+
+
+@attrs.frozen
 class Hold:
     """We hold the lock now: schedule its heartbeat (renew and watch) at ``due``."""
 
@@ -255,14 +265,15 @@ class HudiUnsettled:
         return "HudiUnsettled()"
 
 
-#: The effects any flow may yield: store calls, waits, the clock and arming for a notice
-#: (``_runner.FlowRunner._perform_shared``).
-Shared = Read | Put | Sleep | Pause | Now | Arm
+#: The effects any flow may yield: store calls, waits, the clock, arming for a notice and
+#: hints to other processes (``_runner.FlowRunner._perform_shared``).
+Shared = Read | Put | Sleep | Pause | Now | Arm | Hint
 
 #: Effects a lease driver performs at once, without waiting (``_driver.LockBase``).
 Instant = (
     Now
     | Arm
+    | Hint
     | Hold
     | Lose
     | End

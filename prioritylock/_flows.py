@@ -41,6 +41,7 @@ from prioritylock._effects import (
     Denied,
     End,
     Flow,
+    Hint,
     Hold,
     Lose,
     Pause,
@@ -221,6 +222,17 @@ def _wrote(state: LockState, lease: Lease, version: str) -> Written:
     return Written(lease, version)
 
 
+def _landed(
+    state: LockState, lease: Lease, version: str, replaced: Lease | None, me: str | None
+) -> Flow[Written]:
+    """Our write of ``lease`` landed as ``version``: hint whom it concerns."""
+    if replaced is not None:
+        hints = proto.hinted(replaced, lease, me)
+        if hints:
+            yield Hint(hints)
+    return _wrote(state, lease, version)
+
+
 def write(
     state: LockState,
     lease: Lease,
@@ -231,12 +243,17 @@ def write(
     bound: float | None = None,
     quiet: bool = False,
     request: bool = False,
+    replaced: Lease | None = None,
+    me: str | None = None,
 ) -> Flow[Written | Seen]:
     """Write ``lease`` conditionally. Returns what was written (on a store that can skip the
     sync, with its fence reservation set: ``_reserve.plan_write``), or what is there instead.
     ``quiet``: a renewal, of no news to the other locks of the process; ``request``: a request
     for the lock (``Put.request``). Retries end at
     ``deadline``; each request in flight by ``bound`` (default: ``deadline``).
+
+    ``replaced``: the lease the write replaces, written by the acquisition ``me`` (None: an
+    operator): once the write landed, the parties it concerns are hinted (``_protocol.hinted``).
 
     Unknown outcomes are settled by reading back and looking for our nonce.
     """
@@ -261,12 +278,13 @@ def write(
                 by=by,
                 request=request,
             )
-            return _wrote(state, lease, new_version)
+            return (yield from _landed(state, lease, new_version, replaced, me))
         except ConditionFailed:
             fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
-                return _wrote(state, lease, fresh.version)  # the 412 answered a retry of it
+                # The 412 answered a retry of it.
+                return (yield from _landed(state, lease, fresh.version, replaced, me))
             return fresh
         except StoreUnavailable:
             mono, _wall = yield NOW
@@ -277,7 +295,7 @@ def write(
             fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
-                return _wrote(state, lease, fresh.version)
+                return (yield from _landed(state, lease, fresh.version, replaced, me))
             if fresh.version != version:
                 return fresh  # unchanged means it did not land: try again; else re-decide
 
@@ -317,9 +335,15 @@ class Attempt:
 
 
 def acquire(
-    state: LockState, lock_id: str, *, blocking: bool, deadline: float | None
+    state: LockState,
+    lock_id: str,
+    *,
+    blocking: bool,
+    deadline: float | None,
+    hint: str | None = None,
 ) -> Flow[bool]:
-    """Try to take the lock (``blocking``: until ``deadline``); True once we hold it.
+    """Try to take the lock (``blocking``: until ``deadline``); True once we hold it. ``hint``:
+    where this acquisition hears hints (``_hints``), recorded with it as holder or requestor.
 
     Each round decides on what was read (:func:`decide`), then does what was decided: a write
     (:func:`take`), a confirmation of a handover, or a wait (:func:`wait_to_retry`).
@@ -339,7 +363,7 @@ def acquire(
     :raises StoreUnavailable: the store failed for a whole store timeout.
     """
     attempt = Attempt(
-        state.claim(lock_id),
+        state.claim(lock_id, hint),
         blocking,
         deadline,
         Backoff(state.poll_interval),
@@ -418,6 +442,12 @@ def take(
 
     :raises PreemptionTimeout: a try_lock's request ran out and was withdrawn.
     """
+    early = proto.early_hint(seen.lease, attempt.claim) if step.outcome == "requested" else None
+    if early is not None:
+        # The window rule (docs/protocol.md): the holder reads now, before our request can
+        # land, and counts its cleanup window from that read; then we write.
+        yield Hint((early,))
+        yield Sleep(proto.EARLY_HINT_GAP)
     started = yield from now()
     until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(
@@ -428,6 +458,8 @@ def take(
         deadline=until,
         bound=bound,
         request=step.outcome == "requested",
+        replaced=seen.lease,
+        me=attempt.claim.lock_id,
     )
     if not isinstance(result, Written):
         return result  # lost a race: decide again on what is there now
@@ -526,7 +558,14 @@ def withdraw(state: LockState, attempt: Attempt, seen: Seen) -> Flow[bool]:
         mono = yield from now()
         until, bound = attempt.until(state, mono), attempt.bound(state, mono)
         result = yield from write(
-            state, withdrawn, seen.version, create=False, deadline=until, bound=bound
+            state,
+            withdrawn,
+            seen.version,
+            create=False,
+            deadline=until,
+            bound=bound,
+            replaced=lease,
+            me=claim.lock_id,
         )
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
@@ -579,7 +618,13 @@ def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
         else:
             return
         result = yield from write(
-            state, nxt, seen.version, create=False, deadline=mono + state.store_timeout
+            state,
+            nxt,
+            seen.version,
+            create=False,
+            deadline=mono + state.store_timeout,
+            replaced=lease,
+            me=lock_id,
         )
         if isinstance(result, Written):
             state.seen = Seen(result.lease, result.version)
@@ -775,7 +820,15 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
             boot=state.boot,
         )
         try:
-            result = yield from write(state, nxt, holding.version, create=False, deadline=deadline)
+            result = yield from write(
+                state,
+                nxt,
+                holding.version,
+                create=False,
+                deadline=deadline,
+                replaced=holding.lease,
+                me=holding.lock_id,
+            )
         except StoreUnavailable:
             holding.ended = True
             yield End(holding)
@@ -823,7 +876,13 @@ def background_release(state: LockState, holding: Holding) -> Flow[float | None]
         mono, wall = yield NOW
         nxt = proto.released(lease, wall)
         result = yield from write(
-            state, nxt, seen.version, create=False, deadline=mono + state.store_timeout
+            state,
+            nxt,
+            seen.version,
+            create=False,
+            deadline=mono + state.store_timeout,
+            replaced=lease,
+            me=holding.lock_id,
         )
         if isinstance(result, Written):
             log.info("prioritylock: background release of %r landed", state.key)
@@ -867,7 +926,12 @@ def force_unlock(
         mono, wall = yield NOW
         freed = proto.forced_free(before, by=by, message=message, wall=wall, boot=state.boot)
         result = yield from write(
-            state, freed, seen.version, create=False, deadline=mono + state.store_timeout
+            state,
+            freed,
+            seen.version,
+            create=False,
+            deadline=mono + state.store_timeout,
+            replaced=before,
         )
         if isinstance(result, Written):
             log.warning(

@@ -253,7 +253,7 @@ class HudiBase(FlowRunner):
 
     def _perform_effect(self, effect: effects.HudiEffect) -> Any:
         match effect:
-            case effects.Waits() | effects.Now() | effects.Arm():  # effects.Shared
+            case effects.Waits() | effects.Now() | effects.Arm() | effects.Hint():  # effects.Shared
                 return self._perform_shared(effect)
             case effects.HudiHeld(due=due):
                 self._hold(due)

@@ -26,6 +26,7 @@ __all__ = [
     "FIELDS",
     "MAX_DOCUMENT_BYTES",
     "MAX_FENCE",
+    "MAX_HINT_CHARS",
     "MAX_MESSAGE_CHARS",
     "MAX_OWNER_CHARS",
     "MAX_PRIORITY",
@@ -48,6 +49,8 @@ SCHEMA = 1
 MAX_DOCUMENT_BYTES = 64 * 1024
 MAX_OWNER_CHARS = 256
 MAX_MESSAGE_CHARS = 4096
+#: The longest hint a lease records (``_hints``).
+MAX_HINT_CHARS = 80
 #: The highest priority an ordinary client may use.
 MAX_PRIORITY = 2_147_483_646
 #: INT_MAX: reserved for the operators' emergency override.
@@ -142,6 +145,8 @@ class Holder:
     #: Counts renewals of this holding; a waiter judges expiry by how long (lock_id, beat)
     #: stays unchanged, so requests written into the lease never extend a dead holder's life.
     beat: int = 0
+    #: Where the holder hears hints (``_hints``: ``HOST:PORT/TOKEN``); None: it polls only.
+    hint: str | None = None
 
 
 @attrs.frozen
@@ -157,6 +162,8 @@ class Requestor:
     requested_at: float
     lease_timeout: float
     cleanup_timeout: float
+    #: Where the requestor hears hints (``_hints``); None: it polls only.
+    hint: str | None = None
 
 
 @attrs.frozen
@@ -243,7 +250,7 @@ def encode(lease: Lease) -> bytes:
             f'"priority":{_int(h.priority)},"lease_timeout":{_num(h.lease_timeout)},'
             f'"cleanup_timeout":{_num(h.cleanup_timeout)},"forceful":{_bool(h.forceful)},'
             f'"acquired_at":{_num(h.acquired_at)},"renewed_at":{_num(h.renewed_at)},'
-            f'"beat":{_int(h.beat)}}}'
+            f'"beat":{_int(h.beat)}{_hint(h.hint)}}}'
         )
     )
     requestor = (
@@ -253,7 +260,8 @@ def encode(lease: Lease) -> bytes:
             f'{{"requestor_id":{_q(r.requestor_id)},"owner":{_q(r.owner)},"message":{_q(r.message)},'
             f'"priority":{_int(r.priority)},"waiting_timeout":{_num(r.waiting_timeout)},'
             f'"forceful":{_bool(r.forceful)},"requested_at":{_num(r.requested_at)},'
-            f'"lease_timeout":{_num(r.lease_timeout)},"cleanup_timeout":{_num(r.cleanup_timeout)}}}'
+            f'"lease_timeout":{_num(r.lease_timeout)},"cleanup_timeout":{_num(r.cleanup_timeout)}'
+            f"{_hint(r.hint)}}}"
         )
     )
     event = (
@@ -303,6 +311,11 @@ def _int(value: int) -> str:
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
+
+
+def _hint(value: str | None) -> str:
+    # Written only when set: a lease without hints is byte for byte what older clients wrote.
+    return "" if value is None else f',"hint":{_q(value)}'
 
 
 def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:
@@ -426,7 +439,22 @@ class _Choice:
         return "one of " + ", ".join(sorted(self.values))
 
 
-_Kind = _Text | _Int | _Number | _Flag | _Choice
+class _Optional:
+    """A field that may be absent (or null: None). ``lenient``: a value of the wrong kind is
+    read as None rather than making the document corrupt (for advisory fields, which decide
+    nothing: a value another version wrote must never stop the lock)."""
+
+    __slots__ = ("kind", "lenient")
+
+    def __init__(self, kind: _Text | _Int | _Number | _Flag | _Choice, *, lenient: bool) -> None:
+        self.kind = kind
+        self.lenient = lenient
+
+    def want(self) -> str:
+        return self.kind.want() + " or null"
+
+
+_Kind = _Text | _Int | _Number | _Flag | _Choice | _Optional
 
 _NUMBER = _Number()
 _FLAG = _Flag()
@@ -435,6 +463,9 @@ _OWNER = _Text(MAX_OWNER_CHARS)
 _MESSAGE = _Text(MAX_MESSAGE_CHARS)
 _PRIORITY = _Int(0, OVERRIDE_PRIORITY)
 _FENCE = _Int(0, MAX_READ_FENCE)
+#: A hint (``_hints``: ``HOST:PORT/TOKEN``, at most 80 chars). Advisory: anything else recorded
+#: there (another version's format, a wrong type) is read as no hint, never as a corrupt lease.
+_HINT = _Optional(_Text(MAX_HINT_CHARS), lenient=True)
 
 #: Every field of the document, by section ("" is the top level), in the order of the attrs
 #: class it fills. ``schema`` is checked first, on its own, to name an unknown version.
@@ -451,6 +482,7 @@ FIELDS: dict[str, tuple[tuple[str, _Kind], ...]] = {
         ("acquired_at", _NUMBER),
         ("renewed_at", _NUMBER),
         ("beat", _Int(0, MAX_FENCE)),
+        ("hint", _HINT),
     ),
     "requestor": (
         ("requestor_id", _ID),
@@ -462,6 +494,7 @@ FIELDS: dict[str, tuple[tuple[str, _Kind], ...]] = {
         ("requested_at", _NUMBER),
         ("lease_timeout", _NUMBER),
         ("cleanup_timeout", _NUMBER),
+        ("hint", _HINT),
     ),
     "event": (
         ("kind", _Choice(EVENT_KINDS)),
@@ -478,11 +511,21 @@ def _fields(
 ) -> list[Any]:
     """The values of ``spec``'s fields in ``body``, each checked, in order."""
     values: list[Any] = []
-    for field, kind in spec:
-        try:
-            value = body[field]
-        except KeyError:
-            raise CorruptLease(key, f"missing field {where}{field}") from None
+    for field, wanted in spec:
+        kind = wanted
+        optional = wanted if wanted.__class__ is _Optional else None
+        if optional is not None:
+            assert isinstance(optional, _Optional)
+            value = body.get(field)
+            if value is None:
+                values.append(None)
+                continue
+            kind = optional.kind
+        else:
+            try:
+                value = body[field]
+            except KeyError:
+                raise CorruptLease(key, f"missing field {where}{field}") from None
         cls = value.__class__
         if kind.__class__ is _Text:
             ok = cls is str and len(value) <= kind.limit
@@ -497,8 +540,11 @@ def _fields(
             assert isinstance(kind, _Choice)
             ok = cls is str and value in kind.values
         if not ok:
+            if optional is not None and optional.lenient:
+                values.append(None)
+                continue
             raise CorruptLease(
-                key, f"field {where}{field} must be {kind.want()}, not {_show(value)}"
+                key, f"field {where}{field} must be {wanted.want()}, not {_show(value)}"
             )
         values.append(value)
     return values

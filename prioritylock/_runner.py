@@ -28,6 +28,7 @@ from blinker import Signal
 from prioritylock import _effects as effects
 from prioritylock._clock import Clock, FakeClock
 from prioritylock._errors import ConfigError, LockCancelled, LockHeld, LockLost, StoreUnavailable
+from prioritylock._hints import HINTS
 from prioritylock._wake import NOTICES, Stamp, Waiter, place
 from prioritylock.stores._base import (
     WOULD_BLOCK,
@@ -313,6 +314,8 @@ class FlowRunner:
                 return self._pause(effect.seconds)
             case effects.Arm():
                 self._armed = NOTICES.arm_at(self._place, self._new_waiter())
+            case effects.Hint(hints=hints):
+                HINTS.send(hints)
             case _:
                 effects.assert_never(effect)
         return None

@@ -137,7 +137,9 @@ class Scheduler:
         with self._cond:
             entry.running = False
             if nxt is not None and not entry.cancelled and not self._closed:
-                self._push(entry, nxt)
+                # A task that asks to run again now (a holder told again while it read) waits
+                # for no grid.
+                self._push(entry, nxt, exact=nxt <= self.clock.monotonic())
 
     def run_due(self) -> float | None:
         """Run every task that is due now (manual mode); return the next due time, if any."""

@@ -194,7 +194,7 @@ class LockState:
         #: ``try_lock()`` does (``LockBuilder.keep_waiting``).
         self.keep_waiting: bool = cfg.keep_waiting
 
-    def claim(self, lock_id: str) -> proto.Claim:
+    def claim(self, lock_id: str, hint: str | None = None) -> proto.Claim:
         cfg = self.claim_terms
         return proto.Claim(
             lock_id=lock_id,
@@ -208,6 +208,7 @@ class LockState:
             if_fence=cfg.if_fence,
             if_owner=cfg.if_owner,
             boot=self.boot,
+            hint=hint,
         )
 
     def sight(self, lease: Lease | None, now: float) -> None:

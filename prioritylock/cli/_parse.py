@@ -287,6 +287,12 @@ def build_parser() -> Parser:
         help="seconds between pings on an idle lock stream (5)",
     )
     server.add_argument(
+        "--hint-address",
+        metavar="ADDRESS[:PORT]",
+        help="where the service hears hints from other hosts (UDP) and what its leases record: "
+        "ADDRESS[:PORT], LISTEN=RECORD, or off (default: PRIORITYLOCK_HINTS, else 127.0.0.1)",
+    )
+    server.add_argument(
         "--no-store-check",
         dest="store_check",
         action="store_false",

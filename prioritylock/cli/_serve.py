@@ -57,6 +57,10 @@ def cmd_serve(args: argparse.Namespace, out: Output) -> int:
         allow_no_token=args.allow_no_token,
         store_check=args.store_check,
     )
+    if args.hint_address is not None:
+        from prioritylock._hints import HINTS, parse_setting
+
+        HINTS.configure(parse_setting(args.hint_address))
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(message)s")
     try:
         return run(config)

@@ -34,10 +34,11 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.metrics import MetricWrapperBase
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from prioritylock._clock import SYSTEM_CLOCK, Clock
 from prioritylock._errors import ConditionFailed, StoreAccessError, StoreUnavailable
+from prioritylock._hints import hint_stats
 from prioritylock._state import LossReason
 from prioritylock.stores._base import ObjectStore
 from prioritylock.stores._delegate import DelegatingStore
@@ -100,6 +101,26 @@ class _WithoutCreated:
                 created = family.name + "_created"
                 family.samples = [s for s in family.samples if s.name != created]
                 yield family
+
+
+class _HintCounts:
+    """``prioritylock_hints_total``: what the process's hint listener did (``_hints``)."""
+
+    def describe(self) -> list[Metric]:
+        return list(self.collect())
+
+    def collect(self) -> Iterator[Metric]:
+        stats = hint_stats()
+        family = CounterMetricFamily(
+            "prioritylock_hints",
+            "Hints this process's listener heard, by outcome: delivered (a lock read sooner), "
+            "coalesced (past the per-lock rate: folded into a later read), dropped (malformed, "
+            "or a token of no lock here).",
+            labels=["outcome"],
+        )
+        for outcome in ("delivered", "coalesced", "dropped"):
+            family.add_metric([outcome], getattr(stats, outcome))
+        yield family
 
 
 class Metrics:
@@ -201,6 +222,7 @@ class Metrics:
             buckets=REQUEST_BUCKETS,
         )
         self.registry.register(_WithoutCreated(made))
+        self.registry.register(_HintCounts())
 
     def prepare(self, store: str, api: str) -> None:
         """Show the series of ``store`` and ``api`` at 0 before anything happened to them."""

@@ -79,6 +79,9 @@ class Client:
     forceful: bool = False
     cooperates: bool = False  # has a listener: a cleanup ends in a handover
     override: bool = False
+    #: Its acquisitions record a hint (``_hints``): a write that concerns it (a request, and
+    #: the window rule's early hint) lets the scheduler run its heartbeat at once.
+    hinted: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,11 @@ class Proc:
     ids: int = 0
     released: list[lockstate.Holding] = field(default_factory=list)
     landed: bool = False  # the running unlock's release is in the document
+    poked: bool = False  # hinted: its heartbeat may run now, due or not
+
+    @property
+    def hint(self) -> str | None:
+        return f"hint-{self.spec.name}" if self.spec.hinted else None
 
     def mono(self, t: float) -> float:
         return self.rate * t
@@ -286,7 +294,7 @@ class World:
             if p.pc < len(p.spec.program):
                 out.append(("start", i, "op"))
             h = p.st.holding
-            if p.due is not None and h is not None and h.active and now >= p.due:
+            if p.due is not None and h is not None and h.active and (now >= p.due or p.poked):
                 out.append(("start", i, "beat"))
             if p.cleanups:
                 out.append(("start", i, "cleanup"))
@@ -332,7 +340,7 @@ class World:
         if what == "beat":
             h = st.holding
             assert h is not None
-            p.due = None
+            p.due, p.poked = None, False
             self._run(p, "beat", flows.beat(st, h))
             return
         if what == "cleanup":
@@ -356,10 +364,9 @@ class World:
                 return
             p.ids += 1
             lock_id = f"I{i}x{p.ids}Z"
-            if op == "try_lock":
-                flow = flows.acquire(st, lock_id, blocking=False, deadline=None)
-            else:
-                flow = flows.acquire(st, lock_id, blocking=True, deadline=now + self.b.lock_timeout)
+            deadline = None if op == "try_lock" else now + self.b.lock_timeout
+            blocking = op == "lock"
+            flow = flows.acquire(st, lock_id, blocking=blocking, deadline=deadline, hint=p.hint)
             self._run(p, op, flow)
         elif op == "unlock":
             # Lock.unlock: _require_holding notices an expired lease first.
@@ -433,6 +440,16 @@ class World:
 
     def _local(self, p: Proc, eff: Any) -> None:
         if eff is effects.ARM or isinstance(eff, effects.Renewed):
+            return
+        if isinstance(eff, effects.Hint):
+            # A hint may arrive at once, late or never: the scheduler chooses when (if ever) the
+            # hinted holder's heartbeat runs (``_driver.LockBase._poke``).
+            for q in self.procs:
+                h = q.st.holding
+                if q.hint in eff.hints and h is not None and h.active:
+                    h.poked = q.poked = True
+                    if self.tracing:
+                        self._say(p, f"hints {q.spec.name}")
             return
         if isinstance(eff, effects.Hold):
             h = eff.holding
@@ -560,6 +577,8 @@ class World:
             self.kinds.add(new.event.kind)
             if new.event.kind in BREAK_GLASS:
                 self.break_glass.add(new.fence)
+            if new.event.kind == "forceful_takeover" and (old is None or old.event != new.event):
+                self._window_kept()
         new_holder = new.holder is not None and (
             old is None or old.holder is None or old.holder.lock_id != new.holder.lock_id
         )
@@ -570,6 +589,18 @@ class World:
                     f"{self.max_holder_fence}"
                 )
             self.max_holder_fence = new.fence
+
+    def _window_kept(self) -> None:
+        """A forceful requestor takes the lock when its wait runs out: no holder may have been
+        promised a cleanup window (``Told.deadline``, its clock) that is still open."""
+        for p in self.procs:
+            h = p.st.holding
+            told = None if h is None or not h.active else h.told
+            if told is not None and p.mono(self.t) < told.deadline:
+                raise Violation(
+                    f"{p.spec.name} was promised cleanup until {told.deadline:.2f} (its "
+                    f"clock), cut short at {p.mono(self.t):.2f} by a forceful takeover"
+                )
 
     def check(self) -> None:
         believers = []
@@ -623,6 +654,7 @@ class World:
                     _norm(h),
                     None if h is None else self.told.get(id(h), 0),
                     len(p.released),
+                    p.poked,
                     _frames(p.flow),
                 )
             )
@@ -741,6 +773,30 @@ SCENARIOS = (
         "force_unlock",
         (_A, Client("B", ("lock", "unlock")), Client("C", ("force_unlock",))),
         _ASKED,
+    ),
+)
+
+
+#: Hints (issue 29), kept apart from the scenarios above. The window rule: B hints A before its
+#: request (A's read then starts A's cleanup window) and again once it landed; the scheduler
+#: delivers each hint at once, late or never (A's heartbeat runs when chosen). A keeps the lock
+#: through cleanup (no listener); B, forceful, takes it when its wait runs out, which must never
+#: cut short the window A was promised (``World._window_kept``).
+_HINTED = (
+    Client("A", ("try_lock", "unlock"), priority=1, hinted=True),
+    Client("B", ("try_lock", "unlock"), priority=5, forceful=True, hinted=True),
+)
+#: B has read A's lease, hinted A early, and waits out the gap before writing its request.
+_EARLY = (_HOLDS, ("tick", 0.5), ("run_until_blocked", 1))
+HINT_SCENARIOS = (
+    # A's early read (no request yet) starts now: it races B's request write.
+    Scenario("hinted_race", _HINTED, (*_EARLY, ("start", 0, "beat"))),
+    # A's early read is done; B's request is written (and hinted): A reads it when the
+    # scheduler lets it, B takes the lock forcefully when its wait runs out.
+    Scenario(
+        "hinted_window",
+        _HINTED,
+        (*_EARLY, ("run_beat", 0), ("tick", 0.5), ("run_until_blocked", 1)),
     ),
 )
 

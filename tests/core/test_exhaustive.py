@@ -14,7 +14,16 @@ import pytest
 
 from prioritylock import _protocol as proto
 from prioritylock._lease import Lease
-from tests.core._explore import SCENARIOS, Bounds, Scenario, explore, format_result
+from tests.core._explore import (
+    HINT_SCENARIOS,
+    SCENARIOS,
+    Bounds,
+    Client,
+    Scenario,
+    World,
+    explore,
+    format_result,
+)
 
 #: Depth (choices after the start state) per scenario in CI: a few seconds each.
 CI_DEPTH = {
@@ -24,6 +33,8 @@ CI_DEPTH = {
     "forceful": 6,
     "override": 6,
     "force_unlock": 6,
+    "hinted_race": 5,
+    "hinted_window": 5,  # depth 7 reaches B's forceful takeover: 105 s, no violation
 }
 
 
@@ -34,7 +45,9 @@ def _bounds(scenario: Scenario) -> Bounds:
 
 
 @pytest.mark.timeout(0 if os.environ.get("PRIORITYLOCK_EXPLORE_DEPTH") else 120)
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+@pytest.mark.parametrize(
+    "scenario", [*SCENARIOS, *HINT_SCENARIOS], ids=[s.name for s in (*SCENARIOS, *HINT_SCENARIOS)]
+)
 def test_no_interleaving_breaks_the_core(scenario: Scenario) -> None:
     bounds = _bounds(scenario)
     result = explore(scenario, bounds)
@@ -43,7 +56,10 @@ def test_no_interleaving_breaks_the_core(scenario: Scenario) -> None:
     assert result.violation is None, report
     # It did explore: thousands of states at the CI bound, and past the start state's events.
     if bounds.depth >= CI_DEPTH[scenario.name]:
-        assert result.states > 1000 and len(result.kinds) >= 2
+        # (The hint scenarios start later: at the CI bound, within the holding.)
+        assert result.states > 1000 and len(result.kinds) >= (
+            1 if scenario in HINT_SCENARIOS else 2
+        )
 
 
 @pytest.mark.timeout(60)
@@ -92,3 +108,46 @@ def test_clock_rates_beyond_the_bound_break_exclusion() -> None:
     result = explore(SCENARIOS[0], Bounds(depth=7, rates=(0.85, 1.15)))
     assert result.violation is not None and "both believe" in result.violation
     assert result.trace[0] == "clock rates: {'A': 0.85, 'B': 1.15}"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("hinted", [True, False])
+def test_a_hinted_holder_gets_its_whole_window(hinted: bool) -> None:
+    """The issue's case, on the real flows: lease 60 s, cleanup 20 s, watch 30 s; a request
+    lands 15 s after the holder's last read. Hinted (the early hint, then the request's), the
+    holder is told with its whole window but the gap and the drift allowance left; without
+    hints (told at once all the same, as on one machine), with under 5 s."""
+    b = Bounds(
+        lease_timeout=60.0,
+        renew_interval=20.0,
+        watch_interval=30.0,
+        cleanup_timeout=20.0,
+        waiting_timeout=20.0,
+        drift=0.5,
+        store_timeout=5.0,
+    )
+    clients = (
+        Client("A", ("try_lock",), priority=1, hinted=hinted),
+        Client("B", ("try_lock",), priority=5, hinted=hinted),
+    )
+    world = World(Scenario("window", clients), b, (1.0, 1.0))
+    for choice in [("run", 0), ("tick", 15.0), ("run_until_blocked", 1)]:
+        world.apply(choice)  # A holds (its last read at 0); 15 s on, B asks
+    a, b_ = world.procs
+    if hinted:
+        assert a.poked, "the early hint reached A before B's request was written"
+        world.apply(("run_beat", 0))  # A's early read: no request yet
+        world.apply(("tick", 0.01))  # B's gap
+        while b_.until is None or b_.mono(world.t) >= b_.until:
+            world.apply(("step", 1, "ok"))  # B's request lands, hinted; B pauses
+    assert world.lease is not None and world.lease.requestor is not None
+    holding = a.st.holding
+    assert holding is not None
+    holding.poked = True  # without hints, as a notice of one machine would (the old rule)
+    world.apply(("run_beat", 0))  # A reads the request
+    assert holding.told is not None
+    left = holding.told.deadline - a.mono(world.t)
+    if hinted:
+        assert left >= 19.0, left  # 20 s less the drift allowance and the gap
+    else:
+        assert left < 5.0, left

@@ -3,7 +3,9 @@ and with every notice dropped, duplicated or delayed at random (``faults:SEED``,
 
 The suites (every one of tests/lock/ but those that time notices or need a cloud emulator) run
 in another pytest process with the setting, on the memory store and a local directory
-(in-process and file-system notices both go through the board): in CI a seeded sample of their
+(in-process and file-system notices both go through the board, and so do the hints the
+local directory's locks send each other over UDP: under faults those are also forged, see
+``_hints.Hints._forge``): in CI a seeded sample of their
 tests, notices off and under one seed; under ``scripts/soak`` every test, off and under several
 seeds. A failure names the setting: rerun it with
 ``PRIORITYLOCK_NOTICES=faults:SEED PRIORITYLOCK_STORES=memory,local pytest tests/lock/...``.

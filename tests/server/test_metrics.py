@@ -85,6 +85,7 @@ FAMILIES = {
     "prioritylock_preemptions_total": ("counter", PER_API),
     "prioritylock_store_requests_total": ("counter", {"store", "kind", "outcome"}),
     "prioritylock_store_request_duration_seconds": ("histogram", {"store", "kind"}),
+    "prioritylock_hints_total": ("counter", {"outcome"}),
 }
 SUFFIXES = {"gauge": {""}, "counter": {""}, "histogram": {"_bucket", "_sum", "_count"}}
 

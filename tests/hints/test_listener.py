@@ -1,0 +1,169 @@
+"""The listener on its own: what it takes, what it drops, its rate, a flood.
+
+A :class:`Hints` of the test's own on 127.0.0.2, posting its notices to the test (not to the
+process's board); the hints are real datagrams over loopback.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from prioritylock._hints import BURST, MAGIC, RATE, Hints, parse_hint, token_for
+from prioritylock._wake import NOTICES, Faults
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Heard:
+    """The notices a test's listener posted, by document."""
+
+    def __init__(self) -> None:
+        self.by_where: dict[object, int] = {}
+        self.event = threading.Event()
+
+    def __call__(self, where: object) -> None:
+        self.by_where[where] = self.by_where.get(where, 0) + 1
+        self.event.set()
+
+
+@pytest.fixture
+def heard() -> Heard:
+    return Heard()
+
+
+@pytest.fixture
+def hints(heard: Heard) -> Iterator[Hints]:
+    own = Hints(heard)
+    own.configure((("127.0.0.2", 0), None))
+    yield own
+    own.close()
+
+
+@pytest.fixture
+def sender() -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.3", 0))
+    yield sock
+    sock.close()
+
+
+def _to(hint: str | None) -> tuple[str, int]:
+    parsed = parse_hint(hint)
+    assert parsed is not None
+    return parsed[0], parsed[1]
+
+
+def test_a_hint_with_a_known_token_is_a_notice_for_its_document(
+    hints: Hints, heard: Heard, sender: socket.socket
+) -> None:
+    hint = hints.hint_for("lock-1", "doc-1")
+    assert hint is not None and hint.startswith("127.0.0.2:")
+    sent = time.monotonic()
+    hints.send([hint])
+    assert heard.event.wait(5)
+    assert time.monotonic() - sent < 0.05
+    assert heard.by_where == {"doc-1": 1}
+    assert hints.stats().delivered == 1
+    # It never answers.
+    sender.sendto(MAGIC + token_for("lock-1").encode(), _to(hint))
+    sender.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        sender.recv(64)
+
+
+def test_garbage_and_unknown_tokens_are_dropped_and_counted(
+    hints: Hints, heard: Heard, sender: socket.socket
+) -> None:
+    hint = hints.hint_for("lock-1", "doc-1")
+    address = _to(hint)
+    for junk in (b"", b"x" * 26, MAGIC + b"A" * 22, MAGIC + b"A" * 200, b"\xff" * 26):
+        sender.sendto(junk, address)
+    hints.forget("lock-1")  # an acquisition that ended: its token means nothing now
+    sender.sendto(MAGIC + token_for("lock-1").encode(), address)
+    deadline = time.monotonic() + 5
+    while hints.stats().dropped < 6 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert hints.stats().dropped == 6
+    assert heard.by_where == {}
+
+
+def test_hints_past_the_rate_coalesce_into_one_later_notice(
+    hints: Hints, heard: Heard, sender: socket.socket
+) -> None:
+    hint = hints.hint_for("lock-1", "doc-1")
+    packet, address = MAGIC + token_for("lock-1").encode(), _to(hint)
+    for _ in range(50):
+        sender.sendto(packet, address)
+    deadline = time.monotonic() + 5
+    while hints.stats().delivered + hints.stats().coalesced < 50 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert heard.by_where == {"doc-1": BURST}
+    heard.event.clear()
+    assert heard.event.wait(2 / RATE)  # the folded ones: one notice, when the rate allows
+    assert heard.by_where == {"doc-1": BURST + 1}
+    assert hints.stats().coalesced == 50 - BURST
+
+
+@pytest.mark.serial
+def test_a_flood_of_100000_datagrams_costs_the_holder_only_its_rate(
+    hints: Hints, heard: Heard, sender: socket.socket
+) -> None:
+    """Garbage, wrong tokens and the right token at full rate: the document is told at most
+    BURST + RATE per second, and the listener's thread spends little CPU (printed)."""
+    hint = hints.hint_for("lock-1", "doc-1")
+    address = _to(hint)
+    right = MAGIC + token_for("lock-1").encode()
+    packets = [b"garbage", MAGIC + token_for("other").encode(), right]
+    listener = hints._listener
+    assert listener is not None and listener.thread is not None and listener.thread.ident
+    clock = time.pthread_getcpuclockid(listener.thread.ident)
+    cpu, started = time.clock_gettime(clock), time.monotonic()
+    sent = 0
+    while sent < 100_000:
+        try:
+            sender.sendto(packets[sent % 3], address)
+        except BlockingIOError:  # pragma: no cover - a full socket buffer
+            continue
+        sent += 1
+    time.sleep(0.2)  # let the listener drain what reached its buffer (dropped or not)
+    seconds = time.monotonic() - started
+    used = time.clock_gettime(clock) - cpu
+    stats = hints.stats()
+    print(
+        f"flood: 100000 datagrams in {seconds:.2f} s; listener CPU {used:.2f} s; "
+        f"{stats.delivered} notices, {stats.coalesced} coalesced, {stats.dropped} dropped"
+    )
+    assert heard.by_where.get("doc-1", 0) <= BURST + RATE * seconds + 1
+    assert stats.dropped > 0
+    assert used < 5.0  # ~10 µs a datagram on an idle machine: 1 s for the lot
+
+
+def test_under_notice_faults_hints_come_with_forged_ones(
+    hints: Hints, heard: Heard, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notice-fault replay of the lock suites (``PRIORITYLOCK_NOTICES=faults:SEED``) gets
+    a hint channel: besides the board's drops, duplicates and delays, forged datagrams."""
+
+    class Now(Faults):
+        def later(self, delay: float, send: Callable[[], None]) -> None:
+            send()
+
+    monkeypatch.setattr(NOTICES, "faults", Now(5))
+    hint = hints.hint_for("lock-1", "doc-1")
+    assert hint is not None
+    for _ in range(100):
+        hints.send([hint])
+    deadline = time.monotonic() + 5
+    stats = hints.stats()
+    while (stats.dropped <= 20 or stats.delivered + stats.coalesced <= 100) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.005)
+        stats = hints.stats()
+    assert stats.dropped > 20, "garbage and unknown tokens were forged"
+    assert stats.delivered + stats.coalesced > 100, "and the right token again"
