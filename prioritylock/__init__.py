@@ -28,7 +28,7 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock._hudi_lock import AsyncHudiTableLock, HudiLockInfo, HudiTableLock
-from prioritylock._info import LockInfo
+from prioritylock._info import LockInfo, Waiter
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock._lock import Lock
@@ -74,6 +74,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Waiter",
     "__version__",
 ]
 

@@ -433,7 +433,21 @@ class LockBase(FlowRunner):
     def _acquire_flow(
         self, lock_id: str, blocking: bool, deadline: float | None
     ) -> effects.Flow[bool]:
-        return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
+        return flows.acquire(
+            self._st, lock_id, blocking=blocking, deadline=deadline, hint=self._line_hint()
+        )
+
+    def _line_length(self) -> int:
+        """How many waiters the lock's line showed at this object's last read or write (the
+        service's ``prioritylock_line_length``)."""
+        seen = self._st.seen
+        return 0 if seen is None or seen.lease is None else len(seen.lease.line)
+
+    def _line_hint(self) -> str | None:
+        """Where this lock hears hints (``"HOST:PORT/TOKEN"``), recorded in its entry of the
+        lock's line so a release can reach it at once; None: it hears of a release by polling.
+        The seam for the hints listener."""
+        return None
 
     def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         raise NotImplementedError

@@ -24,6 +24,10 @@ CI_DEPTH = {
     "forceful": 6,
     "override": 6,
     "force_unlock": 6,
+    "line_three": 5,
+    "line_barging": 5,
+    "line_higher": 5,
+    "line_release_race": 7,
 }
 
 
