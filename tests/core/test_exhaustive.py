@@ -27,7 +27,7 @@ CI_DEPTH = {
     "line_three": 5,
     "line_barging": 5,
     "line_higher": 5,
-    "line_release_race": 7,
+    "line_release_race": 6,
 }
 
 
