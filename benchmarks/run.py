@@ -28,7 +28,9 @@ from _harness import CpuWindow, Json, Section, machine_info, write_json
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
 #: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset({"cloud", "preemption", "requests", "aio", "serve", "push"})
+CLOUD_SECTIONS = frozenset(
+    {"cloud", "preemption", "requests", "contention", "aio", "serve", "push"}
+)
 
 
 #: The sections in the order they run: ``section_NAME(Bench) -> Section`` of ``sections/NAME.py``

@@ -29,7 +29,7 @@ from prioritylock._errors import (
 )
 from prioritylock._hints import HintStats, configure_hints, hint_stats
 from prioritylock._hudi_lock import AsyncHudiTableLock, HudiLockInfo, HudiTableLock
-from prioritylock._info import LockInfo
+from prioritylock._info import LockInfo, Waiter
 from prioritylock._lease import MAX_PRIORITY, OVERRIDE_PRIORITY
 from prioritylock._listener import CleanupNotice, LockListener
 from prioritylock._lock import Lock
@@ -76,6 +76,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Waiter",
     "__version__",
     "configure_hints",
     "hint_stats",

@@ -221,6 +221,16 @@ class LockBuilder(_Options):
         self._opts["keep_waiting"] = keep
         return self
 
+    def fair(self, fair: bool = True) -> LockBuilder:
+        """Whether a blocking ``lock()`` joins the lock's line of waiters while it waits (True,
+        the default): waiters of one priority then take the lock in the order they joined.
+        False: this client does not join (no join writes; it waits by polling), but it still
+        never takes the lock ahead of a live waiter at the head of the line."""
+        if not isinstance(fair, bool):
+            raise ConfigError(f"fair: must be True or False, got {fair!r}", option="fair")
+        self._opts["fair"] = fair
+        return self
+
     def emergency_override(
         self, message: str, *, if_fence: int | None = None, if_owner: str | None = None
     ) -> LockBuilder:
@@ -571,6 +581,7 @@ _PROPERTY_OPTIONS = {
     "priority": "int",
     "forceful": "bool",
     "keep_waiting": "bool",
+    "fair": "bool",
     "lease_timeout": "float",
     "cleanup_timeout": "float",
     "waiting_timeout": "float",

@@ -86,6 +86,7 @@ class LockConfig:
     waiting_timeout: float = DEFAULT_WAITING_TIMEOUT
     forceful: bool = False
     keep_waiting: bool = True  # a blocking lock() waits on after its request ran out
+    fair: bool = True  # a blocking lock() joins the lock's line while it waits
     listener: LockListener | None = None
     renew_interval: float = DEFAULT_LEASE_TIMEOUT / 3
     watch_interval: float = DEFAULT_LEASE_TIMEOUT / 3

@@ -451,6 +451,12 @@ class LockBase(FlowRunner):
             if hint is not None and not got:
                 HINTS.forget(lock_id)
 
+    def _line_length(self) -> int:
+        """How many waiters the lock's line showed at this object's last read or write (the
+        service's ``prioritylock_line_length``)."""
+        seen = self._st.seen
+        return 0 if seen is None or seen.lease is None else len(seen.lease.line)
+
     def _start_cleanup(self, cleanup: effects.Cleanup) -> None:
         raise NotImplementedError
 

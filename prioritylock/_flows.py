@@ -318,6 +318,8 @@ class Attempt:
     timeout: float
     mine: proto.MyRequest | None = None  # our pending request, once written
     may_request: bool = True
+    #: A blocking acquire of a fair lock: its place in the line (None: it never joins).
+    lining: proto.Lining | None = None
     #: A write of our claim was attempted: if we end without the lock, settle it.
     touched: bool = False
 
@@ -345,6 +347,10 @@ def acquire(
     """Try to take the lock (``blocking``: until ``deadline``); True once we hold it. ``hint``:
     where this acquisition hears hints (``_hints``), recorded with it as holder or requestor.
 
+    A blocking acquire of a fair lock (``LockState.fair``) that can't take the lock joins its
+    line (recording ``hint``, where it hears hints) and renews its entry every renew interval
+    while it waits; it leaves the line when it takes the lock or stops waiting.
+
     Each round decides on what was read (:func:`decide`), then does what was decided: a write
     (:func:`take`), a confirmation of a handover, or a wait (:func:`wait_to_retry`).
 
@@ -369,6 +375,7 @@ def acquire(
         Backoff(state.poll_interval),
         cached=state.seen is not None,
         timeout=state.store_timeout if blocking else min(state.store_timeout, TRY_STORE_TIMEOUT),
+        lining=proto.Lining(hint) if blocking and state.fair else None,
     )
     try:
         return (yield from _acquire(state, attempt))
@@ -431,6 +438,9 @@ def decide(state: LockState, attempt: Attempt, seen: Seen) -> Flow[proto.Step]:
         request_seen=state.request_seen,
         mine=attempt.mine,
         may_request=attempt.may_request,
+        free_seen=state.free_seen,
+        line_seen=state.line_seen,
+        lining=attempt.lining,
     )
 
 
@@ -457,12 +467,18 @@ def take(
         create=step.create,
         deadline=until,
         bound=bound,
+        # A join tells nobody anything: the holder and the other waiters need not read it.
+        quiet=step.outcome == "joined",
         request=step.outcome == "requested",
         replaced=seen.lease,
         me=attempt.claim.lock_id,
     )
     if not isinstance(result, Written):
         return result  # lost a race: decide again on what is there now
+    if step.outcome == "joined":
+        assert attempt.lining is not None
+        attempt.lining = proto.Lining(attempt.lining.hint, started + state.renew_interval)
+        return Seen(result.lease, result.version)
     if step.outcome == "acquired":
         yield from become_holder(state, attempt.claim, result.lease, result.version, started)
         return True
@@ -509,7 +525,10 @@ def wait_to_retry(
     deadline, mine = attempt.deadline, attempt.mine
     if deadline is not None and mono >= deadline:
         # Our request may have been handed the lock meanwhile: withdraw() confirms it.
-        return mine is not None and (yield from withdraw(state, attempt, seen))
+        if mine is not None and (yield from withdraw(state, attempt, seen)):
+            return True
+        yield from leave(state, attempt, seen)
+        return False
     pause = attempt.delay.next()
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
@@ -521,6 +540,8 @@ def wait_to_retry(
         if mine is not None and (yield from withdraw(state, attempt, seen)):
             assert state.holding is not None
             yield from release(state, state.holding, cleanup_done=False)
+        else:
+            yield from leave(state, attempt, seen)
         raise LockCancelled(f"{state.key!r}: the wait for the lock was cancelled")
     return None
 
@@ -531,7 +552,7 @@ def confirm_handover(state: LockState, attempt: Attempt, seen: Seen) -> Flow[See
     or what is there instead if the renewal lost a race."""
     assert seen.lease is not None and seen.version is not None
     started, wall = yield NOW
-    beat = proto.renewed(seen.lease, wall)
+    beat = proto.renewed(seen.lease, wall, proto.without(seen.lease.line, attempt.claim.lock_id))
     until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(state, beat, seen.version, create=False, deadline=until, bound=bound)
     if not isinstance(result, Written):
@@ -574,6 +595,25 @@ def withdraw(state: LockState, attempt: Attempt, seen: Seen) -> Flow[bool]:
     return False
 
 
+def leave(state: LockState, attempt: Attempt, seen: Seen) -> Flow[None]:
+    """We stop waiting without the lock: take our entry out of the line, if we wrote one (a
+    write that fails is settled in the background: ``Unsettled``)."""
+    lining, lock_id = attempt.lining, attempt.claim.lock_id
+    if lining is None or lining.due is None:
+        return
+    while seen.lease is not None and any(e.entry_id == lock_id for e in seen.lease.line):
+        out = seen.lease.rewritten(line=proto.without(seen.lease.line, lock_id))
+        mono = yield from now()
+        until, bound = attempt.until(state, mono), attempt.bound(state, mono)
+        result = yield from write(
+            state, out, seen.version, create=False, deadline=until, bound=bound
+        )
+        if isinstance(result, Written):
+            state.seen = Seen(result.lease, result.version)
+            return
+        seen = result
+
+
 def become_holder(
     state: LockState, claim: proto.Claim, lease: Lease, version: str, started: float
 ) -> Flow[Holding]:
@@ -606,15 +646,18 @@ def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
     """An acquire was abandoned (its task cancelled, or its time up: ``background_settle``)
     after a write that may have landed: take back whatever of its claim the lease shows, so no
     lease stays claimed for nobody. A lease that names the claim as holder is released; a
-    request of it is withdrawn."""
+    request of it is withdrawn; its entry in the line taken out."""
     seen = yield from read(state)
     while seen.lease is not None:
         lease = seen.lease
         mono, wall = yield NOW
+        line = proto.without(lease.line, lock_id)
         if lease.holder is not None and lease.holder.lock_id == lock_id:
             nxt = proto.released(lease, wall)
         elif lease.requestor is not None and lease.requestor.requestor_id == lock_id:
-            nxt = lease.rewritten(requestor=None)
+            nxt = lease.rewritten(requestor=None, line=line)
+        elif len(line) != len(lease.line):
+            nxt = lease.rewritten(line=line)
         else:
             return
         result = yield from write(
@@ -693,7 +736,10 @@ def renew(state: LockState, holding: Holding) -> Flow[None]:
         if started >= holding.deadline:
             yield Lose(holding, "expired")
             return
-        beat_ = proto.renewed(holding.lease, wall)
+        lease = holding.lease
+        # The holder's renewals take the entries of waiters surely gone out of the line.
+        line = proto.live(lease.line, state.line_seen, started, state.drift) if lease.line else None
+        beat_ = proto.renewed(lease, wall, line)
         holding.poked = False  # a renewal that lands shows nothing changed; one refused, what did
         result = yield from write(
             state, beat_, holding.version, create=False, deadline=holding.deadline, quiet=True
@@ -745,6 +791,7 @@ def examine(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
     holding.lease, holding.version = lease, seen.version
     mono, wall = yield NOW
     holding.request_seen = proto.sight(holding.request_seen, proto.request_ident(lease), mono)
+    state.sight_line(lease, mono)
     told = holding.told
     if told is not None and proto.request_withdrawn(lease, told.requestor.requestor_id):
         holding.told = None

@@ -6,7 +6,19 @@ import attrs
 
 from prioritylock._lease import Lease
 
-__all__ = ["LockInfo"]
+__all__ = ["LockInfo", "Waiter"]
+
+
+@attrs.frozen
+class Waiter:
+    """One waiter in a lock's line (``LockInfo.waiters``)."""
+
+    #: Its owner name.
+    owner: str
+    #: Its priority.
+    priority: int
+    #: When it joined the line (its wall clock, for display).
+    since: float
 
 
 @attrs.frozen
@@ -62,6 +74,9 @@ class LockInfo:
     last_event_message: str | None = None
     #: When it happened (the writer's wall clock).
     last_event_at: float | None = None
+    #: The line of waiters, in the order they take the lock: priority, then arrival. Waiters
+    #: that died stay here until their entries are judged gone (a few lease timeouts at most).
+    waiters: tuple[Waiter, ...] = ()
 
     @classmethod
     def from_lease(cls, lease: Lease) -> LockInfo:
@@ -89,4 +104,5 @@ class LockInfo:
             last_event_by=e.by if e else None,
             last_event_message=e.message if e else None,
             last_event_at=e.at if e else None,
+            waiters=tuple(Waiter(w.owner, w.priority, w.since) for w in lease.line),
         )

@@ -25,6 +25,8 @@ from prioritylock._errors import CorruptLease
 __all__ = [
     "FIELDS",
     "MAX_DOCUMENT_BYTES",
+    "MAX_LINE",
+    "MAX_LINE_BYTES",
     "MAX_FENCE",
     "MAX_HINT_CHARS",
     "MAX_MESSAGE_CHARS",
@@ -33,6 +35,7 @@ __all__ = [
     "MAX_READ_FENCE",
     "OVERRIDE_PRIORITY",
     "SCHEMA",
+    "Entry",
     "Event",
     "Holder",
     "Lease",
@@ -40,6 +43,7 @@ __all__ = [
     "Reserve",
     "decode",
     "encode",
+    "encode_line",
     "new_lock_id",
     "new_nonce",
     "salvage_fence",
@@ -61,6 +65,12 @@ MAX_FENCE = 2**63 - 1
 #: that reads can still take new holders and a ``LocalStore`` fence reservation without the
 #: encoder ever passing ``MAX_FENCE``; a document past it is corrupt, and recoverable.
 MAX_READ_FENCE = MAX_FENCE - 2**16
+#: The most entries a lock's line of waiters holds (``Lease.line``); a waiter that finds it full
+#: waits unlined, polling, and joins when there is room.
+MAX_LINE = 32
+#: The most bytes the line's JSON may take in the document: 32 typical entries (about 200 bytes
+#: each) fit several times over; a join past it counts as a full line.
+MAX_LINE_BYTES = 16 * 1024
 #: Documents larger than this are not parsed even to salvage their fence.
 _SALVAGE_MAX_BYTES = 16 * MAX_DOCUMENT_BYTES
 
@@ -177,6 +187,28 @@ class Event:
 
 
 @attrs.frozen
+class Entry:
+    """One waiter in the lock's line (``Lease.line``): who waits, at what priority, since when
+    (its wall clock, for display), and how it shows it is alive: it rewrites ``beat`` (one
+    more) at least every ``ttl`` seconds; a reader that sees ``(entry_id, beat)`` unchanged for
+    ``ttl`` plus its drift allowance, on its own clock, judges the waiter gone."""
+
+    entry_id: str
+    owner: str
+    priority: int
+    since: float
+    ttl: float
+    beat: int = 0
+    #: Where the waiter hears a hint (``"HOST:PORT/TOKEN"``), recorded as given; None: polls.
+    hint: str | None = None
+
+    @property
+    def ident(self) -> str:
+        """What a reader sights to judge the entry alive: its id and beat."""
+        return f"{self.entry_id}#{self.beat}"
+
+
+@attrs.frozen
 class Reserve:
     """Fences up to ``fence`` may be handed out by unsynced writes while the machine stays in
     boot ``boot`` (stores on one machine's disk only; see ``_reserve``)."""
@@ -201,6 +233,9 @@ class Lease:
     #: the release (or force unlock) which wrote that document landed, even once the releasing
     #: holder's own answer was lost. None when the lock was taken from a holder, or created.
     prior: str | None = None
+    #: The line of waiters, in the order they take the lock (priority, then the order their
+    #: joins landed). Empty when nobody waits; an older client drops it when it rewrites.
+    line: tuple[Entry, ...] = ()
 
     def rewritten(self, **changes: Any) -> Lease:
         """A copy with ``changes`` and a fresh nonce: the only way the lock makes a new version.
@@ -218,6 +253,7 @@ class Lease:
             schema=self.schema,
             reserve=self.reserve,
             prior=changes.get("prior", self.prior),
+            line=changes.get("line", self.line),
         )
 
     def with_reserve(self, reserve: Reserve | None) -> Lease:
@@ -232,6 +268,7 @@ class Lease:
             self.schema,
             reserve,
             self.prior,
+            self.line,
         )
 
 
@@ -276,16 +313,31 @@ def encode(lease: Lease) -> bytes:
         raise CorruptLease(lease.name, f"fence beyond the largest one ({MAX_FENCE})")
     reserve = "" if v is None else f',"reserve":{{"fence":{_int(v.fence)},"boot":{_q(v.boot)}}}'
     prior = "" if lease.prior is None else f',"prior":{_q(lease.prior)}'
+    line = f',"line":{encode_line(lease.line)}' if lease.line else ""  # written only when set
     data = (
         f'{{"schema":{_int(lease.schema)},"name":{_q(lease.name)},"fence":{_int(lease.fence)},'
         f'"nonce":{_q(lease.nonce)},"holder":{holder},"requestor":{requestor},"event":{event}'
-        f"{reserve}{prior}}}"
+        f"{reserve}{prior}{line}}}"
     ).encode()
     if len(data) > MAX_DOCUMENT_BYTES:
         raise CorruptLease(
             lease.name, f"document would be {len(data)} bytes (max {MAX_DOCUMENT_BYTES})"
         )
     return data
+
+
+def encode_line(line: tuple[Entry, ...]) -> str:
+    """The line's JSON array (its size is what :data:`MAX_LINE_BYTES` bounds)."""
+    return (
+        "["
+        + ",".join(
+            f'{{"entry_id":{_q(e.entry_id)},"owner":{_q(e.owner)},"priority":{_int(e.priority)},'
+            f'"since":{_num(e.since)},"ttl":{_num(e.ttl)},"beat":{_int(e.beat)},'
+            f'"hint":{"null" if e.hint is None else _q(e.hint)}}}'
+            for e in line
+        )
+        + "]"
+    )
 
 
 _q = json.encoder.encode_basestring_ascii  # a quoted, escaped, ASCII-only JSON string
@@ -346,6 +398,7 @@ def decode(key: str, data: bytes, *, name: str | None = None) -> Lease:
         event=_section(key, body, "event", Event),
         reserve=_section(key, body, "reserve", Reserve, optional=True),
         prior=_optional_text(key, body, "prior", _ID),
+        line=_line(key, body),
     )
     if lease.holder is not None and fence == 0:
         raise CorruptLease(key, "a held lease must have a fence of at least 1")
@@ -503,6 +556,15 @@ FIELDS: dict[str, tuple[tuple[str, _Kind], ...]] = {
         ("message", _MESSAGE),
     ),
     "reserve": (("fence", _FENCE), ("boot", _Text(64))),
+    "line": (
+        ("entry_id", _ID),
+        ("owner", _OWNER),
+        ("priority", _PRIORITY),
+        ("since", _NUMBER),
+        ("ttl", _NUMBER),
+        ("beat", _Int(0, MAX_FENCE)),
+        ("hint", _HINT),
+    ),
 }
 
 
@@ -564,13 +626,37 @@ def _section(
     return cls(*_fields(key, value, where + ".", FIELDS[where]))
 
 
-def _optional_text(key: str, body: dict[str, Any], field: str, kind: _Text) -> str | None:
-    """An optional top-level string field: absent or null is None."""
+def _line(key: str, body: dict[str, Any]) -> tuple[Entry, ...]:
+    """The optional ``line``: absent or null is empty; at most :data:`MAX_LINE` entries."""
+    value = body.get("line")
+    if value is None:
+        return ()
+    if value.__class__ is not list or len(value) > MAX_LINE:
+        raise CorruptLease(
+            key, f"field line must be an array of <= {MAX_LINE} entries, not {_show(value)}"
+        )
+    entries = []
+    for item in value:
+        if item.__class__ is not dict:
+            raise CorruptLease(key, f"field line must hold objects, not {_show(item)}")
+        entry_id, owner, priority, since, ttl, beat, hint = _fields(
+            key, item, "line.", FIELDS["line"]
+        )
+        entries.append(Entry(entry_id, owner, priority, since, ttl, beat, hint))
+    return tuple(entries)
+
+
+def _optional_text(
+    key: str, body: dict[str, Any], field: str, kind: _Text, where: str = ""
+) -> str | None:
+    """An optional string field: absent or null is None."""
     value = body.get(field)
     if value is None:
         return None
     if value.__class__ is not str or len(value) > kind.limit:
-        raise CorruptLease(key, f"field {field} must be {kind.want()} or null, not {_show(value)}")
+        raise CorruptLease(
+            key, f"field {where}{field} must be {kind.want()} or null, not {_show(value)}"
+        )
     return str(value)
 
 

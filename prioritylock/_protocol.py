@@ -16,17 +16,22 @@ heartbeat, so they never extend a dead holder's life.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import attrs
 
 from prioritylock._lease import (
+    MAX_LINE,
+    MAX_LINE_BYTES,
     OVERRIDE_PRIORITY,
+    Entry,
     Event,
     EventKind,
     Holder,
     Lease,
     Requestor,
+    encode_line,
     new_nonce,
 )
 from prioritylock._reserve import next_fence
@@ -34,6 +39,7 @@ from prioritylock._reserve import next_fence
 __all__ = [
     "EARLY_HINT_GAP",
     "Claim",
+    "Lining",
     "MyRequest",
     "Owned",
     "Refused",
@@ -43,10 +49,13 @@ __all__ = [
     "Write",
     "acquire_step",
     "after_cleanup",
+    "ahead",
     "early_hint",
     "expires_at",
     "forced_free",
+    "free_ident",
     "hinted",
+    "live",
     "pending_request_for",
     "release_landed",
     "released",
@@ -55,8 +64,10 @@ __all__ = [
     "request_withdrawn",
     "shows",
     "sight",
+    "sight_line",
     "tells_cleanup",
     "window_start",
+    "without",
 ]
 
 
@@ -154,6 +165,73 @@ def request_ident(lease: Lease | None) -> str | None:
     return lease.requestor.requestor_id
 
 
+def free_ident(lease: Lease | None) -> str | None:
+    """What identifies a period in which the lock stays free: its fence (the next holder bumps
+    it; a force unlock too). None while held or absent."""
+    if lease is None or lease.holder is not None:
+        return None
+    return f"free#{lease.fence}"
+
+
+def sight_line(
+    previous: Mapping[str, float], line: tuple[Entry, ...], now: float
+) -> dict[str, float]:
+    """When this client first saw each entry's current beat (``Entry.ident``), on its own
+    clock: kept for the beats it saw before, ``now`` for new ones."""
+    return {e.ident: previous.get(e.ident, now) for e in line}
+
+
+def _dead_at(entry: Entry, seen: Mapping[str, float], now: float, drift: float) -> float:
+    """When a waiter whose entry shows this beat is surely gone (it rewrites its beat at least
+    every ``ttl``), on the observer's clock."""
+    return seen.get(entry.ident, now) + entry.ttl + drift
+
+
+def live(
+    line: tuple[Entry, ...], seen: Mapping[str, float], now: float, drift: float
+) -> tuple[Entry, ...]:
+    """The entries of ``line`` whose waiters are not surely gone (see :func:`_dead_at`)."""
+    return tuple(e for e in line if now < _dead_at(e, seen, now, drift))
+
+
+def without(line: tuple[Entry, ...], entry_id: str) -> tuple[Entry, ...]:
+    """``line`` without the entry ``entry_id`` (a waiter that leaves, or takes the lock)."""
+    return tuple(e for e in line if e.entry_id != entry_id)
+
+
+def ahead(
+    lease: Lease,
+    me: Claim,
+    free_since: float,
+    *,
+    now: float,
+    drift: float,
+    seen: Mapping[str, float],
+) -> float | None:
+    """Whether a waiter of the line goes before ``me`` at a lock free (or expired) since
+    ``free_since`` on our clock: None if nobody does; else until when we wait at most (the
+    moment that waiter is surely gone, or passed over).
+
+    The line's order is the store's: the head goes first. A waiter judged gone (its beat
+    unchanged for its ``ttl`` plus the drift allowance) is skipped. A live head that does not
+    take the lock within its ``ttl`` plus the drift allowance of it falling free is passed
+    over, then the next the same. A strictly higher priority than a waiter's goes before it;
+    a waiter never goes before itself."""
+    turn = free_since
+    for entry in lease.line:
+        if entry.entry_id == me.lock_id:
+            return None
+        dead_at = _dead_at(entry, seen, now, drift)
+        if now >= dead_at:
+            continue
+        if me.priority > entry.priority:
+            return None
+        turn += entry.ttl + drift
+        if now < turn:
+            return min(dead_at, turn)
+    return None
+
+
 def expires_at(lease: Lease, seen: Sighting, drift: float) -> float:
     """The moment (on the observer's clock) after which the observed holder is surely gone."""
     assert lease.holder is not None
@@ -163,6 +241,16 @@ def expires_at(lease: Lease, seen: Sighting, drift: float) -> float:
 def request_wait(waiting_timeout: float, cleanup_timeout: float) -> float:
     """How long a request waits: min(its waiting timeout, the holder's cleanup timeout)."""
     return min(waiting_timeout, cleanup_timeout)
+
+
+@attrs.frozen
+class Lining:
+    """A blocking acquire of a fair lock (one that joins the line while it waits): where it
+    hears a hint (recorded in its entry, as given), and when its entry is next due for a beat
+    (None: not written in this acquire)."""
+
+    hint: str | None = None
+    due: float | None = None
 
 
 @attrs.frozen
@@ -182,12 +270,13 @@ class Write:
     """Write ``lease`` (create it when ``create``); ``outcome`` says what a success means.
 
     outcomes: ``acquired`` (we hold it), ``requested`` (our request is recorded),
-    ``withdrawn`` (our request timed out and is removed).
+    ``withdrawn`` (our request timed out and is removed), ``joined`` (our entry in the line is
+    written, or its beat renewed).
     """
 
     lease: Lease
     create: bool
-    outcome: Literal["acquired", "requested", "withdrawn"]
+    outcome: Literal["acquired", "requested", "withdrawn", "joined"]
 
 
 @attrs.frozen
@@ -228,6 +317,9 @@ def acquire_step(
     request_seen: Sighting | None,
     mine: MyRequest | None,
     may_request: bool = True,
+    free_seen: Sighting | None = None,
+    line_seen: Mapping[str, float] | None = None,
+    lining: Lining | None = None,
 ) -> Step:
     """Decide the next move of a client trying to take the lock.
 
@@ -237,6 +329,11 @@ def acquire_step(
     :param mine: our own pending request, if we wrote one in this attempt.
     :param may_request: False once a request of ours timed out in a blocking ``lock()``: from
         then on we wait for a release or an expiry like any other contender.
+    :param free_seen: when we first saw the lock free in its current free period
+        (:func:`free_ident`).
+    :param line_seen: when we first saw each entry's beat (:func:`sight_line`).
+    :param lining: a blocking acquire that joins the line while it waits; None: it never joins
+        (a ``try_lock``, or ``fair(False)``), though it never goes before a live head either.
     """
     if not shows(lease, me.if_fence, me.if_owner):
         return Refused("changed")
@@ -246,31 +343,48 @@ def acquire_step(
         return Write(
             Lease(name, 1, new_nonce(), holder, None, event), create=True, outcome="acquired"
         )
+    seen = {} if line_seen is None else line_seen
+    # The line of waiters, less those surely gone: what a write of ours leaves there.
+    rest = live(without(lease.line, me.lock_id), seen, now, drift) if lease.line else ()
+
+    def busy(until: float | None) -> Step:
+        return _wait_or_join(lease, me, until, now=now, wall=wall, rest=rest, lining=lining)
+
     holder_now = lease.holder
     if holder_now is None:
-        return _take(lease, me, wall, "override" if me.override else "acquired")
+        if me.override:
+            return _take(lease, me, wall, "override", rest)
+        if lease.line:
+            assert free_seen is not None, "the driver sights every free lock it reads"
+            turn = ahead(lease, me, free_seen.since, now=now, drift=drift, seen=seen)
+            if turn is not None:
+                return busy(turn)
+        return _take(lease, me, wall, "acquired", rest)
     if holder_now.lock_id == me.lock_id:
         return Owned()
     if me.override:
-        return _take(lease, me, wall, "override")
+        return _take(lease, me, wall, "override", rest)
     assert holder_seen is not None, "the driver sights every heartbeat it reads"
     expiry = expires_at(lease, holder_seen, drift)
     if now >= expiry:
-        return _take(lease, me, wall, "expired_takeover")
+        turn = ahead(lease, me, expiry, now=now, drift=drift, seen=seen) if lease.line else None
+        if turn is not None:
+            return busy(turn)
+        return _take(lease, me, wall, "expired_takeover", rest)
     pending = lease.requestor
     if mine is not None and (pending is None or pending.requestor_id != me.lock_id):
         # Our request is gone and the lock did not come to us: a higher request displaced it
         # (and may already hold the lock), or a takeover cleared it.
         return Refused("denied")
     if me.priority <= holder_now.priority or not may_request:
-        return Wait(expiry, "busy")
+        return busy(expiry)
 
     if pending is not None and pending.requestor_id == me.lock_id:
         assert mine is not None, "our request can only be pending if we wrote it"
         deadline = mine.started + mine.wait
         if now >= deadline:
             if me.forceful:
-                return _take(lease, me, wall, "forceful_takeover")
+                return _take(lease, me, wall, "forceful_takeover", rest)
             withdrawn = lease.rewritten(requestor=None)
             return Write(withdrawn, create=False, outcome="withdrawn")
         return Wait(min(expiry, deadline), "handover")
@@ -282,14 +396,50 @@ def acquire_step(
             + drift
         )
         if now < stale_at and me.priority <= pending.priority:
-            return Wait(min(expiry, stale_at), "busy")
+            return busy(min(expiry, stale_at))
     if request_wait(me.waiting_timeout, holder_now.cleanup_timeout) <= 0:
-        return _take(lease, me, wall, "preempted")
+        return _take(lease, me, wall, "preempted", rest)
     requested = lease.rewritten(requestor=me.as_requestor(wall))
     return Write(requested, create=False, outcome="requested")
 
 
-def _take(lease: Lease, me: Claim, wall: float, kind: EventKind) -> Write:
+def _wait_or_join(
+    lease: Lease,
+    me: Claim,
+    until: float | None,
+    *,
+    now: float,
+    wall: float,
+    rest: tuple[Entry, ...],
+    lining: Lining | None,
+) -> Step:
+    """We can't take the lock yet: wait, joining the line first (or renewing our entry's beat
+    when due) if we are a waiter that joins. A full line (:data:`MAX_LINE` live entries, or
+    :data:`MAX_LINE_BYTES`) is waited at unlined; we join when there is room."""
+    if lining is None:
+        return Wait(until, "busy")
+    mine = next((e for e in lease.line if e.entry_id == me.lock_id), None)
+    if mine is not None:
+        if lining.due is not None and now < lining.due:
+            return Wait(lining.due if until is None else min(until, lining.due), "busy")
+        beat = attrs.evolve(mine, beat=mine.beat + 1)
+        kept = tuple(beat if e is mine else e for e in lease.line if e is mine or e in rest)
+        return Write(lease.rewritten(line=kept), create=False, outcome="joined")
+    if len(rest) >= MAX_LINE:
+        return Wait(until, "busy")
+    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, lining.hint)
+    # After every entry of our priority or higher: the order in which the joins land.
+    at = len(rest)
+    while at > 0 and rest[at - 1].priority < me.priority:
+        at -= 1
+    line = (*rest[:at], entry, *rest[at:])
+    if len(encode_line(line)) > MAX_LINE_BYTES:
+        return Wait(until, "busy")
+    return Write(lease.rewritten(line=line), create=False, outcome="joined")
+
+
+def _take(lease: Lease, me: Claim, wall: float, kind: EventKind, rest: tuple[Entry, ...]) -> Write:
+    """Take the lock: our entry (and the entries of waiters surely gone) leave the line."""
     taken = lease.rewritten(
         fence=next_fence(lease, me.boot),
         holder=me.as_holder(wall),
@@ -298,6 +448,7 @@ def _take(lease: Lease, me: Claim, wall: float, kind: EventKind) -> Write:
         # Taken from a free document: record which, so its releaser can prove its release
         # landed (release_landed) even if the answer to its write was lost.
         prior=lease.nonce if lease.holder is None else None,
+        line=rest,
     )
     return Write(taken, create=False, outcome="acquired")
 
@@ -305,8 +456,9 @@ def _take(lease: Lease, me: Claim, wall: float, kind: EventKind) -> Write:
 # -- the holder's side -------------------------------------------------------------------------
 
 
-def renewed(lease: Lease, wall: float) -> Lease:
-    """The holder's next heartbeat: same holder, ``beat + 1``."""
+def renewed(lease: Lease, wall: float, line: tuple[Entry, ...] | None = None) -> Lease:
+    """The holder's next heartbeat: same holder, ``beat + 1``; ``line``: the line it leaves
+    (default: as it is)."""
     assert lease.holder is not None
     h = lease.holder
     holder = Holder(  # spelled out: attrs.evolve inspects the class on every call
@@ -322,7 +474,9 @@ def renewed(lease: Lease, wall: float) -> Lease:
         beat=h.beat + 1,
         hint=h.hint,
     )
-    return lease.rewritten(holder=holder)
+    if line is None:
+        return lease.rewritten(holder=holder)
+    return lease.rewritten(holder=holder, line=line)
 
 
 def released(lease: Lease, wall: float) -> Lease:

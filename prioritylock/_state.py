@@ -188,6 +188,12 @@ class LockState:
         self.seen: Seen | None = None
         self.holder_seen: proto.Sighting | None = None
         self.request_seen: proto.Sighting | None = None
+        #: When we first saw the lock free in its current free period, and each entry of its
+        #: line at its current beat (``_protocol.ahead``).
+        self.free_seen: proto.Sighting | None = None
+        self.line_seen: dict[str, float] = {}
+        #: A blocking ``lock()`` joins the line while it waits (``LockBuilder.fair``).
+        self.fair: bool = getattr(cfg, "fair", True)
         self.holding: Holding | None = None
         #: A blocking acquire whose non-forceful request ran out waits on as an ordinary
         #: contender (``lock()``); False: it ends there with ``PreemptionTimeout``, as a
@@ -214,6 +220,14 @@ class LockState:
     def sight(self, lease: Lease | None, now: float) -> None:
         self.holder_seen = proto.sight(self.holder_seen, proto.heartbeat_ident(lease), now)
         self.request_seen = proto.sight(self.request_seen, proto.request_ident(lease), now)
+        self.free_seen = proto.sight(self.free_seen, proto.free_ident(lease), now)
+        self.sight_line(lease, now)
+
+    def sight_line(self, lease: Lease | None, now: float) -> None:
+        if lease is not None and lease.line:
+            self.line_seen = proto.sight_line(self.line_seen, lease.line, now)
+        elif self.line_seen:
+            self.line_seen = {}
 
 
 # -- plain decisions about a holding (no effects) ------------------------------------------------

@@ -192,6 +192,9 @@ class Waiter:
             .lease_timeout(LEASE)
             .max_clock_drift(DRIFT)
             .poll_interval(POLL)
+            # Out of the line: its join would meet the holder's next renewal (a 412 and a
+            # retry, which the holder's output reports as a failed write); tests/line has it.
+            .fair(False)
             .build()
         )
         self.acquired = threading.Event()

@@ -17,8 +17,10 @@ from prioritylock._lease import (
     FIELDS,
     MAX_DOCUMENT_BYTES,
     MAX_FENCE,
+    MAX_LINE,
     MAX_READ_FENCE,
     OVERRIDE_PRIORITY,
+    Entry,
     Event,
     Holder,
     Lease,
@@ -66,16 +68,33 @@ events = st.builds(
 )
 
 
+entries = st.builds(
+    Entry,
+    entry_id=st.text(min_size=1, max_size=64),
+    owner=texts,
+    priority=priorities,
+    since=times,
+    ttl=times,
+    beat=st.integers(0, 10**9),
+    hint=st.none() | texts,
+)
+
+
 @given(
     holder=st.none() | holders,
     requestor=st.none() | requestors,
     event=st.none() | events,
     fence=st.integers(1, 2**62),
+    line=st.lists(entries, max_size=4).map(tuple),
 )
 def test_round_trip(
-    holder: Holder | None, requestor: Requestor | None, event: Event | None, fence: int
+    holder: Holder | None,
+    requestor: Requestor | None,
+    event: Event | None,
+    fence: int,
+    line: tuple[Entry, ...],
 ) -> None:
-    lease = Lease("v1/path/x", fence, new_nonce(), holder, requestor, event)
+    lease = Lease("v1/path/x", fence, new_nonce(), holder, requestor, event, line=line)
     assert decode("k", encode(lease), name="v1/path/x") == lease
 
 
@@ -114,6 +133,7 @@ _FULL = Lease(
     _REQUESTOR,
     Event("acquired", 1.0e9, "owner", "msg"),
     reserve=Reserve(137, "boot"),
+    line=(Entry("eid", "waiter", 4, 1.0e9, 10.0, 2, "127.0.0.1:9/t"),),
 )
 _GOOD = json.loads(encode(_FULL))
 
@@ -130,6 +150,7 @@ _BAD_BY_FIELD: dict[str, list[Any]] = {
     "requestor": ["me", 1, False, []],
     "event": ["acquired", 0, True, []],
     "reserve": ["x", 1, True, []],
+    "line": ["x", 1, True, {}, [1], [None]],
     "holder.priority": [*_NOT_INT, -1, OVERRIDE_PRIORITY + 1],
     "requestor.priority": [*_NOT_INT, -1, OVERRIDE_PRIORITY + 1],
     "holder.beat": [*_NOT_INT, -1, MAX_FENCE + 1],
@@ -172,13 +193,19 @@ def _bad_cases() -> list[tuple[str, Any]]:
     return cases
 
 
-def _with(field: str, value: Any) -> bytes:
-    body = json.loads(json.dumps(_GOOD))
-    *parents, last = field.split(".")
+def _target(body: dict[str, Any], parents: list[str]) -> Any:
     target = body
     for parent in parents:
         target = target[parent]
-    target[last] = value
+        if parent == "line":
+            target = target[0]  # the line's (first) entry
+    return target
+
+
+def _with(field: str, value: Any) -> bytes:
+    body = json.loads(json.dumps(_GOOD))
+    *parents, last = field.split(".")
+    _target(body, parents)[last] = value
     # allow_nan: the non-finite cases are written as Infinity/NaN, which the reader refuses.
     return json.dumps(body, allow_nan=True).encode()
 
@@ -186,10 +213,7 @@ def _with(field: str, value: Any) -> bytes:
 def _without(field: str) -> bytes:
     body = json.loads(json.dumps(_GOOD))
     *parents, last = field.split(".")
-    target = body
-    for parent in parents:
-        target = target[parent]
-    del target[last]
+    del _target(body, parents)[last]
     return json.dumps(body).encode()
 
 
@@ -201,10 +225,10 @@ def test_the_full_document_reads_back() -> None:
 def test_every_field_of_the_table_is_covered() -> None:
     dotted = {f"{s}.{f}" if s else f for s, spec in FIELDS.items() for f, _ in spec}
     assert (
-        dotted | {"schema", "holder", "requestor", "event", "reserve"}
+        dotted | {"schema", "holder", "requestor", "event", "reserve", "line"}
         == {f for f, _ in _bad_cases()} | _OPTIONAL
     )
-    assert {"holder.hint", "requestor.hint"} == _OPTIONAL
+    assert {"holder.hint", "requestor.hint", "line.hint"} == _OPTIONAL
 
 
 @pytest.mark.parametrize(("field", "value"), _bad_cases(), ids=repr)
@@ -238,6 +262,21 @@ def test_an_absent_reserve_is_none_and_integers_stay_integers() -> None:
     assert lease.holder is not None and lease.holder.lease_timeout.__class__ is float
     whole = decode("k", _with("holder.lease_timeout", 2))  # an integral number of seconds
     assert whole.holder is not None and whole.holder.lease_timeout == 2.0
+
+
+def test_the_line_is_optional_and_bounded() -> None:
+    """A document without ``line`` (any older client's) reads with an empty line; a null hint
+    is None; a line longer than MAX_LINE is corrupt."""
+    assert decode("k", _without("line")).line == ()
+    assert decode("k", _with("line", None)).line == ()
+    lease = decode("k", _with("line.hint", None))
+    assert lease.line[0].hint is None and lease.line[0].entry_id == "eid"
+    body = json.loads(json.dumps(_GOOD))
+    body["line"] = body["line"] * (MAX_LINE + 1)
+    with pytest.raises(CorruptLease, match="line"):
+        decode("k", json.dumps(body).encode())
+    free = Lease("n", 1, "x")
+    assert b"line" not in encode(free)  # written only when someone waits
 
 
 def test_the_fence_bounds() -> None:

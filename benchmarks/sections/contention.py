@@ -5,6 +5,12 @@ process, waits), on the LocalStore (durable and ``durable=false``) against ``fil
 doing the same on the same disk. Each process holds for no time and asks again at once, so the
 figures are the lock's own throughput; every acquisition is noted with ``time.monotonic_ns``
 (system-wide), and one before the previous holder's ``unlock()`` call (an overlap) must not occur.
+
+Then the fair line (:func:`line_rows`): 2, 8 and 32 waiters of equal priority arrive 20 ms apart
+at a held lock (threads of this process, on memory, local and S3 (moto) when its emulator runs),
+with and without ``fair()``; the order they take it in (inversions: pairs served out of arrival
+order), the spread of their waits (max / median), release -> next holder p50/p99, and the writes
+a waiter pays per hour in the line (one per renew interval).
 """
 
 from __future__ import annotations
@@ -12,15 +18,16 @@ from __future__ import annotations
 import itertools
 import os
 import statistics
+import threading
 import time
 from collections import Counter
 from typing import Any
 
 import filelock
 from _bench import NONDURABLE, Bench, processes
-from _harness import Json, Section, fmt_counts, fmt_num, load_average, summarize
+from _harness import Json, Section, fmt_counts, fmt_num, load_average, percentile, summarize
 
-from prioritylock import LockBuilder, LockTimeout
+from prioritylock import Lock, LockBuilder, LockTimeout
 from prioritylock.stores import open_store
 
 
@@ -155,4 +162,81 @@ def section_contention(b: Bench) -> Section:
         "all the processes, % of one core.",
         f"The machine has {os.cpu_count()} cores: the processes also contend for CPU.",
     ]
-    return Section("contention", title, HEADERS, table, rows, notes)
+    lined = line_rows(b)
+    notes += ["The fair line (threads, arriving 20 ms apart; see the module docstring):"]
+    notes += [
+        f"  {r['store']:<8} {r['waiters']:>2} waiters, {'line' if r['fair'] else 'no line'}: "
+        f"{r['inversions']} inversions, wait spread {r['wait_spread']:.2f}, release -> next "
+        f"p50 {fmt_num(r['handoff_ms']['p50'])} / p99 {fmt_num(r['handoff_ms']['p99'])} ms, "
+        f"{r['writes_per_waiter_hour']:g} writes/waiter/hour"
+        for r in lined
+    ]
+    return Section("contention", title, HEADERS, table, rows + lined, notes)
+
+
+LINE_WAITERS = (2, 8, 32)
+
+
+def _line_run(store: Any, path: tuple[str, str], n: int, fair: bool) -> Json:
+    """One round: a holder, ``n`` waiters arriving 20 ms apart (each joined before the next
+    arrives, when fair), the release; who took it when."""
+
+    def make(owner: str) -> Lock:
+        return LockBuilder().store(store).path(*path).owner(owner).fair(fair).build()
+
+    holder, locks = make("holder"), [make(f"w{i}") for i in range(n)]
+    holder.lock(timeout=30)
+    starts, took, lock = [0] * n, [], threading.Lock()
+
+    def wait(i: int) -> None:
+        starts[i] = time.monotonic_ns()
+        locks[i].lock(timeout=300)
+        acquired = time.monotonic_ns()
+        locks[i].unlock()
+        with lock:
+            took.append((i, acquired, time.monotonic_ns()))
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in range(n)]
+    for i, t in enumerate(threads):
+        t.start()
+        end = time.monotonic() + 10
+        while fair and len((holder.info() or _never()).waiters) <= i and time.monotonic() < end:
+            time.sleep(0.002)
+        time.sleep(0.02)
+    released = time.monotonic_ns()
+    holder.unlock()
+    for t in threads:
+        t.join(300)
+    took.sort(key=lambda t: t[1])  # by when each took the lock (not when it noted it)
+    order = [i for i, _, _ in took]
+    waits = sorted(acq - starts[i] for i, acq, _ in took)
+    freed = [released] + [rel for _, _, rel in took[:-1]]
+    handoffs = [(acq - f) / 1e6 for f, (_, acq, _) in zip(freed, took, strict=True)]
+    return {
+        "waiters": n,
+        "fair": fair,
+        "inversions": sum(1 for a, c in itertools.combinations(order, 2) if a > c),
+        "wait_spread": waits[-1] / max(statistics.median(waits), 1),
+        "handoff_ms": {"p50": statistics.median(handoffs), "p99": percentile(handoffs, 0.99)},
+        "writes_per_waiter_hour": round(3600 / holder.config.renew_interval),
+    }
+
+
+def _never() -> Any:
+    raise RuntimeError("line: the lease document vanished")
+
+
+def line_rows(b: Bench) -> list[Json]:
+    """The fair line's figures on memory, local and S3 (moto, when its emulator runs)."""
+    rows = []
+    for kind in b.store_kinds:
+        if kind.name not in ("memory", "local", "s3-moto"):
+            continue
+        for n, fair in itertools.product(LINE_WAITERS, (True, False)):
+            store = open_store(b.url(kind))
+            try:
+                row = _line_run(store, b.path("line"), n, fair)
+            finally:
+                store.close()
+            rows.append({"variant": f"line-{kind.name}-{n}-{fair}", "store": kind.name, **row})
+    return rows

@@ -63,6 +63,14 @@ def _info_lines(lock_scope: LockScope, info: LockInfo | None, now: float) -> lis
                 + (f": {clean(info.requestor_message)}" if info.requestor_message else ""),
             )
         )
+    for place, waiter in enumerate(info.waiters, 1):
+        rows.append(
+            (
+                "waiting" if place == 1 else "",
+                f"{place}. {clean(waiter.owner)}, priority {waiter.priority}, "
+                f"since {when(waiter.since)}",
+            )
+        )
     if info.last_event is not None:
         rows.append(
             (
@@ -124,15 +132,16 @@ def cmd_list(args: argparse.Namespace, out: Output) -> int:
         out.line(f"no lock documents under {_key_prefix(args.prefix)!r}")
         return Exit.OK
     width = max(len("KEY"), *(len(clean(row["key"])) for row in rows))
-    out.line(f"{'KEY':<{width}}  {'STATE':<11}  {'FENCE':>6}  {'PRIORITY':>10}  OWNER")
+    out.line(f"{'KEY':<{width}}  {'STATE':<11}  {'FENCE':>6}  {'PRIORITY':>10}  {'LINE':>4}  OWNER")
     for row in rows:
         fence = row.get("fence")
         priority = row.get("priority")
+        line = len(row.get("waiters", ()))
         last = row.get("owner") or row.get("problem") or "-"
         out.line(
             f"{clean(row['key']):<{width}}  {row['state']:<11}  "
             f"{'-' if fence is None else fence:>6}  {'-' if priority is None else priority:>10}  "
-            f"{clean(last)}"
+            f"{line:>4}  {clean(last)}"
         )
     return Exit.OK
 
@@ -218,6 +227,24 @@ def changes(prev: Observation, cur: Observation) -> list[tuple[str, str]]:
             )
         elif p is not None and p.fence == c.fence:
             found.append(("withdrawn", f"the request by {clean(p.requestor_owner)} is gone"))
+    found += _line_changes(p, c)
+    return found
+
+
+def _line_changes(p: LockInfo | None, c: LockInfo) -> list[tuple[str, str]]:
+    """Waiters that joined or left the line (the one that took the lock shows as acquired)."""
+    before = {(w.owner, w.since): w for w in (p.waiters if p is not None else ())}
+    now = {(w.owner, w.since): w for w in c.waiters}
+    found = []
+    for key, w in now.items():
+        if key not in before:
+            place = list(now).index(key) + 1
+            found.append(
+                ("joined", f"{clean(w.owner)} (priority {w.priority}), {place} of {len(now)}")
+            )
+    for key, w in before.items():
+        if key not in now and not (c.held and c.owner == w.owner):
+            found.append(("left", f"{clean(w.owner)} left the line, {len(now)} waiting"))
     return found
 
 

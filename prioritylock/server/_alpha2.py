@@ -435,7 +435,7 @@ class Alpha2Locks:
         self._held[held.lock_id] = held
         self._by_lock[id(lock)] = held
         took = time.monotonic() - started
-        self.metrics.acquired(store_name, api, latency=took, waited=took)
+        self.metrics.acquired(store_name, api, latency=took, waited=took, line=lock._line_length())
         if not lock.is_current_owner():  # lost between the acquire and now
             self._tombstone(held, _lost_reason(lock))
         return held

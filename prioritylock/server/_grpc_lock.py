@@ -349,6 +349,9 @@ def info_message(row: dict[str, Any]) -> lock_pb2.LockInfo:
             "message": row.get("requestor_message"),
             "forceful": row.get("requestor_forceful"),
         }
+    fields["waiters"] = [
+        {**w, "since": _stamp(w["since"]).ToJsonString()} for w in row.get("waiters", ())
+    ]
     info: lock_pb2.LockInfo = json_format.ParseDict(
         fields, lock_pb2.LockInfo(), ignore_unknown_fields=True
     )

@@ -72,6 +72,8 @@ LOSS_REASONS: tuple[str, ...] = (*get_args(LossReason), "other")
 
 #: Seconds; a lock call is a few store round trips, or a wait when it blocks.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Waiters in a lock's line (at most 32).
+LINE_BUCKETS = (0, 1, 2, 4, 8, 16, 32)
 #: Seconds spent waiting for a lock held by another (blocking locks and handovers).
 WAIT_BUCKETS = (0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 #: Seconds of one store request.
@@ -182,6 +184,14 @@ class Metrics:
             per_api,
             buckets=WAIT_BUCKETS,
         )
+        self.line = metric(
+            Histogram,
+            "prioritylock_line_length",
+            "Waiters left in the lock's line when an acquisition through this service took it "
+            "(the fair line of blocking lock requests).",
+            per_api,
+            buckets=LINE_BUCKETS,
+        )
         self.releases = metric(
             Counter,
             "prioritylock_releases_total",
@@ -233,10 +243,13 @@ class Metrics:
         for counter in (self.releases, self.expirations, self.preemptions):
             counter.labels(store, api)
 
-    def acquired(self, store: str, api: str, *, latency: float, waited: float = 0.0) -> None:
+    def acquired(
+        self, store: str, api: str, *, latency: float, waited: float = 0.0, line: int = 0
+    ) -> None:
         """A lock was taken: ``latency`` seconds from the request, ``waited`` of them waiting
-        for another holder to go."""
+        for another holder to go; ``line`` waiters still in its line."""
         self.acquires.labels(store, api, "acquired").inc()
+        self.line.labels(store, api).observe(line)
         self.latency.labels(store, api, "acquired").observe(_seconds(latency))
         self.wait.labels(store, api).observe(_seconds(waited))
         self.held.labels(store, api).inc()

@@ -178,7 +178,7 @@ class ListResponse(_message.Message):
     def __init__(self, locks: _Optional[_Iterable[_Union[LockInfo, _Mapping]]] = ...) -> None: ...
 
 class LockInfo(_message.Message):
-    __slots__ = ("resource_id", "key", "path", "state", "held", "fence", "owner", "message", "priority", "lease_timeout", "cleanup_timeout", "forceful", "acquired_at", "renewed_at", "expires_at", "requestor", "last_event", "last_event_by", "last_event_message", "last_event_at", "problem", "record")
+    __slots__ = ("resource_id", "key", "path", "state", "held", "fence", "owner", "message", "priority", "lease_timeout", "cleanup_timeout", "forceful", "acquired_at", "renewed_at", "expires_at", "requestor", "last_event", "last_event_by", "last_event_message", "last_event_at", "problem", "record", "waiters")
     RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class LockInfo(_message.Message):
     LAST_EVENT_AT_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
     RECORD_FIELD_NUMBER: _ClassVar[int]
+    WAITERS_FIELD_NUMBER: _ClassVar[int]
     resource_id: str
     key: str
     path: str
@@ -223,4 +224,15 @@ class LockInfo(_message.Message):
     last_event_at: _timestamp_pb2.Timestamp
     problem: str
     record: _struct_pb2.Struct
-    def __init__(self, resource_id: _Optional[str] = ..., key: _Optional[str] = ..., path: _Optional[str] = ..., state: _Optional[str] = ..., held: _Optional[bool] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., message: _Optional[str] = ..., priority: _Optional[int] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cleanup_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., forceful: _Optional[bool] = ..., acquired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renewed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requestor: _Optional[_Union[Requestor, _Mapping]] = ..., last_event: _Optional[str] = ..., last_event_by: _Optional[str] = ..., last_event_message: _Optional[str] = ..., last_event_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., problem: _Optional[str] = ..., record: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    waiters: _containers.RepeatedCompositeFieldContainer[Waiter]
+    def __init__(self, resource_id: _Optional[str] = ..., key: _Optional[str] = ..., path: _Optional[str] = ..., state: _Optional[str] = ..., held: _Optional[bool] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., message: _Optional[str] = ..., priority: _Optional[int] = ..., lease_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., cleanup_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., forceful: _Optional[bool] = ..., acquired_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., renewed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., requestor: _Optional[_Union[Requestor, _Mapping]] = ..., last_event: _Optional[str] = ..., last_event_by: _Optional[str] = ..., last_event_message: _Optional[str] = ..., last_event_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., problem: _Optional[str] = ..., record: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., waiters: _Optional[_Iterable[_Union[Waiter, _Mapping]]] = ...) -> None: ...
+
+class Waiter(_message.Message):
+    __slots__ = ("owner", "priority", "since")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    priority: int
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, owner: _Optional[str] = ..., priority: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...

@@ -107,9 +107,9 @@ def test_list_shows_every_lock_and_corrupt_documents(
     result = cli.run("list", url)
     assert result.code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["KEY", "STATE", "FENCE", "PRIORITY", "OWNER"]
+    assert lines[0].split() == ["KEY", "STATE", "FENCE", "PRIORITY", "LINE", "OWNER"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["v1/path/jobs/a"][:5] == ["v1/path/jobs/a", "held", "1", "2", "alice"]
+    assert rows["v1/path/jobs/a"][:6] == ["v1/path/jobs/a", "held", "1", "2", "0", "alice"]
     assert rows["v1/path/jobs/b"][:3] == ["v1/path/jobs/b", "free", "1"]
     assert rows["v1/path/jobs/broken"][1] == "corrupt"
     assert rows["notes/readme"][1] == "foreign"

@@ -62,14 +62,15 @@ def test_run_gives_up_after_timeout_while_another_holds(
     other = holder(local(store_dir), "jobs/busy", owner="somebody", message="backup")
     locks.append(other)
     other.lock(timeout=5)
-    before = snapshot(store_dir)
+    before = other.info()
     result = cli.run(
         "run", url, "jobs/busy", "--timeout", "0.3", "--", *child("late", markers, "exit", "0")
     )
     line = result.one_error_line(6)
     assert "held by somebody" in line and "backup" in line
     assert result.stdout == ""  # CMD never ran
-    assert snapshot(store_dir) == before
+    # It joined the line while it waited, and left it when it gave up: nothing else changed.
+    assert other.info() == before and before is not None and before.waiters == ()
 
 
 def test_run_preempted_by_override(cli: Cli, url: str, markers: Path) -> None:

@@ -33,7 +33,9 @@ Checked at every state:
 - losses: a holding marked lost was told (a ``Lose`` effect whose ``mark_lost`` marked it), at
   most once; a holding whose ``unlock`` returned is never told it lost; an ``unlock`` whose
   release (or handover) landed in the document does not raise ``LockLost``;
-- no flow raises anything but the library's typed errors.
+- no flow raises anything but the library's typed errors;
+- the line of waiters: ordered by priority, no waiter twice, never longer than ``MAX_LINE``,
+  and never naming the holder once its own write has taken it.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ class Client:
     #: Its acquisitions record a hint (``_hints``): a write that concerns it (a request, and
     #: the window rule's early hint) lets the scheduler run its heartbeat at once.
     hinted: bool = False
+    #: Joins the line while a ``lock`` waits (the library's default; off here, so that the
+    #: scenarios written before the line explore what they did).
+    fair: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ def _config(spec: Client, b: Bounds) -> Any:
         .max_clock_drift(b.drift)
         .poll_interval(b.poll_interval)
         .store_timeout(b.store_timeout)
+        .fair(spec.fair)
     )
     if spec.override:
         builder = builder.emergency_override("explore: override")
@@ -573,6 +579,7 @@ class World:
         old, self.lease = self.lease, new
         if old is not None and new.fence < old.fence:
             raise Violation(f"fence went down: {old.fence} -> {new.fence}")
+        self._check_line(old, new)
         if new.event is not None:
             self.kinds.add(new.event.kind)
             if new.event.kind in BREAK_GLASS:
@@ -601,6 +608,24 @@ class World:
                     f"{p.spec.name} was promised cleanup until {told.deadline:.2f} (its "
                     f"clock), cut short at {p.mono(self.t):.2f} by a forceful takeover"
                 )
+
+    def _check_line(self, old: Lease | None, new: Lease) -> None:
+        line = new.line
+        ids = [e.entry_id for e in line]
+        if len(set(ids)) != len(ids) or len(line) > lease_module.MAX_LINE:
+            raise Violation(f"line with a waiter twice or too long: {ids}")
+        if any(a.priority < b.priority for a, b in itertools.pairwise(line)):
+            raise Violation(f"line out of priority order: {[e.priority for e in line]}")
+        took = new.holder is not None and (old is None or old.holder != new.holder)
+        if took and new.event is not None and new.event.kind != "handover":
+            assert new.holder is not None
+            if new.holder.lock_id in ids:
+                raise Violation("the new holder is still in the line")
+        before = 0 if old is None else len(old.line)
+        if len(line) > before:
+            self.kinds.add("line:join")
+        elif len(line) < before:
+            self.kinds.add("line:leave")
 
     def check(self) -> None:
         believers = []
@@ -651,6 +676,8 @@ class World:
                     _norm(p.st.seen),
                     _norm(p.st.holder_seen),
                     _norm(p.st.request_seen),
+                    _norm(p.st.free_seen),
+                    _norm(p.st.line_seen),
                     _norm(h),
                     None if h is None else self.told.get(id(h), 0),
                     len(p.released),
@@ -667,6 +694,8 @@ def _show(doc: tuple[bytes, str] | None) -> str:
     lease = decode(KEY, doc[0])
     holder = "free" if lease.holder is None else f"{lease.holder.owner}#{lease.holder.beat}"
     req = "" if lease.requestor is None else f" request={lease.requestor.owner}"
+    if lease.line:
+        req += " line=" + ",".join(f"{e.owner}#{e.beat}" for e in lease.line)
     event = "" if lease.event is None else f" event={lease.event.kind}"
     return f"[fence {lease.fence} {holder}{req}{event} {doc[1]}]"
 
@@ -691,6 +720,8 @@ def _norm(v: Any) -> Any:
         return (type(v).__name__, *(_norm(getattr(v, f.name)) for f in attrs.fields(type(v))))
     if isinstance(v, tuple | list):
         return tuple(_norm(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
     if isinstance(v, BaseException):
         return (type(v).__name__, str(v))
     return type(v).__name__
@@ -732,7 +763,7 @@ _ASKED = (_HOLDS, ("run_until_blocked", 1))  # ... and B has read it (and asked,
 _LOST_RELEASE = (("start", 0, "op"), ("step", 0, "ok"), ("step", 0, "ok"), ("step", 0, "lost"))
 _NOTIFIED = (*_ASKED, ("tick", 1.2), ("run_beat", 0))  # ... and A's watch has seen the request
 
-SCENARIOS = (
+SCENARIOS: tuple[Scenario, ...] = (
     # An equal-priority waiter that has seen A's heartbeat; A may stall, renew, release (with
     # faults), B may take over on expiry or after the release.
     Scenario(
@@ -799,6 +830,53 @@ HINT_SCENARIOS = (
         (*_EARLY, ("run_beat", 0), ("tick", 0.5), ("run_until_blocked", 1)),
     ),
 )
+
+
+def _line_scenarios() -> tuple[Scenario, ...]:
+    """The fair line: waiters joined behind a holder (a fair ``lock`` joins while it waits)."""
+    b = Client("B", ("lock", "unlock"), fair=True)
+    c = Client("C", ("lock", "unlock"), fair=True)
+    joined = (_HOLDS, ("run_until_blocked", 1))
+    released = ("run", 0)  # A's unlock, to its end
+
+    def reads(i: int) -> tuple[Choice, ...]:  # waiter i wakes and reads the released lease
+        return (("step", i, "ok"), ("step", i, "ok"))
+
+    return (
+        # Three clients: B and C in line, A released; the head takes it, the second waits its
+        # turn; either may stop (never scheduled again, as if killed): the other passes it
+        # once its entry is surely gone. Beats and takes may fail or land unseen.
+        Scenario(
+            "line_three",
+            (_A, b, c),
+            (*joined, ("run_until_blocked", 2), released, ("tick", 0.5), *reads(1)),
+        ),
+        # A try_lock client against a lined waiter at a release.
+        Scenario(
+            "line_barging",
+            (_A, b, Client("C", ("try_lock", "try_lock", "unlock"))),
+            (*joined, released, ("tick", 0.5)),
+        ),
+        # A higher priority joined behind a lower one (the holder outranks both), A released.
+        Scenario(
+            "line_higher",
+            (
+                Client("A", ("try_lock", "unlock"), priority=9, cooperates=True),
+                Client("B", ("lock", "unlock"), priority=1, fair=True),
+                Client("C", ("lock", "unlock"), priority=5, fair=True),
+            ),
+            (*joined, ("run_until_blocked", 2), released, ("tick", 0.5), *reads(2)),
+        ),
+        # A release races a join: B has read the held lease, its join not yet written.
+        Scenario(
+            "line_release_race",
+            (Client("A", ("try_lock", "unlock")), b),
+            (_HOLDS, ("start", 1, "op"), ("step", 1, "ok")),
+        ),
+    )
+
+
+SCENARIOS = SCENARIOS + _line_scenarios()
 
 
 # -- the search ---------------------------------------------------------------------------------

@@ -182,6 +182,7 @@ def test_acquire_creates_an_absent_lease_and_yields_hold() -> None:
 
 def test_blocking_acquire_arms_pauses_while_busy_then_takes_the_freed_lock() -> None:
     st = state(priority=5)  # equal to the holder's: it can only wait
+    st.fair = False  # out of the line (joining it: tests/line)
     freed = lease(holder=None, event=Event("released", 1.0, "holder"), nonce="freed")
     script = [
         Step(ARM),

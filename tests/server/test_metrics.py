@@ -79,6 +79,7 @@ FAMILIES = {
     "prioritylock_acquires_total": ("counter", PER_API | {"outcome"}),
     "prioritylock_acquire_latency_seconds": ("histogram", PER_API | {"outcome"}),
     "prioritylock_acquire_wait_seconds": ("histogram", PER_API),
+    "prioritylock_line_length": ("histogram", PER_API),
     "prioritylock_releases_total": ("counter", PER_API),
     "prioritylock_expirations_total": ("counter", PER_API),
     "prioritylock_losses_total": ("counter", PER_API | {"reason"}),
