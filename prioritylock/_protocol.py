@@ -568,8 +568,9 @@ def hinted(before: Lease | None, after: Lease, me: str | None) -> tuple[str, ...
     The holder is concerned when the request changed (a request, a withdrawal, a displacement)
     or the lock left it (a takeover, an override, a force unlock); the requestor when the
     request changed (displaced, withdrawn, cleared) or the holder did (a handover to it, a
-    release, a takeover). A renewal changes neither and concerns nobody. A hint only moves a
-    read earlier: whoever is told decides on what it reads."""
+    release, a takeover); the head of the line when the lock became free (a release, a force
+    unlock: the lock is the head's to take). A renewal changes neither and concerns nobody. A
+    hint only moves a read earlier: whoever is told decides on what it reads."""
     if before is None:
         return ()
     h, r, nh, nr = before.holder, before.requestor, after.holder, after.requestor
@@ -586,6 +587,10 @@ def hinted(before: Lease | None, after: Lease, me: str | None) -> tuple[str, ...
         targets.append(h.hint)
     if r is not None and r.hint is not None and r.requestor_id != me and r.hint not in targets:
         targets.append(r.hint)
+    if h is not None and nh is None and before.line:
+        head = before.line[0]
+        if head.hint is not None and head.entry_id != me and head.hint not in targets:
+            targets.append(head.hint)
     return tuple(targets)
 
 

@@ -18,7 +18,7 @@ from prioritylock._hints import (
     parse_setting,
     token_for,
 )
-from prioritylock._lease import Holder, Lease, Requestor, decode, encode, new_lock_id
+from prioritylock._lease import Entry, Holder, Lease, Requestor, decode, encode, new_lock_id
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -154,6 +154,16 @@ def test_a_release_or_handover_hints_the_requestor_and_a_renewal_nobody() -> Non
     assert proto.hinted(before, proto.handed_over(before, 2.0, None), "hid") == (_R.hint,)
     assert proto.hinted(before, proto.renewed(before, 2.0), "hid") == ()
     assert proto.hinted(_lease(), proto.released(_lease(), 2.0), "hid") == ()
+
+
+def test_a_lock_freed_hints_the_head_of_its_line_and_a_handover_does_not() -> None:
+    head = Entry("w1", "first", 1, 1.0, 10.0, 0, "10.0.0.7:7/" + TOKEN)
+    second = Entry("w2", "second", 1, 2.0, 10.0, 0, "10.0.0.8:8/" + TOKEN)
+    before = attrs.evolve(_lease(requestor=_R), line=(head, second))
+    assert proto.hinted(before, proto.released(before, 2.0), "hid") == (_R.hint, head.hint)
+    freed = proto.forced_free(before, by="op", message="m", wall=2.0, boot=None)
+    assert proto.hinted(before, freed, None) == (_H.hint, _R.hint, head.hint)
+    assert proto.hinted(before, proto.handed_over(before, 2.0, None), "hid") == (_R.hint,)
 
 
 def test_a_force_unlock_or_override_hints_holder_and_requestor() -> None:
