@@ -28,6 +28,7 @@ __all__ = [
     "MAX_LINE",
     "MAX_LINE_BYTES",
     "MAX_FENCE",
+    "MAX_HINT_CHARS",
     "MAX_MESSAGE_CHARS",
     "MAX_OWNER_CHARS",
     "MAX_PRIORITY",
@@ -52,6 +53,8 @@ SCHEMA = 1
 MAX_DOCUMENT_BYTES = 64 * 1024
 MAX_OWNER_CHARS = 256
 MAX_MESSAGE_CHARS = 4096
+#: The longest hint address an entry of the line records (``Entry.hint``).
+MAX_HINT_CHARS = 256
 #: The highest priority an ordinary client may use.
 MAX_PRIORITY = 2_147_483_646
 #: INT_MAX: reserved for the operators' emergency override.
@@ -532,7 +535,7 @@ FIELDS: dict[str, tuple[tuple[str, _Kind], ...]] = {
         ("beat", _Int(0, MAX_FENCE)),
     ),
 }
-_HINT = _Text(256)
+_HINT = _Text(MAX_HINT_CHARS)
 
 
 def _fields(
