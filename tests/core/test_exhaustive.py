@@ -25,6 +25,7 @@ CI_DEPTH = {
     "override": 6,
     "force_unlock": 6,
     "line_three": 5,
+    "line_head_dies": 5,
     "line_barging": 5,
     "line_higher": 5,
     "line_release_race": 6,
