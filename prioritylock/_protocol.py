@@ -22,6 +22,7 @@ from typing import Literal
 import attrs
 
 from prioritylock._lease import (
+    MAX_HINT_CHARS,
     MAX_LINE,
     MAX_LINE_BYTES,
     OVERRIDE_PRIORITY,
@@ -427,7 +428,9 @@ def _wait_or_join(
         return Write(lease.rewritten(line=kept), create=False, outcome="joined")
     if len(rest) >= MAX_LINE:
         return Wait(until, "busy")
-    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, lining.hint)
+    # A hint no reader would accept is not recorded (the waiter then hears by polling).
+    hint = lining.hint if lining.hint is None or len(lining.hint) <= MAX_HINT_CHARS else None
+    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, hint)
     # After every entry of our priority or higher: the order in which the joins land.
     at = len(rest)
     while at > 0 and rest[at - 1].priority < me.priority:

@@ -851,6 +851,21 @@ def _line_scenarios() -> tuple[Scenario, ...]:
             (_A, b, c),
             (*joined, ("run_until_blocked", 2), released, ("tick", 0.5), *reads(1)),
         ),
+        # The head B stops (as if killed: it is about to read, and may never be scheduled
+        # again) at the release; long enough after that its entry is surely gone to C, which
+        # takes the lock; or B wakes and takes it, or finds it taken.
+        Scenario(
+            "line_head_dies",
+            (_A, b, c),
+            (
+                *joined,
+                ("run_until_blocked", 2),
+                released,
+                ("tick", 4.0),
+                ("step", 1, "ok"),
+                ("tick", 4.0),
+            ),
+        ),
         # A try_lock client against a lined waiter at a release.
         Scenario(
             "line_barging",

@@ -36,6 +36,7 @@ CI_DEPTH = {
     "hinted_race": 5,
     "hinted_window": 5,  # depth 7 reaches B's forceful takeover: 105 s, no violation
     "line_three": 5,
+    "line_head_dies": 5,
     "line_barging": 5,
     "line_higher": 5,
     "line_release_race": 6,

@@ -69,14 +69,16 @@ def _metrics(service: Service) -> str:
 
 @pytest.mark.timeout(90)
 def test_blocking_requests_through_the_service_take_it_in_line_order(tmp_path: Path) -> None:
-    """Five blocking requests (HTTP and gRPC) joining 100 ms apart are served in that order;
-    the service's lock info shows the line over both, and the metric counts it."""
+    """Five blocking requests (HTTP and gRPC) and a blocking stream joining 100 ms apart are
+    served in that order; the service's lock info shows the line over both, and the metric
+    counts it."""
     with Service({"locks": f"file://{tmp_path}"}) as service:
         http, grpc_client = HttpClient(service), GrpcClient(service)
         try:
             status, first = http.lock("job", owner="holder")
             assert status == 200, first
             order: list[str] = []
+            fences: list[int] = []
             threads = []
             for i in range(5):
                 client = http if i % 2 == 0 else grpc_client
@@ -85,12 +87,15 @@ def test_blocking_requests_through_the_service_take_it_in_line_order(tmp_path: P
                     status, got = client.lock("job", owner=owner, timeout="30s")
                     assert status == 200, got
                     order.append(owner)
+                    fences.append(got["fence"])
                     client.unlock("job", got["lockID"])
 
                 threads.append(threading.Thread(target=ask))
                 threads[-1].start()
                 until(lambda n=i + 1: len(http.info("job")[1]["waiters"]) == n)  # type: ignore[misc]
-            owners = [f"w{i}" for i in range(5)]
+            stream = http.stream("job", {"owner": "w5"})
+            until(lambda: len(http.info("job")[1]["waiters"]) == 6)
+            owners = [f"w{i}" for i in range(6)]
             assert [w["owner"] for w in http.info("job")[1]["waiters"]] == owners
             got = grpc_client.stub.Info(
                 lock_pb2.InfoRequest(store_name="locks", resource_id="job"),
@@ -102,13 +107,17 @@ def test_blocking_requests_through_the_service_take_it_in_line_order(tmp_path: P
             http.unlock("job", first["lockID"])
             for t in threads:
                 t.join(30)
-            assert order == owners
+            assert order == owners[:5]
+            event = stream.event()  # the stream, last in line, is served last
+            assert event is not None and event["type"] == "lock-acquired", event
+            assert event["fence"] == max(fences) + 1
+            stream.close()
             text = _metrics(service)
             counts = [
                 line
                 for line in text.splitlines()
                 if line.startswith("prioritylock_line_length_count")
             ]
-            assert sum(float(line.split()[-1]) for line in counts) == 6
+            assert sum(float(line.split()[-1]) for line in counts) == 7
         finally:
             grpc_client.close()
