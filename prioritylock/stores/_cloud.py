@@ -1,4 +1,5 @@
-"""What the HTTP object stores (S3, GCS, Azure Blob) share: one base class and one error classifier.
+"""What the object stores (S3, GCS, Azure Blob) and the server stores (Redis, ZooKeeper, etcd)
+share: one base class, and one error classifier for the HTTP ones.
 
 :class:`CloudStore` carries everything that does not depend on the SDK: the bucket (or container)
 and the key prefix, request counts, the namespace, client ownership and ``close``, the checks of
