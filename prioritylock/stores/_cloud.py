@@ -1,4 +1,5 @@
-"""What the HTTP object stores (S3, GCS, Azure Blob) share: one base class and one error classifier.
+"""What the object stores (S3, GCS, Azure Blob) and the server stores (Redis, ZooKeeper, etcd)
+share: one base class, and one error classifier for the HTTP ones.
 
 :class:`CloudStore` carries everything that does not depend on the SDK: the bucket (or container)
 and the key prefix, request counts, the namespace, client ownership and ``close``, the checks of
@@ -20,6 +21,7 @@ import contextlib
 import enum
 import logging
 import re
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -59,6 +61,8 @@ __all__ = [
     "check_timeouts",
     "parse_store_url",
     "scrub_sdk_logs",
+    "untrusted_certificate",
+    "untrusted_error",
     "validate_endpoint",
 ]
 
@@ -514,6 +518,26 @@ def scrub_sdk_logs() -> None:
             logger = logging.getLogger(name)
             if not any(isinstance(f, _ScrubSecrets) for f in logger.filters):
                 logger.addFilter(_ScrubSecrets())
+
+
+def untrusted_certificate(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or came from, a failed check of the server's TLS certificate (the
+    clients raise their own error while handling ssl's, or wrap its text)."""
+    for _ in range(4):
+        if exc is None:
+            return False
+        if isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def untrusted_error(what: str) -> StoreAccessError:
+    """Our error for a server certificate that was not trusted: saying how to trust its CA."""
+    return StoreAccessError(
+        f"{what}: the server's TLS certificate was not trusted; name its CA with the option"
+        " ca_certs (a PEM file) or SSL_CERT_FILE"
+    )
 
 
 # -- shared checks -----------------------------------------------------------------------------

@@ -70,6 +70,8 @@ from prioritylock.stores._cloud import (
     DEFAULT_READ_TIMEOUT,
     WRITES,
     CloudStore,
+    untrusted_certificate,
+    untrusted_error,
 )
 from prioritylock.stores._log import log
 
@@ -399,11 +401,8 @@ class EtcdStore(CloudStore):
         if isinstance(exc, http_errors.MaxRetryError) and exc.reason is not None:
             cause = exc.reason
         name = type(cause).__name__
-        if _untrusted(cause):
-            return StoreAccessError(
-                f"{what}: the member's TLS certificate was not trusted; name its CA with the"
-                " option ca_certs (a PEM file) or SSL_CERT_FILE"
-            )
+        if untrusted_certificate(cause):
+            return untrusted_error(what)
         if isinstance(cause, (http_errors.NewConnectionError, http_errors.ConnectTimeoutError)):
             return StoreUnavailable(f"{what}: no etcd server answered ({name})")
         if isinstance(cause, (http_errors.HTTPError, OSError)):
@@ -572,19 +571,6 @@ def _json(data: bytes | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return answer if isinstance(answer, dict) else None
-
-
-def _untrusted(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is (or came from) a failed check of the member's TLS certificate."""
-    for _ in range(4):
-        if exc is None:
-            return False
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return True
-        if isinstance(exc, http_errors.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _b64(data: bytes) -> str:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import ssl
 import threading
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -78,6 +77,8 @@ from prioritylock.stores._cloud import (
     WRITES,
     CloudStore,
     NativeIO,
+    untrusted_certificate,
+    untrusted_error,
 )
 from prioritylock.stores._log import log
 
@@ -477,11 +478,8 @@ class RedisStore(CloudStore):
                     " is not ours; it was left untouched"
                 )
             return StoreError(f"{what} failed ({name}, {code})")
-        if _untrusted(cause):
-            return StoreAccessError(
-                f"{what}: the server's TLS certificate was not trusted; name its CA with the"
-                " option ca_certs (a PEM file) or SSL_CERT_FILE"
-            )
+        if untrusted_certificate(cause):
+            return untrusted_error(what)
         if isinstance(cause, (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError)):
             if not sent:
                 return self._not_sent(op, key, cause)
@@ -588,17 +586,6 @@ class _NotSent(redis_errors.RedisError):
 
 def _nothing() -> None:
     pass
-
-
-def _untrusted(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is (or came from) a failed check of the server's TLS certificate."""
-    for _ in range(4):  # redis-py raises its ConnectionError while handling ssl's error
-        if exc is None:
-            return False
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _text(value: object) -> str:

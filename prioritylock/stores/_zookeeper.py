@@ -26,11 +26,12 @@ log. The server's sessions and ephemeral nodes play no part in who holds a lock 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prioritylock.stores._registry import missing_extra
@@ -38,6 +39,7 @@ from prioritylock.stores._registry import missing_extra
 try:
     from kazoo import exceptions as zk_errors
     from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
     from kazoo.protocol.states import KazooState
     from kazoo.retry import KazooRetry
     from kazoo.security import make_digest_acl
@@ -53,22 +55,19 @@ from prioritylock._errors import (
     StoreUnavailable,
 )
 from prioritylock.stores._base import (
-    NOT_MODIFIED,
     ReadResult,
     StoreCapabilities,
-    StoreStats,
     Versioned,
     own_writes,
     validate_key,
-    validate_prefix,
 )
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     WRITES,
-    check_timeouts,
+    CloudStore,
 )
-from prioritylock.stores._log import describe_error, describe_result, log
+from prioritylock.stores._log import log
 
 __all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "ZooKeeperStore", "store_from_url"]
 
@@ -102,7 +101,7 @@ _KAZOO_LOG = logging.getLogger("prioritylock.stores.zookeeper")
 _KAZOO_LOG.addFilter(_NoCredentials())
 
 
-class ZooKeeperStore:
+class ZooKeeperStore(CloudStore):
     """Documents under the znode ``prefix`` of one ZooKeeper ensemble; shared by every process and
     host that opens it.
 
@@ -122,12 +121,22 @@ class ZooKeeperStore:
         ``tls``.
     """
 
+    _LABEL = "ZooKeeper"
+    _SCHEME = "zk"
+    _HOLDER = "hosts"
+    _OBJECT = "znode"
+    _MAX_BYTES = MAX_OBJECT_BYTES
     _CAPABILITIES = StoreCapabilities(
         shared_across_processes=True,
         shared_across_hosts=True,
         conditional_delete=True,
         # A node created again restarts its data version at 0 (see the module's notes).
         unique_versions=False,
+    )
+    _ACCESS_HINT = (
+        "check the user name and password (zk://USER:PASSWORD@HOSTS/PREFIX, ZooKeeper's digest"
+        " scheme) and that the prefix's znode lets that user create, read, write and delete"
+        " (docs/stores.md)"
     )
 
     def __init__(
@@ -148,8 +157,7 @@ class ZooKeeperStore:
     ) -> None:
         self._hosts = _check_hosts(hosts)
         self._base = _base_path(prefix)
-        timeouts = check_timeouts("ZooKeeper", connect_timeout, read_timeout)
-        self._connect_timeout, self._read_timeout = timeouts
+        super().__init__(self._hosts, self._base, connect_timeout, read_timeout)
         if (username is None) != (password is None) or (username is not None and ":" in username):
             raise ConfigError("ZooKeeper needs both a user name (without ':') and a password")
         if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
@@ -157,7 +165,6 @@ class ZooKeeperStore:
         if client_key is not None and client_cert is None:
             raise ConfigError("ZooKeeper client_key needs client_cert")
         self._tls = tls
-        self._stats = StoreStats()
         self._closed = False
         self._start_lock = threading.Lock()
         self._connected = threading.Event()
@@ -174,7 +181,16 @@ class ZooKeeperStore:
                 certfile=client_cert,
                 keyfile=client_key or client_cert,
             )
-        self._zk: Any = client or KazooClient(
+        self._take_client(client, {}, lambda: self._kazoo(session_timeout, options))
+        self._zk: Any = self._client
+        self._zk.add_listener(self._on_state)
+        self._watcher: _Watcher | None = None
+        # Connect in the background now: the first request finds the session (its creation is
+        # a write on the ensemble) made, or waits for it at most the connect timeout.
+        self._zk.start_async()
+
+    def _kazoo(self, session_timeout: float, options: dict[str, Any]) -> Any:
+        return KazooClient(
             hosts=self._hosts,
             timeout=session_timeout,
             # Reconnect for ever in the background (a restarted server is found again); no
@@ -183,21 +199,6 @@ class ZooKeeperStore:
             logger=_KAZOO_LOG,
             **options,
         )
-        self._zk.add_listener(self._on_state)
-        self._watcher: _Watcher | None = None
-        # Connect in the background now: the first request finds the session (its creation is
-        # a write on the ensemble) made, or waits for it at most the connect timeout.
-        self._zk.start_async()
-
-    # -- what every store shows --------------------------------------------------------------
-
-    @property
-    def stats(self) -> StoreStats:
-        return self._stats
-
-    @property
-    def capabilities(self) -> StoreCapabilities:
-        return self._CAPABILITIES
 
     @property
     def namespace(self) -> str:
@@ -213,97 +214,14 @@ class ZooKeeperStore:
     def hosts(self) -> str:
         return self._hosts
 
-    @property
-    def client(self) -> Any:
-        """The kazoo client the store sends its requests through."""
-        return self._zk
-
-    def __repr__(self) -> str:
-        return f"ZooKeeperStore({self._hosts!r}, prefix={self._base!r})"
-
-    # -- the seam ------------------------------------------------------------------------------
-
-    def read(self, key: str) -> Versioned | None:
-        found = self._read(key, None)
-        assert found is not NOT_MODIFIED
-        return found
-
-    def read_if_changed(self, key: str, version: str) -> ReadResult:
-        """One ``getData``, compared with ``version`` (ZooKeeper has no conditional read)."""
-        return self._read(key, version)
-
-    def create(self, key: str, data: bytes) -> str:
-        path = self._path(key)
-        payload = self._payload("create", key, data)
-        send = lambda: self._zk.create_async(path, payload, include_data=True)  # noqa: E731
-        node = self._hosts + path
-        version: str | None = None
-        own_writes.begin(node)
-        try:
-            try:
-                _path, stat = self._call("create", key, send)
-            except _Missing:  # the prefix's znode: made once, then the create again
-                self._make_base(key)
-                _path, stat = self._call("create", key, send)
-            version = _token(stat)
-        except _Exists:
-            raise self._logged("create", key, ConditionFailed(key, "already exists")) from None
-        finally:
-            own_writes.end(node, version)
-        self._log_outcome("create", key, version)
-        return version
-
-    def replace(self, key: str, data: bytes, version: str) -> str:
-        path = self._path(key)
-        payload = self._payload("replace", key, data)
-        czxid, number = _parse(version)
-        if number is None:
-            raise self._logged("replace", key, ConditionFailed(key, "at another version"))
-        node, expected = self._hosts + path, f"{czxid}.{number + 1}"
-        landed: str | None = None
-        own_writes.begin(node, expected)
-        try:
-            stat = self._call(
-                "replace", key, lambda: self._zk.set_async(path, payload, number), condition=True
-            )
-            landed = _token(stat)
-        finally:
-            own_writes.end(node, landed, withdrawn=expected)
-        if stat.czxid != czxid:
-            # The version matched a later incarnation of the node (created again after a
-            # delete): the write landed. Say so; the lock never deletes its documents.
-            log.warning("%r replace of %r: the node was deleted and created again", self, key)
-        self._log_outcome("replace", key, landed)
-        return landed
-
-    def delete(self, key: str, version: str) -> None:
-        path = self._path(key)
-        _czxid, number = _parse(version)
-        if number is None:
-            raise self._logged("delete", key, ConditionFailed(key, "at another version"))
-        own_writes.begin(self._hosts + path)
-        try:
-            self._call("delete", key, lambda: self._zk.delete_async(path, number), condition=True)
-        finally:
-            own_writes.end(self._hosts + path)
-        self._log_outcome("delete", key, None)
-
-    def list(self, prefix: str) -> list[str]:
-        validate_prefix(prefix)
-        try:
-            names = self._call("list", prefix, lambda: self._zk.get_children_async(self._base))
-        except _Missing:
-            names = []
-        keys = sorted(
-            key for key in (_key_of(name) for name in names) if key and key.startswith(prefix)
-        )
-        self._log_outcome("list", prefix, keys)
-        return keys
+    def _repr_fields(self) -> list[str]:
+        return [repr(self._hosts), f"prefix={self._base!r}"]
 
     def close(self) -> None:
         """Close the session (and the store's watch, if any); safe to call twice."""
-        self._closed = True
-        watcher, self._watcher = self._watcher, None
+        with self._start_lock:
+            self._closed = True
+            watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.stop()
         try:
@@ -325,7 +243,7 @@ class ZooKeeperStore:
 
         :raises ConfigError: invalid key.
         """
-        path = self._path(key)
+        path = self._object_name(key)
         with self._start_lock:
             if self._closed:
                 return _nothing
@@ -334,70 +252,136 @@ class ZooKeeperStore:
             watcher = self._watcher
         return watcher.add(path, callback)
 
-    # -- internals -------------------------------------------------------------------------------
+    # -- one request per operation (CloudStore) -------------------------------------------------
 
-    def _read(self, key: str, version: str | None) -> ReadResult:
-        path = self._path(key)
-        op = "read" if version is None else "read_if_changed"
+    def _object_name(self, key: str) -> str:
+        """The key's znode: a child of the prefix's, named by the key percent-encoded."""
+        validate_key(key)
+        name = urllib.parse.quote(key, safe="")
+        if len(self._base) + 1 + len(name) > 4 * 1024:
+            raise ConfigError(f"ZooKeeper key {key[:60]!r}... is too long with the prefix")
+        return f"{self._base}/{name}"
+
+    def _fetch(self, key: str, name: str, known: str | None) -> ReadResult:
         try:
-            data, stat = self._call("read", key, lambda: self._zk.get_async(path), log_as=op)
-        except _Missing:
-            self._log_outcome(op, key, None)
+            data, stat = self._request("read", key, lambda: self._zk.get_async(name))
+        except zk_errors.NoNodeError:
             return None
         if stat.ephemeralOwner or stat.numChildren:
-            raise self._logged(op, key, self._foreign(op, key, stat))
-        token = _token(stat)
-        found: ReadResult
-        if token == version:
-            found = NOT_MODIFIED
-            self._stats.count_not_modified()
-        else:
-            found = Versioned(bytes(data), token)
-        self._log_outcome(op, key, found)
-        return found
+            what = "an ephemeral node" if stat.ephemeralOwner else "a node with children"
+            raise StoreError(
+                f"{self._describe_call('read', key)}: the znode is {what}, not a document of"
+                " ours; it was left untouched (remove it, or use another prefix)"
+            )
+        return Versioned(bytes(data), _token(stat))
 
-    def _call(
-        self,
-        op: str,
-        key: str,
-        send: Callable[[], Any],
-        *,
-        condition: bool = False,
-        log_as: str | None = None,
-    ) -> Any:
-        """One request: counted, sent only on a connected session, waited for at most the read
-        timeout, its errors translated. ``condition``: a missing node or another version is
-        :class:`ConditionFailed`; else a missing node raises :class:`_Missing`, an existing one
-        :class:`_Exists` (for the caller to decide)."""
-        self._stats.count(op + "s")
-        logged_op = log_as or op
-        self._connect_session(logged_op, key)
+    def _put(self, op: str, key: str, name: str, data: bytes, condition: Any) -> str:
+        node = self._hosts + name
+        if condition is None:
+            version: str | None = None
+            own_writes.begin(node)
+            try:
+                version = self._create(key, name, data)
+            finally:
+                own_writes.end(node, version)
+            return version
+        czxid, number = condition
+        expected, landed = f"{czxid}.{number + 1}", None
+        own_writes.begin(node, expected)
         try:
-            return send().get(timeout=self._read_timeout)
-        except zk_errors.NoNodeError as exc:
-            if condition:
-                raise self._logged(logged_op, key, ConditionFailed(key, "absent")) from exc
-            raise _Missing from exc
-        except zk_errors.BadVersionError as exc:
-            raise self._logged(logged_op, key, ConditionFailed(key, "at another version")) from exc
-        except zk_errors.NodeExistsError as exc:
-            raise _Exists from exc
-        except Exception as exc:
-            raise self._logged(logged_op, key, self._translate(exc, logged_op, key)) from exc
+            stat = self._written(op, key, lambda: self._zk.set_async(name, data, number))
+            landed = _token(stat)
+        finally:
+            own_writes.end(node, landed, withdrawn=expected)
+        if stat.czxid != czxid:
+            # The version matched a later incarnation of the node (created again after a
+            # delete): the write landed. Say so; the lock never deletes its documents.
+            log.warning("%r replace of %r: the node was deleted and created again", self, key)
+        return landed
 
-    def _connect_session(self, op: str, key: str) -> None:
-        """Wait up to the connect timeout for the session to be connected.
+    def _remove(self, name: str, condition: Any) -> None:
+        key = urllib.parse.unquote(name.rpartition("/")[2])
+        _czxid, number = condition
+        own_writes.begin(self._hosts + name)
+        try:
+            self._written("delete", key, lambda: self._zk.delete_async(name, number))
+        finally:
+            own_writes.end(self._hosts + name)
 
-        :raises StoreUnavailable: not connected by then (nothing was sent).
+    def _list_names(self, full_prefix: str) -> Iterator[str]:
+        start = full_prefix[len(self._prefix) :]
+        try:
+            names = self._request("list", start, lambda: self._zk.get_children_async(self._base))
+        except zk_errors.NoNodeError:
+            return
+        for child in names:
+            key = _key_of(child)
+            if key is not None and key.startswith(start):
+                yield self._prefix + key
+
+    def _read_condition(self, version: str) -> str | None:
+        return version if _parse(version)[1] is not None else None
+
+    def _write_condition(self, key: str, version: str) -> tuple[int, int]:
+        czxid, number = _parse(version)
+        if czxid is None or number is None:
+            raise ConditionFailed(key, "at another version")
+        return czxid, number
+
+    def _namespace_root(self) -> str:
+        return ""
+
+    # -- requests ----------------------------------------------------------------------------------
+
+    def _request(self, op: str, key: str, send: Callable[[], Any]) -> Any:
+        """One request, sent only on a connected session and waited for at most the read
+        timeout; kazoo's errors as it raised them.
+
+        :raises StoreUnavailable: the session was not connected within the connect timeout
+            (nothing was sent).
         """
         with self._start_lock:
             if self._closed:
-                raise StoreError(f"{self._describe(op, key)}: the store is closed")
-        if not self._connected.wait(self._connect_timeout):
+                raise StoreError(f"{self._describe_call(op, key)}: the store is closed")
+        if not self._connected.wait(self._timeouts[0]):
             why = "no ZooKeeper server answered"
             if self._tls:  # kazoo retries a refused certificate as it does a refused connection
                 why += " (or none had a certificate trusted by ca_certs or SSL_CERT_FILE)"
-            raise self._logged(op, key, StoreUnavailable(f"{self._describe(op, key)}: {why}"))
+            raise StoreUnavailable(f"{self._describe_call(op, key)}: {why}")
+        return send().get(timeout=self._timeouts[1])
+
+    def _written(self, op: str, key: str, send: Callable[[], Any]) -> Any:
+        """A conditional write's answer: a missing node or another version fails its condition."""
+        try:
+            return self._request(op, key, send)
+        except zk_errors.NoNodeError:
+            raise ConditionFailed(key, "absent") from None
+        except zk_errors.BadVersionError:
+            raise ConditionFailed(key, "at another version") from None
+
+    def _create(self, key: str, name: str, data: bytes) -> str:
+        """Create ``name``; the prefix's znode (and its parents) first if it is missing, each
+        one more request counted."""
+        send = lambda: self._zk.create_async(name, data, include_data=True)  # noqa: E731
+        try:
+            try:
+                _path, stat = self._request("create", key, send)
+            except zk_errors.NoNodeError:  # the prefix's znode: made once, then the create again
+                self._make_base(key)
+                self._stats.count("creates")
+                _path, stat = self._request("create", key, send)
+        except zk_errors.NodeExistsError:
+            raise ConditionFailed(key, "already exists") from None
+        return _token(stat)
+
+    def _make_base(self, key: str) -> None:
+        """Create the prefix's znode and its ancestors (an existing one is fine)."""
+        parts = self._base.strip("/").split("/")
+        for depth in range(1, len(parts) + 1):
+            node = "/" + "/".join(parts[:depth])
+            self._stats.count("creates")
+            with contextlib.suppress(zk_errors.NodeExistsError):
+                self._request("create", key, functools.partial(self._zk.create_async, node, b""))
 
     def _on_state(self, state: str) -> None:
         """kazoo's session listener (its connection thread: never blocks)."""
@@ -409,80 +393,29 @@ class ZooKeeperStore:
         if watcher is not None:
             watcher.on_state(state)
 
-    def _make_base(self, key: str) -> None:
-        """Create the prefix's znode and its ancestors (an existing one is fine)."""
-        parts = self._base.strip("/").split("/")
-        for depth in range(1, len(parts) + 1):
-            node = "/" + "/".join(parts[:depth])
-            try:
-                self._call("create", key, functools.partial(self._zk.create_async, node, b""))
-            except _Exists:
-                continue
-
-    def _payload(self, op: str, key: str, data: bytes) -> bytes:
-        payload = bytes(data)
-        if len(payload) > MAX_OBJECT_BYTES:
-            raise ConfigError(
-                f"ZooKeeper {op} of {key!r}: {len(payload)} bytes is over the store's limit of"
-                f" {MAX_OBJECT_BYTES}"
-            )
-        return payload
-
-    def _path(self, key: str) -> str:
-        validate_key(key)
-        name = urllib.parse.quote(key, safe="")
-        if len(self._base) + 1 + len(name) > 4 * 1024:
-            raise ConfigError(f"ZooKeeper key {key[:60]!r}... is too long with the prefix")
-        return f"{self._base}/{name}"
-
-    def _foreign(self, op: str, key: str, stat: Any) -> StoreError:
-        what = "an ephemeral node" if stat.ephemeralOwner else "a node with children"
-        return StoreError(
-            f"{self._describe(op, key)}: the znode is {what}, not a document of ours; it was"
-            " left untouched (remove it, or use another prefix)"
-        )
-
-    def _translate(self, exc: BaseException, op: str, key: str) -> PriorityLockError:
+    def _translate(self, exc: Exception, op: str, key: str) -> PriorityLockError:
         """The one place where kazoo's errors become ours (server messages are not copied).
 
         Every request here was sent (a session not connected fails before sending).
         """
-        what = self._describe(op, key)
+        what = self._describe_call(op, key)
         write = op in WRITES
         name = type(exc).__name__
         if isinstance(exc, (zk_errors.NoAuthError, zk_errors.AuthFailedError)):
-            return StoreAccessError(f"{what} refused ({name}): {_ACCESS_HINT}")
+            return StoreAccessError(f"{what} refused ({name}): {self._ACCESS_HINT}")
         if isinstance(exc, zk_errors.NotEmptyError):
             return StoreError(f"{what}: the znode has children, so it is not ours ({name})")
         if isinstance(exc, zk_errors.NoChildrenForEphemeralsError):
             return StoreError(f"{what}: the prefix's znode is ephemeral, not ours ({name})")
-        if isinstance(exc, (*_LOST, self._zk.handler.timeout_exception)):
+        if isinstance(exc, (*_LOST, KazooTimeoutError)):
             return StoreUnavailable(
                 f"{what}: the answer was lost or late ({name})", outcome_unknown=write
             )
         return StoreError(f"{what} failed ({name})")
 
-    def _logged(self, op: str, key: str, error: PriorityLockError) -> PriorityLockError:
-        self._log_outcome(op, key, error)
-        return error
 
-    def _log_outcome(self, op: str, key: str, outcome: object) -> None:
-        if log.isEnabledFor(logging.DEBUG):
-            if isinstance(outcome, PriorityLockError):
-                log.debug("%r %s %r: %s", self, op, key, describe_error(outcome))
-            else:
-                log.debug("%r %s %r: %s", self, op, key, describe_result(outcome))
-
-    def _describe(self, op: str, key: str) -> str:
-        return f"ZooKeeper {op} of {key!r} at {self._hosts} (prefix {self._base!r})"
-
-
-_ACCESS_HINT = (
-    "check the user name and password (zk://USER:PASSWORD@HOSTS/PREFIX, ZooKeeper's digest"
-    " scheme) and that the prefix's znode lets that user create, read, write and delete"
-    " (docs/stores.md)"
-)
-
+#: Everything kazoo raises for a request that :meth:`ZooKeeperStore._translate` turns into ours.
+ZooKeeperStore._SDK_ERRORS = (zk_errors.KazooException, KazooTimeoutError, OSError)
 
 #: What kazoo raises when a sent request's answer is lost, refused for now, or late.
 _LOST = (
@@ -494,14 +427,6 @@ _LOST = (
     zk_errors.ZookeeperStoppedError,
     OSError,
 )
-
-
-class _Missing(Exception):
-    """The node (or the prefix's node) does not exist: the caller decides what that means."""
-
-
-class _Exists(Exception):
-    """create found the node there."""
 
 
 def _nothing() -> None:

@@ -67,15 +67,43 @@ def opened() -> Iterator[Callable[[str], ObjectStore]]:
         store.close()
 
 
-def test_a_store_over_tls_works_and_hears_anothers_writes(
-    kind: str, server: TLSServer, opened: Callable[[str], ObjectStore]
+# kazoo 2.11 leaves the socket of a refused TLS handshake unclosed (its create_tcp_connection
+# re-raises the SSLError without closing it).
+@pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning")
+def test_tls_trusts_the_ca_it_is_told_of_and_no_other(
+    kind: str,
+    server: TLSServer,
+    opened: Callable[[str], ObjectStore],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Every operation and the change notices (their own connections) speak TLS to the server,
-    trusting the CA named by ``ca_certs``."""
+    """One test per server (each starts its TLS server once per worker):
+
+    - without the test CA (the system's trust store does not hold it), nothing is sent: Redis
+      and etcd say the certificate was not trusted (retrying won't help); kazoo retries a
+      refused handshake as it does a refused connection, so ZooKeeper says, by the connect
+      timeout, that no server answered or none was trusted;
+    - trusting the CA through ``SSL_CERT_FILE`` works;
+    - with ``ca_certs``, every operation and the change notices (their own connections) speak
+      TLS to the server.
+    """
     prefix = f"p{uuid.uuid4().hex[:10]}"
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    untrusting = opened(_url(kind, server, prefix, connect_timeout="1"))
+    expected: type[StoreError] = StoreUnavailable if kind == "zookeeper" else StoreAccessError
+    with pytest.raises(expected) as caught:
+        untrusting.create("doc", b"x")
+    assert "ca_certs" in str(caught.value) and "SSL_CERT_FILE" in str(caught.value)
+    untrusting.close()
+    gc.collect()  # kazoo's unclosed sockets (see the mark) go now, not in a later test
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca.ca))
+    through_env = opened(_url(kind, server, prefix))
+    version = through_env.create("doc", b"trusted through SSL_CERT_FILE")
+    monkeypatch.delenv("SSL_CERT_FILE")
+
     store = opened(_url(kind, server, prefix, ca_certs=str(server.ca.ca)))
-    version = store.create("doc", b"one")
-    assert store.read("doc") is not None
+    found = store.read("doc")
+    assert found is not None and found.version == version
     assert store.list("") == ["doc"]
     assert store.replace("doc", b"two", version) != version
     heard = threading.Event()
@@ -123,41 +151,6 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def test_the_ca_may_come_from_ssl_cert_file(
-    kind: str,
-    server: TLSServer,
-    opened: Callable[[str], ObjectStore],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("SSL_CERT_FILE", str(server.ca.ca))
-    store = opened(_url(kind, server, f"p{uuid.uuid4().hex[:10]}"))
-    store.create("doc", b"trusted through SSL_CERT_FILE")
-    assert store.read("doc") is not None
-
-
-# kazoo 2.11 leaves the socket of a refused TLS handshake unclosed (its create_tcp_connection
-# re-raises the SSLError without closing it).
-@pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning")
-def test_a_server_certificate_not_trusted_is_refused_saying_so(
-    kind: str,
-    server: TLSServer,
-    opened: Callable[[str], ObjectStore],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Without the test CA (the system's trust store does not hold it), nothing is sent: Redis
-    and etcd say the certificate was not trusted (retrying won't help); kazoo retries a refused
-    handshake as it does a refused connection, so ZooKeeper says no server answered, or none was
-    trusted, by the connect timeout."""
-    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
-    store = opened(_url(kind, server, f"p{uuid.uuid4().hex[:10]}", connect_timeout="1"))
-    expected: type[StoreError] = StoreUnavailable if kind == "zookeeper" else StoreAccessError
-    with pytest.raises(expected) as caught:
-        store.create("doc", b"x")
-    assert "ca_certs" in str(caught.value) and "SSL_CERT_FILE" in str(caught.value)
-    store.close()
-    gc.collect()  # kazoo's unclosed sockets (see the mark) go now, not in a later test
-
-
 @pytest.mark.parametrize("kind", ["redis", "etcd"])
 def test_a_refused_password_is_an_access_error_and_never_logged(
     kind: str,
@@ -186,9 +179,11 @@ def test_a_refused_password_is_an_access_error_and_never_logged(
 # -- etcd's authentication -----------------------------------------------------------------------
 
 
-def test_etcd_without_credentials_or_outside_the_users_keys_is_refused(
+def test_etcd_refuses_no_user_and_keys_outside_the_role_and_renews_a_forgotten_token(
     etcd_tls_server: TLSServer, opened: Callable[[str], ObjectStore]
 ) -> None:
+    """A token the server forgot (expired, or the server restarted) is answered 401 before
+    anything is applied: the store gets a new token and sends the request once more."""
     ca = str(etcd_tls_server.ca.ca)
     anonymous = opened(f"etcds://{etcd_tls_server.endpoint}/tls/anonymous?ca_certs={ca}")
     with pytest.raises(StoreAccessError, match="user name and password"):
@@ -200,17 +195,9 @@ def test_etcd_without_credentials_or_outside_the_users_keys_is_refused(
     with pytest.raises(StoreAccessError):
         elsewhere.list("")
 
-
-def test_etcd_authenticates_again_when_its_token_is_no_longer_known(
-    etcd_tls_server: TLSServer, opened: Callable[[str], ObjectStore]
-) -> None:
-    """A token the server forgot (expired, or the server restarted) is answered 401 before
-    anything is applied: the store gets a new token and sends the request once more."""
-    url = _url("etcd", etcd_tls_server, "retoken", ca_certs=str(etcd_tls_server.ca.ca))
-    store = opened(url)
+    store = opened(_url("etcd", etcd_tls_server, "retoken", ca_certs=ca))
     assert isinstance(store, EtcdStore)
-    version = store.create(f"doc-{uuid.uuid4().hex[:8]}", b"one")
-    assert version
+    assert store.create(f"doc-{uuid.uuid4().hex[:8]}", b"one")
     store._token = "forgotten.1"  # as the server sees an expired one
     store.stats.reset()
     assert store.list("") != []
