@@ -150,7 +150,6 @@ class LockBase(FlowRunner):
         self._cfg = config
         self._st = new_state(config)
         self._loss_lock = threading.Lock()
-        self._beat_name = f"lease {self._key}"  # the heartbeat's name, on every acquire
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -333,7 +332,7 @@ class LockBase(FlowRunner):
         holding.entry = self._schedule(
             self._task(lambda: self._beat(holding, hold.tolerance)),
             due,
-            self._beat_name,
+            f"lease {self._key}",
             # An in-process store answers in microseconds: run its heartbeat on the scheduler's
             # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
             inline=self._st.inline,
