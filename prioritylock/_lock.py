@@ -74,7 +74,7 @@ class ThreadRunner(FlowRunner):
 
     def _store_call(self, call: StoreCall) -> Any:
         if call.by is None:  # no time bound (a store of this machine): made straight
-            return self._call_here(call, call)
+            return self._call_here(call)
         return self._call_here(call, lambda: self._bounded(call))
 
     def _bounded(self, call: StoreCall) -> Any:

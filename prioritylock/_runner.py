@@ -360,11 +360,11 @@ class FlowRunner:
             outcome_unknown=call.write,
         )
 
-    def _call_here(self, call: StoreCall, make: Callable[[], Any]) -> Any:
+    def _call_here(self, call: StoreCall, make: Callable[[], Any] | None = None) -> Any:
         """Make a store call on this thread by ``make`` (which may answer ``WOULD_BLOCK``,
-        having done nothing), noticed as :meth:`_after_write` says."""
+        having done nothing; None: the call itself), noticed as :meth:`_after_write` says."""
         try:
-            result = make()
+            result = call.fn(*call.args) if make is None else make()
         except Exception as exc:
             self._after_write(call, exc)
             raise
