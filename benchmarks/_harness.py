@@ -42,12 +42,17 @@ class Section:
     name: str
     title: str
     headers: list[str]
-    table: list[list[str]]
-    rows: list[Json]
+    table: list[list[str]] = field(default_factory=list)
+    rows: list[Json] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     load: float | None = None  # 1-minute load average when the section started
     steal: float | None = None  # % of the machine's CPU time stolen by the hypervisor meanwhile
+
+    def add(self, cells: Sequence[str], row: Json) -> None:
+        """One result: a line of the table and its row in the JSON file."""
+        self.table.append(list(cells))
+        self.rows.append(row)
 
     def render(self) -> str:
         widths = [max(map(len, column)) for column in zip(self.headers, *self.table, strict=True)]
