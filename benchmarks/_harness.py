@@ -245,11 +245,11 @@ def stats_delta(store: ObjectStore, action: Callable[[], object]) -> dict[str, i
     return {k: v - before[k] for k, v in store.stats.snapshot().items() if k != "total"}
 
 
-def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
-    """Run ``bodies`` on threads at the same time; re-raise the first failure here."""
+def run_threads(bodies: Sequence[Callable[[], T]], name: str) -> list[T]:
+    """Run ``bodies`` on threads at the same time: what each returned, in order; the first
+    failure re-raised here."""
     with ThreadPoolExecutor(len(bodies), thread_name_prefix=name) as pool:
-        for future in [pool.submit(body) for body in bodies]:
-            future.result()
+        return [future.result() for future in [pool.submit(body) for body in bodies]]
 
 
 # -- machine ---------------------------------------------------------------------------------------
