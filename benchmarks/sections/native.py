@@ -226,9 +226,8 @@ def _requests(recipe: Recipe, reps: int = 10) -> dict[str, float | None]:
 
 
 def section_native(b: Bench) -> Section:
-    title = "Redis, ZooKeeper, etcd: our lock against the server's own (cycle µs, handover ms)"
-    headers = ["lock", "cycle", "p99", "handover", "p99", "acquire", "renew", "release"]
-    section = Section("native", title, headers)
+    table: list[list[str]] = []
+    rows: list[Json] = []
     with _servers.environment({"PRIORITYLOCK_HINTS": "off"}):  # the store's notices alone
         kinds = [k for k in b.kinds if k.server and k.name in b.emulators]
         runs = {(k, nat): _open(nat, b.url(k), "cycle") for k in kinds for nat in (False, True)}
@@ -245,13 +244,14 @@ def section_native(b: Bench) -> Section:
             handover = summarize(_handovers(native, b.url(kind), b.sizes.handoffs), 1e6)
             requests = _requests(recipe := _open(native, b.url(kind), "requests"))
             recipe.close()
-            cells = [f"{kind.label}, {v.label}", *cycle_us.cells()[:2], *handover.cells()[:2]]
+            cells = [*cycle_us.cells()[:2], *handover.cells()[:2]]
             cells += ["" if n is None else f"{n:g}" for n in requests.values()]
+            table.append([f"{kind.label}, {v.label}", *cells])
             row = {"store": kind.name, "lock": v.label, "native": native, "requests": requests}
-            section.add(
-                cells, row | {"cycle_us": asdict(cycle_us), "handover_ms": asdict(handover)}
-            )
+            rows.append(row | {"cycle_us": asdict(cycle_us), "handover_ms": asdict(handover)})
+    title = "Redis, ZooKeeper, etcd: our lock against the server's own (cycle µs, handover ms)"
+    headers = ["lock", "cycle", "p99", "handover", "p99", "acquire", "renew", "release"]
     note = "cycle: uncontended acquire + release, median µs; handover: release in one process -> "
     note += "acquired in the other, ms; acquire / renew / release: requests sent, mean (kazoo's "
-    section.notes.append(note + "session pings keep its locks: no renewal).")
-    return section
+    note += "session pings keep its locks: no renewal)."
+    return Section("native", title, headers, table, rows, [note])
