@@ -42,12 +42,17 @@ class Section:
     name: str
     title: str
     headers: list[str]
-    table: list[list[str]]
-    rows: list[Json]
+    table: list[list[str]] = field(default_factory=list)
+    rows: list[Json] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     load: float | None = None  # 1-minute load average when the section started
     steal: float | None = None  # % of the machine's CPU time stolen by the hypervisor meanwhile
+
+    def add(self, cells: Sequence[str], row: Json) -> None:
+        """One result: a line of the table and its row in the JSON file."""
+        self.table.append(list(cells))
+        self.rows.append(row)
 
     def render(self) -> str:
         widths = [max(map(len, column)) for column in zip(self.headers, *self.table, strict=True)]
@@ -240,11 +245,11 @@ def stats_delta(store: ObjectStore, action: Callable[[], object]) -> dict[str, i
     return {k: v - before[k] for k, v in store.stats.snapshot().items() if k != "total"}
 
 
-def run_threads(bodies: Sequence[Callable[[], None]], name: str) -> None:
-    """Run ``bodies`` on threads at the same time; re-raise the first failure here."""
+def run_threads(bodies: Sequence[Callable[[], T]], name: str) -> list[T]:
+    """Run ``bodies`` on threads at the same time: what each returned, in order; the first
+    failure re-raised here."""
     with ThreadPoolExecutor(len(bodies), thread_name_prefix=name) as pool:
-        for future in [pool.submit(body) for body in bodies]:
-            future.result()
+        return [future.result() for future in [pool.submit(body) for body in bodies]]
 
 
 # -- machine ---------------------------------------------------------------------------------------

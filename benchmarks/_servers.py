@@ -2,8 +2,7 @@
 
 The emulators (cloud stores, Redis, ZooKeeper, etcd) are :mod:`tools.emulators`' (here they die
 with the benchmark; credentials are throwaway); here are their buckets, store URLs and
-environment, a :class:`RawClient` (the SDK's own GET and conditional PUT: the floor a cloud store
-is measured against), and :func:`store_url`, the one way a script opens a store to measure.
+environment, and :func:`store_url`, the one way a script opens a store to measure.
 :class:`Service` is ``prioritylock serve`` (:mod:`tools.service`) with its CPU, memory and files.
 """
 
@@ -20,7 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from unittest import mock
 
 from _harness import process_cpu_s
@@ -37,79 +36,6 @@ from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-expo
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)
 from tools.service import ServiceError as ServiceError  # noqa: E402, PLC0414 (re-exported)
 
-# -- raw SDK clients: the floor --------------------------------------------------------------------
-
-
-class RawClient(Protocol):
-    """The store's own cost, made directly with the SDK: ``put`` creates (``version`` None) or
-    replaces only at ``version`` and returns the new version; ``get`` returns the object's bytes
-    and version."""
-
-    def put(self, key: str, data: bytes, version: str | None) -> str: ...
-    def get(self, key: str) -> tuple[bytes, str]: ...
-    def close(self) -> None: ...
-
-
-class _RawS3:
-    def __init__(self, endpoint: str, bucket: str, key: tuple[str, str]) -> None:
-        self._bucket, self._client = bucket, sdk.s3_client(endpoint, key)
-        self.close = self._client.close
-
-    def put(self, key: str, data: bytes, version: str | None) -> str:
-        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
-        response = self._client.put_object(Bucket=self._bucket, Key=key, Body=data, **condition)
-        return str(response["ETag"])
-
-    def get(self, key: str) -> tuple[bytes, str]:
-        response = self._client.get_object(Bucket=self._bucket, Key=key)
-        with contextlib.closing(response["Body"]) as body:
-            return bytes(body.read()), str(response["ETag"])
-
-
-class _RawGCS:
-    def __init__(self, endpoint: str, bucket: str) -> None:
-        self._bucket = (client := sdk.gcs_client(endpoint)).bucket(bucket)
-        self.close = client.close
-
-    def put(self, key: str, data: bytes, version: str | None) -> str:
-        blob, match = self._bucket.blob(key), 0 if version is None else int(version)
-        blob.upload_from_string(
-            data, "application/octet-stream", if_generation_match=match, retry=None
-        )
-        return str(blob.generation)
-
-    def get(self, key: str) -> tuple[bytes, str]:
-        blob = self._bucket.blob(key)
-        return bytes(blob.download_as_bytes(retry=None)), str(blob.generation)
-
-
-class _RawAzure:
-    def __init__(self, account_url: str, container: str) -> None:
-        self._container = sdk.azure_container(account_url, container)
-        self.close = self._container.close
-
-    def put(self, key: str, data: bytes, version: str | None) -> str:
-        from azure.core import MatchConditions
-        from azure.storage.blob import BlobType
-
-        conditions: dict[str, Any] = {"match_condition": MatchConditions.IfMissing}
-        if version is not None:
-            conditions = {"match_condition": MatchConditions.IfNotModified, "etag": version}
-        result = self._container.get_blob_client(key).upload_blob(
-            data,
-            BlobType.BLOCKBLOB,
-            len(data),
-            overwrite=version is not None,
-            retry_total=0,
-            **conditions,
-        )
-        return str(result["etag"])
-
-    def get(self, key: str) -> tuple[bytes, str]:
-        downloader = self._container.get_blob_client(key).download_blob(retry_total=0)
-        return bytes(downloader.readall()), str(downloader.properties.etag)
-
-
 # -- running emulators ----------------------------------------------------------------------------
 
 
@@ -124,13 +50,6 @@ def namespace_url(e: Emulator, bucket: Callable[[], str], prefix: str) -> str:
     if e.name in SERVERS:
         return f"{'zk' if e.name == 'zookeeper' else 'etcd'}://{e.endpoint}/{prefix}"
     return sdk.store_url(e.name, e.endpoint, bucket(), prefix)
-
-
-def raw_client(e: Emulator, bucket: str) -> RawClient:
-    """A new SDK client on ``bucket``, configured as the store configures its own."""
-    if e.name.startswith("s3-"):
-        return _RawS3(e.endpoint, bucket, e.key)
-    return _RawGCS(e.endpoint, bucket) if e.name == "gcs" else _RawAzure(e.endpoint, bucket)
 
 
 @contextlib.contextmanager

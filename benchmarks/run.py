@@ -27,12 +27,6 @@ from _harness import CpuWindow, Json, Section, machine_info, write_json
 
 DEFAULT_JSON = HERE / "results" / "latest.json"
 
-#: Sections that use the emulated stores: the emulators start only when one of them runs.
-CLOUD_SECTIONS = frozenset(
-    {"cloud", "preemption", "requests", "contention", "aio", "serve", "push"}
-)
-
-
 #: The sections in the order they run: ``section_NAME(Bench) -> Section`` of ``sections/NAME.py``
 #: (preemption before requests, whose table counts the requests of those same preemption runs).
 ORDER = ["overhead", "cloud", "preemption", "requests", "contention", "aio", "serve", "push"]
@@ -40,6 +34,9 @@ ORDER += ["native"]  # Redis, ZooKeeper, etcd against their own locks
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     name: getattr(importlib.import_module(f"sections.{name}"), f"section_{name}") for name in ORDER
 }
+#: Sections that use the emulated stores: the emulators start only when one of them runs (native
+#: starts the servers, Redis, ZooKeeper and etcd, alone).
+CLOUD_SECTIONS = frozenset(ORDER) - {"overhead", "native"}
 
 
 def _pick(parser: argparse.ArgumentParser, value: str, choices: Sequence[str]) -> list[str]:

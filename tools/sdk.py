@@ -1,8 +1,8 @@
 """The cloud SDKs' own clients for the emulators of :mod:`tools.emulators`, configured as the
 stores configure theirs (no SDK retries; S3 path-style addressing): what the tests inspect and
-damage a store's objects with, and what the benchmarks measure a store against. Each SDK is
-imported when its client is first asked for. Also :func:`create_bucket` and
-:func:`store_url`, a bucket's store URL.
+damage a store's objects with, and what the benchmarks measure a store against (:func:`raw_client`:
+the SDK's own GET and conditional PUT). Each SDK is imported when its client is first asked for.
+Also :func:`create_bucket` and :func:`store_url`, a bucket's store URL.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "azure_container",
     "create_bucket",
     "gcs_client",
+    "raw_client",
     "s3_client",
     "store_url",
 ]
@@ -113,3 +114,79 @@ def azure_container(
 
     credential = AzureNamedKeyCredential(AZURITE_ACCOUNT, key)
     return ContainerClient(account_url, container, credential=credential, retry_total=0, **options)
+
+
+# -- raw clients: a store's own cost, made directly with the SDK -----------------------------------
+
+
+def raw_client(emulator: str, endpoint: str, bucket: str, key: tuple[str, str]) -> Raw:
+    """A new SDK client on ``bucket`` (arguments as :func:`create_bucket`'s), configured as the
+    store configures its own: ``put(key, data, version)`` creates (``version`` None) or replaces
+    only at ``version`` and returns the new version; ``get(key)`` returns the object's bytes and
+    version; ``close()``."""
+    if emulator.startswith("s3-"):
+        return _RawS3(endpoint, bucket, key)
+    return _RawGCS(endpoint, bucket) if emulator == "gcs" else _RawAzure(endpoint, bucket)
+
+
+class _RawS3:
+    def __init__(self, endpoint: str, bucket: str, key: tuple[str, str]) -> None:
+        self._bucket, self._client = bucket, s3_client(endpoint, key)
+        self.close = self._client.close
+
+    def put(self, key: str, data: bytes, version: str | None) -> str:
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        response = self._client.put_object(Bucket=self._bucket, Key=key, Body=data, **condition)
+        return str(response["ETag"])
+
+    def get(self, key: str) -> tuple[bytes, str]:
+        response = self._client.get_object(Bucket=self._bucket, Key=key)
+        with contextlib.closing(response["Body"]) as body:
+            return bytes(body.read()), str(response["ETag"])
+
+
+class _RawGCS:
+    def __init__(self, endpoint: str, bucket: str) -> None:
+        self._bucket = (client := gcs_client(endpoint)).bucket(bucket)
+        self.close = client.close
+
+    def put(self, key: str, data: bytes, version: str | None) -> str:
+        blob, match = self._bucket.blob(key), 0 if version is None else int(version)
+        blob.upload_from_string(
+            data, "application/octet-stream", if_generation_match=match, retry=None
+        )
+        return str(blob.generation)
+
+    def get(self, key: str) -> tuple[bytes, str]:
+        blob = self._bucket.blob(key)
+        return bytes(blob.download_as_bytes(retry=None)), str(blob.generation)
+
+
+class _RawAzure:
+    def __init__(self, account_url: str, container: str) -> None:
+        self._container = azure_container(account_url, container)
+        self.close = self._container.close
+
+    def put(self, key: str, data: bytes, version: str | None) -> str:
+        from azure.core import MatchConditions
+        from azure.storage.blob import BlobType
+
+        conditions: dict[str, Any] = {"match_condition": MatchConditions.IfMissing}
+        if version is not None:
+            conditions = {"match_condition": MatchConditions.IfNotModified, "etag": version}
+        result = self._container.get_blob_client(key).upload_blob(
+            data,
+            BlobType.BLOCKBLOB,
+            len(data),
+            overwrite=version is not None,
+            retry_total=0,
+            **conditions,
+        )
+        return str(result["etag"])
+
+    def get(self, key: str) -> tuple[bytes, str]:
+        downloader = self._container.get_blob_client(key).download_blob(retry_total=0)
+        return bytes(downloader.readall()), str(downloader.properties.etag)
+
+
+Raw = _RawS3 | _RawGCS | _RawAzure

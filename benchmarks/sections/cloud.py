@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from functools import partial
 
-import _servers
 from _bench import Bench, StoreKind, StoreTimer
 from _harness import Json, Section, T, fmt_counts, fmt_num, summarize
 
 from prioritylock.stores import open_store
+from tools import sdk
 
 #: (key, label, what its median is compared with: the raw SDK calls whose medians are summed)
 _CLOUD_OPS: list[tuple[str, str, tuple[str, ...]]] = [
@@ -47,10 +47,8 @@ class CloudRun:
             first.unlock()
         assert found is not None
         self.body_len = len(found.data)  # the raw PUTs write as many bytes as a lease document
-        self.raw, self.raw_key = (
-            _servers.raw_client(e, b.bucket(e)),
-            f"bench-raw/{uuid.uuid4().hex}",
-        )
+        self.raw = sdk.raw_client(e.name, e.endpoint, b.bucket(e), e.key)
+        self.raw_key = f"bench-raw/{uuid.uuid4().hex}"
         self.raw_version = self.raw.put(self.raw_key, found.data, None)
         self.samples: dict[str, list[int]] = {}
         self.own: dict[str, list[int]] = {}  # time outside store calls: the library's own work
@@ -110,31 +108,30 @@ def section_cloud(b: Bench) -> Section:
             if run.spent_s < s.cloud_budget_s:
                 run.iteration()
 
-    table: list[list[str]] = []
-    rows: list[Json] = []
+    title = "Cloud stores on their emulators: lock operations vs the SDK's own GET and PUT (ms)"
+    headers = ["operation", "median", "p99", "requests", "vs raw", "lib ms", "n"]
+    section = Section("cloud", title, headers)
     for run in runs:
-        table.append([f"{run.kind.label}: {run.iterations} rounds", *[""] * 6])
+        section.table.append([f"{run.kind.label}: {run.iterations} rounds", *[""] * 6])
         medians = {op: summarize(v, 1e6).median for op, v in run.samples.items()}
         for op, label, base in _CLOUD_OPS:
             summary = summarize(run.samples[op], 1e6)
             requests = {k: v / summary.n for k, v in run.requests.get(op, {}).items()}
             ratio = summary.median / sum(medians[x] for x in base) if base else None
             own = summarize(run.own[op], 1e6).median if run.own.get(op) else None
-            rows.append(
-                {"store": run.kind.name, "operation": op, "label": label, "unit": "ms"}
-                | {"requests": requests if base else {"total": 1}, "ratio_to_raw": ratio}
-                | {"raw_baseline": list(base), "outside_store_ms": own, **asdict(summary)}
-            )
+            row: Json = {"store": run.kind.name, "operation": op, "label": label, "unit": "ms"}
+            row |= {"requests": requests if base else {"total": 1}, "ratio_to_raw": ratio}
+            row |= {"raw_baseline": list(base), "outside_store_ms": own, **asdict(summary)}
             raws, own_ms = (
                 "+".join(x[4:].upper() for x in base),
                 "" if own is None else fmt_num(own),
             )
             versus, count = "" if ratio is None else f"{ratio:.2f}x {raws}", fmt_counts(requests)
             median, p99, n = summary.cells()
-            table.append([f"  {label}", median, p99, count if base else "1", versus, own_ms, n])
+            section.add([f"  {label}", median, p99, count if base else "1", versus, own_ms, n], row)
         run.raw.close()
         run.store.close()
-    notes = [
+    section.notes = [
         "Raw SDK calls: one request each, on their own SDK client, configured as the store "
         "configures its own (no SDK retries); the PUTs write as many bytes as a lease document.",
         "A round: an untimed GET, raw GET, raw PUT, a fresh Lock's try_lock(), renew(), "
@@ -144,7 +141,5 @@ def section_cloud(b: Bench) -> Section:
         "lib ms: median time outside store calls.",
     ]
     if not runs:
-        notes = ["No cloud store picked (--stores), so nothing to measure."]
-    title = "Cloud stores on their emulators: lock operations vs the SDK's own GET and PUT (ms)"
-    headers = ["operation", "median", "p99", "requests", "vs raw", "lib ms", "n"]
-    return Section("cloud", title, headers, table, rows, notes)
+        section.notes = ["No cloud store picked (--stores), so nothing to measure."]
+    return section

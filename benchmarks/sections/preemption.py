@@ -100,20 +100,17 @@ def preemptions(b: Bench, kind: StoreKind, variant: str) -> Preemptions:
 
 
 def section_preemption(b: Bench) -> Section:
-    table: list[list[str]] = []
-    rows: list[Json] = []
+    title = "Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)"
+    section = Section("preemption", title, ["case", "median", "p99", "n"])
     for kind in b.store_kinds:
         for variant, label in PREEMPT_VARIANTS:
             samples, requests = preemptions(b, kind, variant)
-            table.append([f"{kind.label}, {label}", *(summary := summarize(samples, 1e6)).cells()])
-            rows.append(
-                {"store": kind.name, "variant": variant, "label": label, "unit": "ms"}
-                | {"watch_interval_s": PREEMPT_WATCH_INTERVAL, "requests": requests}
-                | asdict(summary)
-            )
-    title = "Preemption: priority-10 try_lock() call -> it holds; priority-1 holder (ms)"
-    note = (
+            summary = summarize(samples, 1e6)
+            row: Json = {"store": kind.name, "variant": variant, "label": label, "unit": "ms"}
+            row |= {"watch_interval_s": PREEMPT_WATCH_INTERVAL, "requests": requests}
+            section.add([f"{kind.label}, {label}", *summary.cells()], row | asdict(summary))
+    section.notes.append(
         f"Holder: watch_interval {PREEMPT_WATCH_INTERVAL:g} s, a LockListener, cleanup_timeout "
         "5 s unless 0; requestor: waiting_timeout 5 s; one process, one store object."
     )
-    return Section("preemption", title, ["case", "median", "p99", "n"], table, rows, [note])
+    return section

@@ -93,14 +93,14 @@ HUDI_LEASE_S, HUDI_RENEW_S = 300.0, 30.0
 DEFAULTS = LockBuilder().store("memory://").path("bench", "defaults").build().config
 
 
-def _blocked_waiter(b: Bench, kind: StoreKind, poll: float, out: Json) -> Callable[[], None]:
+def _blocked_waiter(b: Bench, kind: StoreKind, poll: float) -> Callable[[], Json]:
     """A waiter blocked for ``waiter_s`` behind a holder, polling at ``poll``: its reads in the
     first second and per second once settled."""
     tally, path, s = TallyStore(open_store(b.url(kind))), b.path("waiter"), b.sizes
     holder = b.builder(tally, path, "holder").build()
     waiter = b.builder(tally, path, "waiter").poll_interval(poll).build()
 
-    def run() -> None:
+    def run() -> Json:
         holder.lock(timeout=5)
         tally.label_thread("waiter")
         t0 = time.monotonic()
@@ -113,13 +113,12 @@ def _blocked_waiter(b: Bench, kind: StoreKind, poll: float, out: Json) -> Callab
         reads |= {"steady_reads": (t0 + s.waiter_settle_s, t1)}
         got = {k: tally.counts("waiter", *window)["reads"] for k, window in reads.items()}
         steady_s = t1 - t0 - s.waiter_settle_s
-        out[f"{kind.name}/{poll}"] = got | {"steady_window_s": steady_s}
-        out[f"{kind.name}/{poll}"]["steady_per_s"] = got["steady_reads"] / steady_s
+        return got | {"steady_window_s": steady_s, "steady_per_s": got["steady_reads"] / steady_s}
 
     return run
 
 
-def _held_lock(b: Bench, kind: StoreKind, timings: str, out: Json) -> Callable[[], None]:
+def _held_lock(b: Bench, kind: StoreKind, timings: str) -> Callable[[], Json]:
     """A lock held for about ``waiter_s`` and an idle one next to it, with the default timings
     or Hudi's (watched at the renew interval, as ``from_properties`` sets them), scaled by
     :data:`HELD_SCALE`: the held lock's writes and reads per renew interval, the idle one's."""
@@ -135,7 +134,7 @@ def _held_lock(b: Bench, kind: StoreKind, timings: str, out: Json) -> Callable[[
     held = builder.build()
     idle = b.builder(idle_tally, b.path("idle"), "idle").build()
 
-    def run() -> None:
+    def run() -> Json:
         idle.lock(timeout=5)
         idle.unlock()
         held.lock(timeout=5)
@@ -152,7 +151,7 @@ def _held_lock(b: Bench, kind: StoreKind, timings: str, out: Json) -> Callable[[
         figures |= {"watch_interval_s": held.config.watch_interval}
         figures |= {"writes_per_renew_interval": counts["replaces"] / intervals}
         figures |= {"reads_per_renew_interval": counts["reads"] / intervals}
-        out[f"{kind.name}/{timings}"] = figures | {"idle": idle_tally.counts(None, t0, t1)}
+        return figures | {"idle": idle_tally.counts(None, t0, t1)}
 
     return run
 
@@ -161,11 +160,9 @@ def section_requests(b: Bench) -> Section:
     kinds = b.store_kinds
     per_kind = {kind.name: _single_client_ops(b, open_store(b.url(kind))) for kind in kinds}
     # Blocked waiters and held locks: every one at the same time, each on its own lock.
-    waiters: Json = {}
-    held: Json = {}
-    runs = [_blocked_waiter(b, k, p, waiters) for k in kinds for p in (1.0, SHORT_POLL)]
-    runs += [_held_lock(b, k, t, held) for k in kinds for t in ("defaults", "hudi")]
-    run_threads(runs, "bench-waiter")
+    runs = {f"{k.name}/{p}": _blocked_waiter(b, k, p) for k in kinds for p in (1.0, SHORT_POLL)}
+    runs |= {f"{k.name}/{t}": _held_lock(b, k, t) for k in kinds for t in ("defaults", "hudi")}
+    got = dict(zip(runs, run_threads(list(runs.values()), "bench-waiter"), strict=True))
 
     table = [[label, *(fmt_counts(per_kind[k.name][op]) for k in kinds)] for op, label in _OPS]
     rows: list[Json] = [
@@ -173,17 +170,17 @@ def section_requests(b: Bench) -> Section:
         for op, label in _OPS
     ]
     for poll in (1.0, SHORT_POLL):
-        w = {k.name: waiters[f"{k.name}/{poll}"] for k in kinds}
+        w = {k.name: got[f"{k.name}/{poll}"] for k in kinds}
         cells = [f"{x['steady_per_s']:.2f}/s (1st s: {x['first_second']})" for x in w.values()]
         table.append([f"blocked waiter reads, poll_interval {poll:g} s", *cells])
         rows.append({"operation": "waiter_reads", "poll_interval": poll} | w)
     for timings, name in (("defaults", "default"), ("hudi", "Hudi's")):
-        h = {k.name: held[f"{k.name}/{timings}"] for k in kinds}
+        h = {k.name: got[f"{k.name}/{timings}"] for k in kinds}
         wr, rd = "writes_per_renew_interval", "reads_per_renew_interval"
         cells = [f"{x[wr]:.2f} w, {x[rd]:.2f} r" for x in h.values()]
         table.append([f"held lock, {name} timings: per renew interval", *cells])
         rows.append({"operation": "held", "timings": timings, "scale": HELD_SCALE} | h)
-    idle = [fmt_counts(held[f"{k.name}/defaults"]["idle"]) for k in kinds]
+    idle = [fmt_counts(got[f"{k.name}/defaults"]["idle"]) for k in kinds]
     table.append(["idle lock (built, used, released)", *idle])
     for variant, label in PREEMPT_VARIANTS:
         counts = {k.name: preemptions(b, k, variant)[1] for k in kinds}
@@ -193,12 +190,12 @@ def section_requests(b: Bench) -> Section:
         rows.append({"operation": "preemption", "variant": variant} | counts)
 
     s = b.sizes
-    pooled = [waiters[f"{k.name}/1.0"] for k in kinds]
+    pooled = [got[f"{k.name}/1.0"] for k in kinds]
     rate = sum(w["steady_reads"] for w in pooled) / sum(w["steady_window_s"] for w in pooled)
 
     def per_day(timings: str, what: str) -> float:
         renew = DEFAULTS.renew_interval if timings == "defaults" else HUDI_RENEW_S
-        mean = statistics.fmean(held[f"{k.name}/{timings}"][what] for k in kinds)
+        mean = statistics.fmean(got[f"{k.name}/{timings}"][what] for k in kinds)
         return mean * 86400 / renew
 
     day = {
