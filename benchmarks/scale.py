@@ -2,7 +2,7 @@
 
     python benchmarks/scale.py [--store memory|s3-moto|s3-seaweedfs] [--leases 1000,10000]
                                [--seconds 30] [--async] [--tune-gc] [--json PATH]
-                               [--lease-timeout 30] [--watch-interval S]
+                               [--lease-timeout 30] [--watch-interval S] [--warm-up S]
 
 N leases (by default lease 30 s: renewed every 10 s, watched half-way; a longer lease and watch
 interval make fewer requests a second, for 100,000 leases on a machine with little CPU to spare)
@@ -178,6 +178,7 @@ async def measure(
         tracked = (len(gc.get_objects()) - untracked) / leases
         if args.tune_gc:
             tune_collector()
+        await asyncio.sleep(args.warm_up)  # renewals due while acquiring catch up first
         gc.callbacks.append(full)
         scheduler.tally = tally = Tally(tally.locks)  # the acquisitions left out
         lags: list[float] = []
@@ -215,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tune-gc", action="store_true", help="as the service, once held")
     parser.add_argument("--lease-timeout", type=float, default=30.0)
     parser.add_argument("--watch-interval", type=float, default=None, help="default: derived")
+    parser.add_argument("--warm-up", type=float, default=0.0, help="held before the window")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     counts = [int(n) for n in (args.leases or DEFAULT_LEASES[args.store]).split(",")]
