@@ -121,7 +121,7 @@ class Peer:
         self._process.stdout.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def bucket(moto_server: S3Server) -> Iterator[str]:
     name = moto_server.create_bucket()
     yield name
@@ -143,8 +143,8 @@ def store(moto_server: S3Server, bucket: str) -> Iterator[Counted]:
     counted.close()
 
 
-def _lock(store: ObjectStore, owner: str, priority: int, **opts: Any) -> Lock:
-    b = LockBuilder().store(store).path("hints/test").owner(owner).priority(priority)
+def _lock(store: ObjectStore, path: str, owner: str, priority: int, **opts: Any) -> Lock:
+    b = LockBuilder().store(store).path(path).owner(owner).priority(priority)
     for name, value in {**SLOW, **opts}.items():
         getattr(b, name)(value)
     return b.build()
@@ -158,20 +158,27 @@ def _peer(server: S3Server, bucket: str, hints: str = "127.0.0.2") -> Iterator[P
         peer.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def peer(moto_server: S3Server, bucket: str) -> Iterator[Peer]:
+    """One peer for the module's tests (starting one costs seconds); each test its own lock."""
     yield from _peer(moto_server, bucket)
+
+
+@pytest.fixture
+def path(request: pytest.FixtureRequest) -> str:
+    name: str = request.node.name
+    return "hints/" + name.replace("[", "-").rstrip("]")
 
 
 @pytest.mark.serial
 @pytest.mark.usefixtures("here")
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_request_reaches_a_holder_on_another_host_at_once(
-    store: Counted, peer: Peer, driver: str
+    store: Counted, peer: Peer, path: str, driver: str
 ) -> None:
-    peer.send("hold", driver=driver, priority=1, **PEER)
+    peer.send("hold", driver=driver, priority=1, path=path, **PEER)
     peer.expect("held")
-    asking = _lock(store, "asker", 5, waiting_timeout=10.0)
+    asking = _lock(store, path, "asker", 5, waiting_timeout=10.0)
     store.replaced_ns.clear()
     assert asking.try_lock()  # the holder's cleanup returned at once: handed over
     told_ns = int(peer.expect("cleanup")[0])
@@ -187,16 +194,16 @@ def test_a_request_reaches_a_holder_on_another_host_at_once(
 @pytest.mark.usefixtures("here")
 @pytest.mark.parametrize("how", ["force_unlock", "override"])
 def test_a_break_glass_write_reaches_the_old_holder_on_another_host_at_once(
-    store: Counted, peer: Peer, how: str
+    store: Counted, peer: Peer, path: str, how: str
 ) -> None:
-    peer.send("hold", driver="sync", priority=1, **PEER)
+    peer.send("hold", driver="sync", priority=1, path=path, **PEER)
     peer.expect("held")
     if how == "force_unlock":
-        operator = _lock(store, "operator", 1)
+        operator = _lock(store, path, "operator", 1)
         operator.force_unlock("hint test")
     else:
         operator = (
-            LockBuilder().store(store).path("hints/test").owner("operator")
+            LockBuilder().store(store).path(path).owner("operator")
             .emergency_override("hint test").build()
         )  # fmt: skip
         assert operator.try_lock()
@@ -210,10 +217,12 @@ def test_a_break_glass_write_reaches_the_old_holder_on_another_host_at_once(
 
 @pytest.mark.serial
 @pytest.mark.usefixtures("here")
-def test_a_handover_reaches_the_requestor_deep_in_its_backoff(store: Counted, peer: Peer) -> None:
-    holder = _lock(store, "holder", 1)  # no listener: it keeps the lock until unlock()
+def test_a_handover_reaches_the_requestor_deep_in_its_backoff(
+    store: Counted, peer: Peer, path: str
+) -> None:
+    holder = _lock(store, path, "holder", 1)  # no listener: it keeps the lock until unlock()
     assert holder.try_lock()
-    peer.send("wait", priority=5, waiting=60.0, **PEER)
+    peer.send("wait", priority=5, waiting=60.0, path=path, **PEER)
     peer.expect("waiting")
     deadline = time.monotonic() + 20
     while (info := holder.info()) is None or info.requestor_owner is None:
@@ -229,8 +238,7 @@ def test_a_handover_reaches_the_requestor_deep_in_its_backoff(store: Counted, pe
 
 
 @pytest.mark.usefixtures("here")
-def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, moto_server: S3Server,
-                                                        bucket: str) -> None:  # fmt: skip
+def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, path: str) -> None:
     """Uncontended acquire <= 2 requests, renew 1, release 1; and a held lock's requests per
     (fake) hour are the same with hints and without."""
     from prioritylock import FakeClock, Heartbeat
@@ -240,7 +248,7 @@ def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, moto_ser
             configure_hints(None)
         clock = FakeClock()
         beat = Heartbeat(clock, threaded=False)
-        lock = _lock(store, "holder", 1, clock=clock, heartbeat=beat, watch_interval=60.0,
+        lock = _lock(store, path, "holder", 1, clock=clock, heartbeat=beat, watch_interval=60.0,
                      renew_interval=120.0, lease_timeout=360.0, cleanup_timeout=100.0)  # fmt: skip
         before = store.total
         assert lock.try_lock()
@@ -271,17 +279,17 @@ def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, moto_ser
 
 @pytest.mark.parametrize("side", ["peer", "here"])
 def test_hints_off_on_either_side_is_the_old_latency_and_nothing_breaks(
-    store: Counted, moto_server: S3Server, bucket: str, side: str
+    store: Counted, moto_server: S3Server, bucket: str, path: str, side: str
 ) -> None:
     configure_hints(None if side == "here" else "127.0.0.3")
     try:
         for peer in _peer(moto_server, bucket, "off" if side == "peer" else "127.0.0.2"):
-            peer.send("hold", driver="sync", priority=1, **{**PEER, "watch": 0.5})
+            peer.send("hold", driver="sync", priority=1, path=path, **{**PEER, "watch": 0.5})
             peer.expect("held")
             peer.send("hint")
             recorded = peer.expect("hint")[0]
             assert (recorded == "none") == (side == "peer")
-            asking = _lock(store, "asker", 5, waiting_timeout=10.0)
+            asking = _lock(store, path, "asker", 5, waiting_timeout=10.0)
             started = time.monotonic()
             assert asking.try_lock()  # handed over at the holder's next watch read
             peer.expect("cleanup")
