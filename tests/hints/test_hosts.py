@@ -70,10 +70,20 @@ class Counted(DelegatingStore):
 class Peer:
     """The other host: a ``_peer`` process listening for hints as ``hints`` says."""
 
-    def __init__(self, server: S3Server, bucket: str, hints: str) -> None:
+    def __init__(
+        self,
+        server: S3Server,
+        bucket: str,
+        hints: str,
+        *,
+        endpoint: str | None = None,
+        wrap: tuple[str, ...] = (),
+    ) -> None:
+        """``endpoint``: where the peer reaches the S3 server (default: where we do); ``wrap``:
+        the command it runs under (``ip netns exec NAME``)."""
         spec = {
             "bucket": bucket,
-            "endpoint": server.endpoint_url,
+            "endpoint": endpoint or server.endpoint_url,
             "region": server.region,
             "key": server.access_key_id,
             "secret": server.secret_access_key,
@@ -81,7 +91,7 @@ class Peer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PRIORITYLOCK_")}
         env["PRIORITYLOCK_HINTS"] = hints
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hints._peer", json.dumps(spec)],
+            [*wrap, sys.executable, "-m", "tests.hints._peer", json.dumps(spec)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
