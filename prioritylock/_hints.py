@@ -16,9 +16,12 @@ cost; what it hears goes to the notices board (``_wake``), which hands each loop
 A hint is a notice like the in-process and file-system ones: the receiver maps its token to the
 document of the acquisition that recorded it and posts a notice there, so the lock reads now
 and decides on what it reads. It never answers, never logs a token, and drops anything
-malformed or whose token matches no acquisition of the process; hints for one document beyond
+malformed or whose token matches no acquisition of the process; hints with one token beyond
 :data:`RATE` per second (after a burst of :data:`BURST`) coalesce into one notice when the
-rate allows. Drops are counted (:func:`hint_stats`; a DEBUG line at most once a second).
+rate allows. The rate is per acquisition, so a lock that changes hands quickly is not slowed by
+its predecessors' hints; anyone able to send valid tokens (a reader of the bucket) knows at
+most the holder's and the requestor's, so a lock's reads stay within twice the rate. Drops are
+counted (:func:`hint_stats`; a DEBUG line at most once a second).
 
 Configuration (:func:`configure_hints`, or ``PRIORITYLOCK_HINTS`` read at import):
 
@@ -77,7 +80,8 @@ MAGIC = b"PLH1"
 TOKEN_CHARS = 22
 #: The whole datagram: the magic and the token.
 DATAGRAM_BYTES = len(MAGIC) + TOKEN_CHARS
-#: Notices a document's hints may cause per second, after a burst of :data:`BURST`.
+#: Notices one acquisition's hints (its token's) may cause per second, after a burst of
+#: :data:`BURST`.
 RATE = 2.0
 BURST = 4
 
@@ -85,7 +89,7 @@ BURST = 4
 FORGE = 0.3
 
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{22}")
-#: Documents whose rate is remembered (emptied of idle ones when full).
+#: Tokens whose rate is remembered (emptied of idle ones when full).
 _RATES_KEPT = 4096
 
 #: An address as bound and recorded: (host, port).
@@ -253,8 +257,8 @@ class Hints:
         self._senders: dict[int, socket.socket] = {}
         self._forger: tuple[Faults, random.Random] | None = None
         # Only the listener's thread touches these.
-        self._rates: dict[object, _Rate] = {}
-        self._due: list[tuple[float, int, object]] = []
+        self._rates: dict[str, _Rate] = {}  # by token: one acquisition's holding or wait
+        self._due: list[tuple[float, int, str]] = []
         self._seq = 0
         self.delivered = self.coalesced = self.dropped = 0
         self._reported = (0, 0.0)  # drops counted at the last DEBUG line, and when
@@ -425,19 +429,20 @@ class Hints:
             sock.close()
 
     def _receive(self, data: bytes) -> None:
-        where = None
+        token = where = None
         if len(data) == DATAGRAM_BYTES and data.startswith(MAGIC):
-            where = self._tokens.get(data[len(MAGIC) :].decode("ascii", "replace"))
-        if where is None:
+            token = data[len(MAGIC) :].decode("ascii", "replace")
+            where = self._tokens.get(token)
+        if token is None or where is None:
             self.dropped += 1
             self._report()
             return
         now = self._clock()
-        rate = self._rates.get(where)
+        rate = self._rates.get(token)
         if rate is None:
             if len(self._rates) >= _RATES_KEPT:
                 self._forget_idle_rates(now)
-            rate = self._rates[where] = _Rate(now)
+            rate = self._rates[token] = _Rate(now)
         rate.tokens = min(float(BURST), rate.tokens + (now - rate.stamp) * RATE)
         rate.stamp = now
         if rate.tokens >= 1.0 and not rate.pending:
@@ -449,21 +454,23 @@ class Hints:
         if not rate.pending:
             rate.pending = True
             self._seq += 1
-            heapq.heappush(self._due, (now + (1.0 - rate.tokens) / RATE, self._seq, where))
+            heapq.heappush(self._due, (now + (1.0 - rate.tokens) / RATE, self._seq, token))
 
     def _release_due(self) -> None:
         now = self._clock()
         due = self._due
         while due and due[0][0] <= now:
-            _at, _seq, where = heapq.heappop(due)
-            rate = self._rates.get(where)
+            _at, _seq, token = heapq.heappop(due)
+            rate = self._rates.get(token)
             if rate is not None:
                 rate.pending = False
                 rate.tokens = max(0.0, min(float(BURST), rate.tokens + (now - rate.stamp) * RATE))
                 rate.tokens = max(0.0, rate.tokens - 1.0)
                 rate.stamp = now
-            self.delivered += 1
-            self._notice(where)
+            where = self._tokens.get(token)  # None: its acquisition ended meanwhile
+            if where is not None:
+                self.delivered += 1
+                self._notice(where)
 
     def _forget_idle_rates(self, now: float) -> None:
         full = BURST / RATE  # a bucket idle this long is full: the same as none

@@ -557,10 +557,16 @@ def early_hint(lease: Lease | None, me: Claim) -> str | None:
     about it is trusted: a read that comes after the request landed shows it, and the window
     counts from the read before, as without hints; so it is never less safe than that.
 
+    A holder that hears hints where we do (``HOST:PORT``) is in our process, which stamps its
+    request's notice instead (``window_start``): no early hint, no gap.
+
     Returns the holder's hint to send first, or None (no early hint, no gap)."""
     if lease is None or lease.holder is None or me.hint is None:
         return None
-    return lease.holder.hint
+    hint = lease.holder.hint
+    if hint is None or hint.rpartition("/")[0] == me.hint.rpartition("/")[0]:
+        return None
+    return hint
 
 
 def hinted(before: Lease | None, after: Lease, me: str | None) -> tuple[str, ...]:

@@ -4,7 +4,8 @@
 ``AsyncLock``), two processes on one directory (inotify), two apps of one ``prioritylock serve``
 (NDJSON streams), filelock's handoff and ZooKeeper's channel when installed; the same with
 notices off (``PRIORITYLOCK_NOTICES=off``: every lock polls, as across hosts); two processes on
-each cloud emulator (polls, a read a second) and what a held lock costs there; and the CPU of
+each cloud emulator with hints (a datagram from the writer; 30 s polls) and without (polls, a
+read a second), and what a held lock costs there; and the CPU of
 1,000 held locks of one directory with file-system notices on and off. A 60 s lease, 20 s
 cleanup window and 30 s polls: without a notice, seconds. ``time.monotonic_ns`` is
 system-wide, so a child's readings compare with ours."""
@@ -12,6 +13,7 @@ system-wide, so a child's readings compare with ours."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import multiprocessing as mp
@@ -20,7 +22,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.queues import Queue
 from pathlib import Path
@@ -31,7 +33,7 @@ import filelock
 from _bench import Bench
 from _harness import Section, fmt_num, summarize
 
-from prioritylock import CleanupNotice, LockBuilder, LockListener
+from prioritylock import CleanupNotice, LockBuilder, LockListener, configure_hints
 from prioritylock.stores import open_store
 from sections.native import zookeeper
 
@@ -43,15 +45,17 @@ Samples = tuple[list[int], list[int]]  # (request -> told, release -> next holde
 Settings = Mapping[str, float]
 
 
-class _Told(LockListener):  # when the holder was told, and that it let go
+class _Told(LockListener):  # when the holder was told, and that it let go (and when)
     def __init__(self) -> None:
         self.at, self.event, self.lost = 0, threading.Event(), threading.Event()
+        self.lost_at = 0
 
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         self.at = time.monotonic_ns()
         self.event.set()
 
     def on_lock_lost(self, lock: object, reason: str) -> None:
+        self.lost_at = time.monotonic_ns()
         self.lost.set()
 
 
@@ -157,7 +161,7 @@ def _child(url: str, settings: Settings, directory: str, conn: Connection) -> No
     while (command := conn.recv()) is not None:
         if command == "request":
             conn.send(time.monotonic_ns())
-            conn.send(urgent.try_lock())
+            conn.send((urgent.try_lock(), time.monotonic_ns()))  # and when it held the lock
         elif command == "flock":
             flock.acquire()
             conn.send(0)
@@ -181,7 +185,7 @@ def _two_processes(
         return int(conn.recv())
 
     def held() -> None:
-        if not conn.recv():
+        if not conn.recv()[0]:
             raise RuntimeError("the request did not get the lock")
 
     ours = _threads(url, rounds, lambda: call("request"), (held, lambda: call("unlock")), s)
@@ -198,6 +202,49 @@ def _two_processes(
     conn.send(None)
     child.join(10)
     return ours
+
+
+def _hinted(url: str, rounds: int, directory: str) -> Samples:
+    """Two processes with hints, 30 s polls: request -> told, and the handover (from the holder's
+    ``lock_lost``) -> the recorded requestor holds the lock (``try_lock()`` returned)."""
+    context = mp.get_context("spawn")
+    conn, child_conn = context.Pipe()
+    child = context.Process(target=_child, args=(url, SLOW, directory, child_conn), daemon=True)
+    child.start()
+    told = _Told()
+    holder = _builder(url, "low", 1).listener(told).build()
+    requests, handoffs = [], []
+    for _ in range(rounds):
+        holder.lock(timeout=30)
+        told.event.clear()
+        told.lost.clear()
+        time.sleep(random.uniform(0, 0.5))  # the holder's last read is a while ago
+        conn.send("request")
+        started = int(conn.recv())
+        if not (told.event.wait(60) and told.lost.wait(60)):
+            raise RuntimeError("the holder was not told of the request, or kept the lock")
+        got, held_at = conn.recv()
+        if not got:
+            raise RuntimeError("the request did not get the lock")
+        requests.append(told.at - started)
+        handoffs.append(held_at - told.lost_at)
+        conn.send("unlock")
+        conn.recv()
+    holder.close()
+    conn.send(None)
+    child.join(10)
+    return requests, handoffs
+
+
+@contextlib.contextmanager
+def _hints_off() -> Iterator[None]:
+    """No hints here nor in the children started meanwhile: every lock polls."""
+    configure_hints(None)
+    try:
+        with _servers.environment({"PRIORITYLOCK_HINTS": "off"}):
+            yield
+    finally:
+        configure_hints()
 
 
 def _off(case: str, url: str, rounds: int, out: Queue[Samples]) -> None:
@@ -368,11 +415,14 @@ def section_push(b: Bench) -> Section:
             add("ZooKeeper (kazoo), two processes", zookeeper(rounds, b.root), "other")
         add(f"{kind.label}, two apps of one serve", _sidecar(b.url(kind), rounds))
     cloud = [k for k in b.store_kinds if k.emulator]
-    for kind in cloud:  # one process: a notice; another process's request: the next read
+    for kind in cloud:  # one process: a notice; another process's: a hint, else the next read
         add(f"{kind.label}, Lock, one process", _in_process(b.url(kind), rounds // 5))
-        add(
-            f"{kind.label}, two processes", _two_processes(b.url(kind), rounds // 5, POLLED), "poll"
-        )
+        hinted = _hinted(b.url(kind), rounds // 5, str(b.root))
+        cases.append((f"{kind.label}, two processes, hints", "hint", "request -> told", hinted[0]))
+        cases.append((f"{kind.label}, two processes, hints", "hint", "handover -> held", hinted[1]))
+        with _hints_off():
+            polled = _two_processes(b.url(kind), rounds // 5, POLLED)
+        add(f"{kind.label}, two processes", polled, "poll")
     for (label, *_), got in zip(off, _notices_off([c[1:] for c in off], rounds // 8), strict=True):
         add(label, got, "poll")
     table: list[list[str]] = []

@@ -238,7 +238,7 @@ class Proc:
 
     @property
     def hint(self) -> str | None:
-        return f"hint-{self.spec.name}" if self.spec.hinted else None
+        return f"host-{self.spec.name}:7700/token" if self.spec.hinted else None
 
     def mono(self, t: float) -> float:
         return self.rate * t

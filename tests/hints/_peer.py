@@ -5,7 +5,8 @@ Run as ``python -m tests.hints._peer SPEC`` (SPEC: JSON of the S3 server and buc
 every report goes to stdout as one line, flushed, times as ``time.monotonic_ns()`` (system-wide
 on Linux, so the test compares them with its own):
 
-``{"op": "hold", "driver": "sync"|"async", "priority": P, ...timings}`` -> ``held FENCE``;
+``{"op": "hold", "driver": "sync"|"async", "priority": P, "path": PATH, ...timings}`` ->
+   ``held FENCE``;
    later ``cleanup NS`` (its cleanup returns at once: the lock passes) and ``lost REASON NS``
 ``{"op": "wait", "priority": P, ...timings}`` -> ``waiting``; later ``acquired NS``
 ``{"op": "hint"}`` -> the hint its current acquisition recorded, ``hint TEXT`` (``none``)
@@ -44,7 +45,8 @@ class Reporter(LockListener):
 
 
 def builder(store: S3Store, command: dict[str, Any]) -> LockBuilder:
-    b = LockBuilder().store(store).path("hints/test").owner(f"peer-{command['op']}")
+    path = command.get("path", "hints/test")
+    b = LockBuilder().store(store).path(path).owner(f"peer-{command['op']}")
     b.priority(command.get("priority", 1)).listener(Reporter())
     b.lease_timeout(command.get("lease", 90.0)).renew_interval(command.get("renew", 30.0))
     b.watch_interval(command.get("watch", 30.0)).cleanup_timeout(command.get("cleanup", 10.0))

@@ -191,3 +191,12 @@ def test_the_hint_follows_the_acquisition_from_requestor_to_holder() -> None:
     assert handed.holder is not None and handed.holder.hint == _R.hint
     renewed = proto.renewed(handed, 3.0)
     assert renewed.holder is not None and renewed.holder.hint == _R.hint
+
+
+def test_the_early_hint_goes_to_a_holder_of_another_process_only() -> None:
+    me = proto.Claim("me", "me", "", 9, 30.0, 10.0, 5.0, False, hint=f"10.0.0.9:9/{TOKEN}")
+    assert proto.early_hint(_lease(), me) == _H.hint
+    assert proto.early_hint(_lease(), attrs.evolve(me, hint=None)) is None  # we don't hint
+    assert proto.early_hint(_lease(holder=attrs.evolve(_H, hint=None)), me) is None
+    same = attrs.evolve(_H, hint=f"10.0.0.9:9/{TOKEN[::-1]}")  # our own listener
+    assert proto.early_hint(_lease(holder=same), me) is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from prioritylock import Lock, LockBuilder, configure_hints
-from prioritylock._hints import HINTS, parse_setting
+from prioritylock._hints import BURST, HINTS, MAGIC, RATE, parse_hint, parse_setting, token_for
 from prioritylock.stores import ObjectStore
 from prioritylock.stores._delegate import DelegatingStore
 from tests._servers.s3 import S3Server, needs_moto
@@ -69,10 +70,20 @@ class Counted(DelegatingStore):
 class Peer:
     """The other host: a ``_peer`` process listening for hints as ``hints`` says."""
 
-    def __init__(self, server: S3Server, bucket: str, hints: str) -> None:
+    def __init__(
+        self,
+        server: S3Server,
+        bucket: str,
+        hints: str,
+        *,
+        endpoint: str | None = None,
+        wrap: tuple[str, ...] = (),
+    ) -> None:
+        """``endpoint``: where the peer reaches the S3 server (default: where we do); ``wrap``:
+        the command it runs under (``ip netns exec NAME``)."""
         spec = {
             "bucket": bucket,
-            "endpoint": server.endpoint_url,
+            "endpoint": endpoint or server.endpoint_url,
             "region": server.region,
             "key": server.access_key_id,
             "secret": server.secret_access_key,
@@ -80,7 +91,7 @@ class Peer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PRIORITYLOCK_")}
         env["PRIORITYLOCK_HINTS"] = hints
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.hints._peer", json.dumps(spec)],
+            [*wrap, sys.executable, "-m", "tests.hints._peer", json.dumps(spec)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -121,7 +132,7 @@ class Peer:
         self._process.stdout.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def bucket(moto_server: S3Server) -> Iterator[str]:
     name = moto_server.create_bucket()
     yield name
@@ -143,8 +154,8 @@ def store(moto_server: S3Server, bucket: str) -> Iterator[Counted]:
     counted.close()
 
 
-def _lock(store: ObjectStore, owner: str, priority: int, **opts: Any) -> Lock:
-    b = LockBuilder().store(store).path("hints/test").owner(owner).priority(priority)
+def _lock(store: ObjectStore, path: str, owner: str, priority: int, **opts: Any) -> Lock:
+    b = LockBuilder().store(store).path(path).owner(owner).priority(priority)
     for name, value in {**SLOW, **opts}.items():
         getattr(b, name)(value)
     return b.build()
@@ -158,20 +169,27 @@ def _peer(server: S3Server, bucket: str, hints: str = "127.0.0.2") -> Iterator[P
         peer.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def peer(moto_server: S3Server, bucket: str) -> Iterator[Peer]:
+    """One peer for the module's tests (starting one costs seconds); each test its own lock."""
     yield from _peer(moto_server, bucket)
+
+
+@pytest.fixture
+def path(request: pytest.FixtureRequest) -> str:
+    name: str = request.node.name
+    return "hints/" + name.replace("[", "-").rstrip("]")
 
 
 @pytest.mark.serial
 @pytest.mark.usefixtures("here")
 @pytest.mark.parametrize("driver", ["sync", "async"])
 def test_a_request_reaches_a_holder_on_another_host_at_once(
-    store: Counted, peer: Peer, driver: str
+    store: Counted, peer: Peer, path: str, driver: str
 ) -> None:
-    peer.send("hold", driver=driver, priority=1, **PEER)
+    peer.send("hold", driver=driver, priority=1, path=path, **PEER)
     peer.expect("held")
-    asking = _lock(store, "asker", 5, waiting_timeout=10.0)
+    asking = _lock(store, path, "asker", 5, waiting_timeout=10.0)
     store.replaced_ns.clear()
     assert asking.try_lock()  # the holder's cleanup returned at once: handed over
     told_ns = int(peer.expect("cleanup")[0])
@@ -187,16 +205,16 @@ def test_a_request_reaches_a_holder_on_another_host_at_once(
 @pytest.mark.usefixtures("here")
 @pytest.mark.parametrize("how", ["force_unlock", "override"])
 def test_a_break_glass_write_reaches_the_old_holder_on_another_host_at_once(
-    store: Counted, peer: Peer, how: str
+    store: Counted, peer: Peer, path: str, how: str
 ) -> None:
-    peer.send("hold", driver="sync", priority=1, **PEER)
+    peer.send("hold", driver="sync", priority=1, path=path, **PEER)
     peer.expect("held")
     if how == "force_unlock":
-        operator = _lock(store, "operator", 1)
+        operator = _lock(store, path, "operator", 1)
         operator.force_unlock("hint test")
     else:
         operator = (
-            LockBuilder().store(store).path("hints/test").owner("operator")
+            LockBuilder().store(store).path(path).owner("operator")
             .emergency_override("hint test").build()
         )  # fmt: skip
         assert operator.try_lock()
@@ -210,10 +228,12 @@ def test_a_break_glass_write_reaches_the_old_holder_on_another_host_at_once(
 
 @pytest.mark.serial
 @pytest.mark.usefixtures("here")
-def test_a_handover_reaches_the_requestor_deep_in_its_backoff(store: Counted, peer: Peer) -> None:
-    holder = _lock(store, "holder", 1)  # no listener: it keeps the lock until unlock()
+def test_a_handover_reaches_the_requestor_deep_in_its_backoff(
+    store: Counted, peer: Peer, path: str
+) -> None:
+    holder = _lock(store, path, "holder", 1)  # no listener: it keeps the lock until unlock()
     assert holder.try_lock()
-    peer.send("wait", priority=5, waiting=60.0, **PEER)
+    peer.send("wait", priority=5, waiting=60.0, path=path, **PEER)
     peer.expect("waiting")
     deadline = time.monotonic() + 20
     while (info := holder.info()) is None or info.requestor_owner is None:
@@ -229,8 +249,7 @@ def test_a_handover_reaches_the_requestor_deep_in_its_backoff(store: Counted, pe
 
 
 @pytest.mark.usefixtures("here")
-def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, moto_server: S3Server,
-                                                        bucket: str) -> None:  # fmt: skip
+def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, path: str) -> None:
     """Uncontended acquire <= 2 requests, renew 1, release 1; and a held lock's requests per
     (fake) hour are the same with hints and without."""
     from prioritylock import FakeClock, Heartbeat
@@ -240,7 +259,7 @@ def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, moto_ser
             configure_hints(None)
         clock = FakeClock()
         beat = Heartbeat(clock, threaded=False)
-        lock = _lock(store, "holder", 1, clock=clock, heartbeat=beat, watch_interval=60.0,
+        lock = _lock(store, path, "holder", 1, clock=clock, heartbeat=beat, watch_interval=60.0,
                      renew_interval=120.0, lease_timeout=360.0, cleanup_timeout=100.0)  # fmt: skip
         before = store.total
         assert lock.try_lock()
@@ -271,17 +290,17 @@ def test_a_held_lock_costs_the_same_requests_with_hints(store: Counted, moto_ser
 
 @pytest.mark.parametrize("side", ["peer", "here"])
 def test_hints_off_on_either_side_is_the_old_latency_and_nothing_breaks(
-    store: Counted, moto_server: S3Server, bucket: str, side: str
+    store: Counted, moto_server: S3Server, bucket: str, path: str, side: str
 ) -> None:
     configure_hints(None if side == "here" else "127.0.0.3")
     try:
         for peer in _peer(moto_server, bucket, "off" if side == "peer" else "127.0.0.2"):
-            peer.send("hold", driver="sync", priority=1, **{**PEER, "watch": 0.5})
+            peer.send("hold", driver="sync", priority=1, path=path, **{**PEER, "watch": 0.5})
             peer.expect("held")
             peer.send("hint")
             recorded = peer.expect("hint")[0]
             assert (recorded == "none") == (side == "peer")
-            asking = _lock(store, "asker", 5, waiting_timeout=10.0)
+            asking = _lock(store, path, "asker", 5, waiting_timeout=10.0)
             started = time.monotonic()
             assert asking.try_lock()  # handed over at the holder's next watch read
             peer.expect("cleanup")
@@ -294,3 +313,42 @@ def test_hints_off_on_either_side_is_the_old_latency_and_nothing_breaks(
             asking.close()
     finally:
         HINTS.configure(parse_setting(os.environ.get("PRIORITYLOCK_HINTS")))
+
+
+@pytest.mark.serial
+@pytest.mark.usefixtures("here")
+def test_a_flood_of_100000_datagrams_leaves_a_holder_its_rate(store: Counted, path: str) -> None:
+    """Garbage, unknown tokens and the holder's own token at full rate, a third each: the holder
+    keeps its lock, and reads at most BURST + RATE a second; the listener's CPU is printed."""
+    holder = _lock(store, path, "holder", 1)
+    assert holder.try_lock()
+    seen = holder._st.seen
+    assert seen is not None and seen.lease is not None and seen.lease.holder is not None
+    parsed = parse_hint(seen.lease.holder.hint)
+    assert parsed is not None
+    host, port, token = parsed
+    listener = HINTS._listener
+    assert listener is not None and listener.thread is not None and listener.thread.ident
+    clock = time.pthread_getcpuclockid(listener.thread.ident)
+    packets = [b"garbage", MAGIC + token_for("someone-else").encode(), MAGIC + token.encode()]
+
+    def reads() -> int:
+        return store.ops.get("read", 0) + store.ops.get("read_if_changed", 0)
+
+    before, cpu, started = reads(), time.clock_gettime(clock), time.monotonic()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+        flood.bind(("127.0.0.2", 0))
+        for sent in range(100_000):
+            flood.sendto(packets[sent % 3], (host, port))
+    time.sleep(0.5)  # what reached the listener's buffer is handled, its reads done
+    seconds, used, made = time.monotonic() - started, time.clock_gettime(clock) - cpu, reads()
+    stats = HINTS.stats()
+    print(
+        f"flood: 100000 datagrams in {seconds:.2f} s; listener CPU {used:.2f} s; the holder "
+        f"read {made - before} times; {stats.coalesced} coalesced, {stats.dropped} dropped"
+    )
+    assert holder.is_current_owner()
+    assert made - before <= BURST + RATE * seconds + 1
+    assert used < 5.0  # 0.3 s on a loaded 2-core machine
+    holder.unlock()
+    holder.close()
