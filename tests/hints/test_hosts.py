@@ -294,3 +294,39 @@ def test_hints_off_on_either_side_is_the_old_latency_and_nothing_breaks(
             asking.close()
     finally:
         HINTS.configure(parse_setting(os.environ.get("PRIORITYLOCK_HINTS")))
+
+
+@pytest.mark.serial
+@pytest.mark.usefixtures("here")
+@pytest.mark.parametrize("hints", ["127.0.0.2", "off"])
+def test_a_release_reaches_the_head_of_the_line_on_another_host(
+    store: Counted, moto_server: S3Server, bucket: str, hints: str
+) -> None:
+    """The fair line (issue 30): a release hints the head of the line, which takes the lock at
+    once; a head that hears no hints (``PRIORITYLOCK_HINTS=off`` there) takes it at its poll."""
+    poll = 10.0 if hints != "off" else 0.5
+    holder = _lock(store, "holder", 1)
+    assert holder.try_lock()
+    for peer in _peer(moto_server, bucket, hints):
+        peer.send("wait", priority=1, waiting=60.0, **{**PEER, "poll": poll})
+        peer.expect("waiting")
+        deadline = time.monotonic() + 20
+        while (info := holder.info()) is None or not info.waiters:
+            assert time.monotonic() < deadline, "the peer never joined the line"
+            time.sleep(0.05)
+        assert info.requestor_owner is None  # equal priority: it lines up, it doesn't request
+        assert [w.owner for w in info.waiters] == ["peer-wait"]
+        if hints != "off":
+            time.sleep(1.5)  # the peer's backoff is deep now: its pauses are a second or more
+        holder.unlock()  # frees the lock: the head's turn (a hint to the head, if it hears them)
+        released_ns = time.monotonic_ns()
+        acquired_ns = int(peer.expect("acquired")[0])
+        took = (acquired_ns - released_ns) / 1e9
+        peer.send("stats")
+        delivered = int(peer.expect("stats")[0])
+        print(f"hints {hints}: the head held it {took * 1e3:.1f} ms after the release")
+        if hints == "off":
+            assert delivered == 0 and took < 1.5 * poll + 0.5  # at its poll, unhinted
+        else:
+            assert delivered >= 1 and took < AT_ONCE
+    holder.close()
