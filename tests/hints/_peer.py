@@ -8,7 +8,8 @@ on Linux, so the test compares them with its own):
 ``{"op": "hold", "driver": "sync"|"async", "priority": P, "path": PATH, ...timings}`` ->
    ``held FENCE``;
    later ``cleanup NS`` (its cleanup returns at once: the lock passes) and ``lost REASON NS``
-``{"op": "wait", "priority": P, ...timings}`` -> ``waiting``; later ``acquired NS``
+``{"op": "wait", "priority": P, ...timings}`` -> ``waiting``; later ``acquired NS``; with
+   ``"trace": true`` also ``read NS`` as each of the waiter's reads starts
 ``{"op": "hint"}`` -> the hint its current acquisition recorded, ``hint TEXT`` (``none``)
 ``{"op": "release"}`` -> ``released NS``
 ``{"op": "stats"}`` -> ``stats DELIVERED COALESCED DROPPED`` (its listener's counts)
@@ -25,7 +26,8 @@ from typing import Any
 
 from prioritylock import AsyncLock, Lock, LockBuilder, LockListener, hint_stats
 from prioritylock._listener import CleanupNotice
-from prioritylock.stores import S3Store
+from prioritylock.stores import ObjectStore, S3Store
+from prioritylock.stores._delegate import DelegatingStore
 
 _out = threading.Lock()
 
@@ -44,7 +46,16 @@ class Reporter(LockListener):
         emit("lost", reason, time.monotonic_ns())
 
 
-def builder(store: S3Store, command: dict[str, Any]) -> LockBuilder:
+class Traced(DelegatingStore):
+    """Reports when each read starts."""
+
+    def _forward(self, op: str, key: str, call: Any) -> Any:
+        if op.startswith("read"):
+            emit("read", time.monotonic_ns())
+        return call()
+
+
+def builder(store: ObjectStore, command: dict[str, Any]) -> LockBuilder:
     path = command.get("path", "hints/test")
     b = LockBuilder().store(store).path(path).owner(f"peer-{command['op']}")
     b.priority(command.get("priority", 1)).listener(Reporter())
@@ -86,7 +97,7 @@ def main() -> None:
                 assert lock.try_lock()
                 emit("held", lock.fencing_token)
         elif op == "wait":
-            waiter = builder(store, command).build()
+            waiter = builder(Traced(store) if command.get("trace") else store, command).build()
             lock = waiter
 
             def wait(waiter: Lock = waiter) -> None:

@@ -121,6 +121,10 @@ class Peer:
             if fields and fields[0] == word:
                 return fields[1:]
 
+    def report(self, timeout: float = 30.0) -> list[str]:
+        """The next report's fields, whatever it is."""
+        return self._lines.get(timeout=timeout).split()
+
     def close(self) -> None:
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.close()
@@ -351,4 +355,45 @@ def test_a_flood_of_100000_datagrams_leaves_a_holder_its_rate(store: Counted, pa
     assert made - before <= BURST + RATE * seconds + 1
     assert used < 5.0  # 0.3 s on a loaded 2-core machine
     holder.unlock()
+
+
+@pytest.mark.serial
+@pytest.mark.usefixtures("here")
+@pytest.mark.parametrize("hints", ["127.0.0.2", "off"])
+def test_a_release_reaches_the_head_of_the_line_on_another_host(
+    store: Counted, moto_server: S3Server, bucket: str, path: str, hints: str
+) -> None:
+    """The fair line (issue 30): a release hints the head of the line, which reads at once and
+    takes the lock with that read; a head that hears no hints (``PRIORITYLOCK_HINTS=off``
+    there) takes it at its poll. (Reached: the head's read starts; held: it took the lock, one
+    write later, which on a loaded machine can alone take tens of ms on moto.)"""
+    poll = 10.0 if hints != "off" else 0.5
+    holder = _lock(store, path, "holder", 1)
+    assert holder.try_lock()
+    for peer in _peer(moto_server, bucket, hints):
+        peer.send("wait", priority=1, waiting=60.0, trace=True, path=path, **{**PEER, "poll": poll})
+        peer.expect("waiting")
+        deadline = time.monotonic() + 20
+        while (info := holder.info()) is None or not info.waiters:
+            assert time.monotonic() < deadline, "the peer never joined the line"
+            time.sleep(0.05)
+        assert info.requestor_owner is None  # equal priority: it lines up, it doesn't request
+        assert [w.owner for w in info.waiters] == ["peer-wait"]
+        time.sleep(1.5)  # the peer's backoff is deep now: its pauses are about its poll
+        holder.unlock()  # frees the lock: the head's turn (a hint to the head, if it hears them)
+        released_ns = store.replaced_ns[-1]  # the release landed (then the hint went)
+        reads: list[int] = []
+        while (report := peer.report())[0] != "acquired":
+            if report[0] == "read" and int(report[1]) > released_ns:
+                reads.append(int(report[1]))
+        took = (int(report[1]) - released_ns) / 1e9
+        peer.send("stats")
+        delivered = int(peer.expect("stats")[0])
+        print(f"hints {hints}: the head read at {[(r - released_ns) / 1e6 for r in reads]} ms, "
+              f"held it {took * 1e3:.1f} ms after the release")  # fmt: skip
+        assert len(reads) <= 1  # the read that found the lock free took it
+        if hints == "off":
+            assert delivered == 0 and took < 1.5 * poll + 0.5  # at its poll, unhinted
+        else:
+            assert delivered >= 1 and reads and reads[0] - released_ns < AT_ONCE * 1e9
     holder.close()
