@@ -50,3 +50,5 @@ def test_operators_read_who_holds_what_with_which_fence(
         )
         for m in warnings
     ), warnings
+    for lock in (worker, ops):
+        lock.close()  # no heartbeat outlives the test (ops's may not have heard the unlock yet)
