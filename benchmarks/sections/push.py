@@ -5,10 +5,10 @@
 (NDJSON streams), filelock's handoff and ZooKeeper's channel when installed; the same with
 notices off (``PRIORITYLOCK_NOTICES=off``: every lock polls, as across hosts); two processes on
 each cloud emulator with hints (a datagram from the writer; 30 s polls) and without (polls, a
-read a second), and what a held lock costs there; and the CPU of
-1,000 held locks of one directory with file-system notices on and off. A 60 s lease, 20 s
-cleanup window and 30 s polls: without a notice, seconds. ``time.monotonic_ns`` is
-system-wide, so a child's readings compare with ours."""
+read a second), and what a held lock costs there; and the CPU of 1,000 held locks of one
+directory with file-system notices on and off. A 60 s lease, 20 s cleanup window and 30 s
+polls: without a notice, seconds. ``time.monotonic_ns`` is system-wide, so a child's readings
+compare with ours."""
 
 from __future__ import annotations
 
@@ -18,17 +18,15 @@ import http.client
 import json
 import multiprocessing as mp
 import os
-import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 import _servers
 import filelock
@@ -41,7 +39,9 @@ from sections.native import zookeeper
 
 SLOW = {"lease_timeout": 60, "cleanup_timeout": 20, "waiting_timeout": 20, "poll_interval": 30}
 POLLED = {"watch_interval": 1.0, "poll_interval": 1.0}  # on a cloud store: a read a second
-WAITING = 0.02  # the waiter is this far into its wait when the lock is released
+# The waiter is this far into its wait when the lock is released; with notices off, deep in its
+# backed-off polling.
+WAITING = 2.0 if os.environ.get("PRIORITYLOCK_NOTICES") == "off" else 0.02
 HELD, RATES = 1_000, (0, 100, 1_000)  # locks held in the CPU case; other files' writes a second
 LOCKS = "v1.d/path.d/bench.d"  # where a LocalStore keeps the locks of the path ("bench", ...)
 FIGURES = ("request -> told", "release -> next")
@@ -70,16 +70,9 @@ def _builder(url: str, owner: str, priority: int, settings: Settings = SLOW) -> 
     return b
 
 
-def _began(call: Callable[[], object]) -> int:
-    """When ``call`` began (``time.monotonic_ns``), once it returned."""
-    started = time.monotonic_ns()
-    call()
-    return started
-
-
-def _handoff(acquire: Callable[[], object], release: Callable[[], int]) -> int:
-    """ns from ``release`` (which returns when it began), ``WAITING`` into ``acquire``'s wait on
-    a thread, to ``acquire`` returning there."""
+def _handoff(acquire: Callable[[], object], release: Callable[[], int | None]) -> int:
+    """ns from ``release`` (which may return when the other process began it), ``WAITING`` into
+    ``acquire``'s wait on a thread, to ``acquire`` returning there."""
     got: list[int] = []
 
     def wait() -> None:
@@ -89,7 +82,8 @@ def _handoff(acquire: Callable[[], object], release: Callable[[], int]) -> int:
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(WAITING)
-    released = release()
+    began = time.monotonic_ns()
+    released = release() or began
     waiter.join(60)
     return got[0] - released  # none: the waiter did not get the lock
 
@@ -205,19 +199,11 @@ def _hints_off() -> Iterator[None]:
         configure_hints()
 
 
-def _off(run: Callable[[], Samples]) -> Samples:
-    """``run`` in a process started with ``PRIORITYLOCK_NOTICES=off``, the waiter 2 s (not
-    20 ms) into its wait when the lock is released: deep in its backed-off polling."""
-    global WAITING
-    WAITING = 2.0
-    return run()
-
-
 def _notices_off(runs: list[Callable[[], Samples]]) -> list[Samples]:
     """The ``runs`` side by side, each in a process with notices off."""
     with ProcessPoolExecutor(len(runs), mp.get_context("spawn")) as pool:
         with _servers.environment({"PRIORITYLOCK_NOTICES": "off"}):  # the processes start here
-            futures = [pool.submit(_off, run) for run in runs]
+            futures = [pool.submit(run) for run in runs]
         return [future.result(timeout=600) for future in futures]
 
 
@@ -241,26 +227,23 @@ class _Stream:
 def _sidecar_round(service: _servers.Service, resource: str) -> tuple[int, int]:
     """A holding stream asked by a priority-9 POST; a waiting stream given the lock by DELETE."""
     body = {"owner": "batch", "priority": 1, "ttl": "60s", "cleanupTimeout": "20s"}
-    path, asked = f"/v1.0-alpha2/lock/locks/{resource}", queue.Queue[Any]()
-
-    def post() -> None:
-        urgent = {"owner": "urgent", "priority": 9, "waitingTimeout": "25s"}
-        asked.put(_servers.call_json(service.connection(), "POST", path, urgent))
-
+    urgent = {"owner": "urgent", "priority": 9, "waitingTimeout": "25s"}
+    path, streams = f"/v1.0-alpha2/lock/locks/{resource}", list[_Stream]()
     holder = _Stream(service.http_port, resource, body)
     holder.until("lock-acquired")
-    started = _began(threading.Thread(target=post).start)
-    told = holder.until("cleanup-requested") - started
-    holder.conn.close()  # cleaned up: hanging up hands over
-    unlock = {"lockID": asked.get(timeout=60)["lockID"]}
-    streams: list[_Stream] = []
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic_ns()
+        asked = pool.submit(_servers.call_json, service.connection(), "POST", path, urgent)
+        told = holder.until("cleanup-requested") - started
+        holder.conn.close()  # cleaned up: hanging up hands over
+        unlock = {"lockID": asked.result(60)["lockID"]}
 
     def wait() -> None:
         streams.append(_Stream(service.http_port, resource, body))
         streams[0].until("lock-acquired")
 
     delete = partial(_servers.call_json, service.connection(), "DELETE", path, unlock, 204)
-    handoff = _handoff(wait, lambda: _began(delete))
+    handoff = _handoff(wait, delete)
     streams[0].conn.close()
     return told, handoff
 
@@ -272,15 +255,13 @@ def _sidecar(url: str, rounds: int) -> Samples:
 
 
 def _holding(url: str, conn: Connection) -> None:
-    """A child holding HELD locks of one directory: its CPU seconds in each window we open."""
+    """A child holding HELD locks of one directory: its CPU seconds so far, each time asked."""
     locks = [_builder(url, "held", 1).path("bench", f"held-{n}").build() for n in range(HELD)]
     if not all(lock.try_lock() for lock in locks):
         raise RuntimeError("a free lock was refused")
     conn.send(0)
-    while conn.recv():  # a window opens ...
-        cpu = time.process_time()  # not /proc's clock ticks: idle, it uses a few of them
-        conn.recv()  # ... and closes
-        conn.send(time.process_time() - cpu)
+    while conn.recv():  # not /proc's clock ticks: idle, it uses a few of them
+        conn.send(time.process_time())
     for lock in locks:
         lock.unlock()
         lock.close()
@@ -312,10 +293,11 @@ def _cpu(b: Bench, window: float) -> list[tuple[str, int, float]]:
         time.sleep(window)  # the heartbeat settles: a watch read every 10 s, a renewal every 20
         for rate in RATES:
             conn.send(True)
-            started = time.monotonic()
+            cpu, started = conn.recv(), time.monotonic()
             _other_writes(Path(url.removeprefix("file://"), LOCKS), rate, window)
             conn.send(True)
-            out.append((notices, rate, 100 * conn.recv() / (time.monotonic() - started)))
+            used = conn.recv() - cpu
+            out.append((notices, rate, 100 * used / (time.monotonic() - started)))
         conn.send(False)
         child.join(120)
     return out
