@@ -13,7 +13,6 @@ compare with ours."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.client
 import json
 import multiprocessing as mp
@@ -21,7 +20,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict
 from functools import partial
@@ -33,7 +32,7 @@ import filelock
 from _bench import Bench
 from _harness import Section, stats_delta, summarize
 
-from prioritylock import CleanupNotice, LockBuilder, LockListener, configure_hints
+from prioritylock import CleanupNotice, LockBuilder, LockListener
 from prioritylock.stores import open_store
 from sections.native import zookeeper
 
@@ -45,14 +44,14 @@ WAITING = 2.0 if os.environ.get("PRIORITYLOCK_NOTICES") == "off" else 0.02
 HELD, RATES = 1_000, (0, 100, 1_000)  # locks held in the CPU case; other files' writes a second
 LOCKS = "v1.d/path.d/bench.d"  # where a LocalStore keeps the locks of the path ("bench", ...)
 FIGURES = ("request -> told", "release -> next")
-Samples = list[list[int]]  # ns, one list per figure: FIGURES, unless said otherwise
+Samples = Sequence[list[int]]  # ns, one list per figure: FIGURES, unless said otherwise
 Settings = Mapping[str, float]
+NO_HINTS, NO_NOTICES = {"PRIORITYLOCK_HINTS": "off"}, {"PRIORITYLOCK_NOTICES": "off"}
 
 
 class _Told(LockListener):  # when the holder was told, and that it let go (and when)
     def __init__(self) -> None:
-        self.at, self.event, self.lost = 0, threading.Event(), threading.Event()
-        self.lost_at = 0
+        self.at, self.lost_at, self.event, self.lost = 0, 0, threading.Event(), threading.Event()
 
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         self.at = time.monotonic_ns()
@@ -188,21 +187,11 @@ def _in_loop(url: str, rounds: int) -> Samples:
     return asyncio.run(_on_loop(url, rounds))
 
 
-@contextlib.contextmanager
-def _hints_off() -> Iterator[None]:
-    """No hints here nor in the children started meanwhile: every lock polls."""
-    configure_hints(None)
-    try:
-        with _servers.environment({"PRIORITYLOCK_HINTS": "off"}):
-            yield
-    finally:
-        configure_hints()
-
-
-def _notices_off(runs: list[Callable[[], Samples]]) -> list[Samples]:
-    """The ``runs`` side by side, each in a process with notices off."""
+def _elsewhere(env: Mapping[str, str], runs: list[Callable[[], Samples]]) -> list[Samples]:
+    """The ``runs`` side by side, each in a process started with ``env`` (so are its children):
+    notices or hints off there."""
     with ProcessPoolExecutor(len(runs), mp.get_context("spawn")) as pool:
-        with _servers.environment({"PRIORITYLOCK_NOTICES": "off"}):  # the processes start here
+        with _servers.environment(env):  # the processes start here
             futures = [pool.submit(run) for run in runs]
         return [future.result(timeout=600) for future in futures]
 
@@ -224,34 +213,31 @@ class _Stream:
         raise RuntimeError(f"the stream ended before a {kind} event")
 
 
-def _sidecar_round(service: _servers.Service, resource: str) -> tuple[int, int]:
-    """A holding stream asked by a priority-9 POST; a waiting stream given the lock by DELETE."""
+def _sidecar(url: str, rounds: int) -> Samples:
+    """Each round, a holding stream asked by a priority-9 POST, and a waiting stream given the
+    lock by DELETE."""
     body = {"owner": "batch", "priority": 1, "ttl": "60s", "cleanupTimeout": "20s"}
     urgent = {"owner": "urgent", "priority": 9, "waitingTimeout": "25s"}
-    path, streams = f"/v1.0-alpha2/lock/locks/{resource}", list[_Stream]()
-    holder = _Stream(service.http_port, resource, body)
-    holder.until("lock-acquired")
-    with ThreadPoolExecutor(1) as pool:
-        started = time.monotonic_ns()
-        asked = pool.submit(_servers.call_json, service.connection(), "POST", path, urgent)
-        told = holder.until("cleanup-requested") - started
-        holder.conn.close()  # cleaned up: hanging up hands over
-        unlock = {"lockID": asked.result(60)["lockID"]}
+    requests, handoffs = [], []
+    with _servers.Service({"locks": url}) as service, ThreadPoolExecutor(1) as pool:
 
-    def wait() -> None:
-        streams.append(_Stream(service.http_port, resource, body))
-        streams[0].until("lock-acquired")
+        def wait(resource: str, streams: list[_Stream]) -> None:
+            streams.append(_Stream(service.http_port, resource, body))
+            streams[0].until("lock-acquired")
 
-    delete = partial(_servers.call_json, service.connection(), "DELETE", path, unlock, 204)
-    handoff = _handoff(wait, delete)
-    streams[0].conn.close()
-    return told, handoff
-
-
-def _sidecar(url: str, rounds: int) -> Samples:
-    with _servers.Service({"locks": url}) as service:
-        pairs = [_sidecar_round(service, f"push-{n}") for n in range(rounds)]
-    return [list(figure) for figure in zip(*pairs, strict=True)]
+        for resource in (f"push-{n}" for n in range(rounds)):
+            path, streams = f"/v1.0-alpha2/lock/locks/{resource}", list[_Stream]()
+            holder = _Stream(service.http_port, resource, body)
+            holder.until("lock-acquired")
+            started = time.monotonic_ns()
+            asked = pool.submit(_servers.call_json, service.connection(), "POST", path, urgent)
+            requests.append(holder.until("cleanup-requested") - started)
+            holder.conn.close()  # cleaned up: hanging up hands over
+            unlock = {"lockID": asked.result(60)["lockID"]}
+            delete = partial(_servers.call_json, service.connection(), "DELETE", path, unlock, 204)
+            handoffs.append(_handoff(partial(wait, resource, streams), delete))
+            streams[0].conn.close()
+    return [requests, handoffs]
 
 
 def _holding(url: str, conn: Connection) -> None:
@@ -270,14 +256,12 @@ def _holding(url: str, conn: Connection) -> None:
 def _other_writes(directory: Path, rate: int, seconds: float) -> None:
     """``rate`` writes a second, a lock's way (a new file renamed over the old), to files of
     ``directory`` that no lock of the child holds, for ``seconds``."""
-    start, n = time.monotonic(), 0
-    while (now := time.monotonic()) < start + seconds:
-        if not rate or now < start + n / rate:
-            time.sleep(min(start + seconds - now, 1 / (rate or 1)))
-            continue
+    start = time.monotonic()
+    for n in range(int(rate * seconds)):
+        time.sleep(max(0.0, start + n / rate - time.monotonic()))
         (directory / ".w").write_bytes(b"{}")
         os.replace(directory / ".w", directory / f"other-{n % 100}.obj")
-        n += 1
+    time.sleep(max(0.0, start + seconds - time.monotonic()))
 
 
 def _cpu(b: Bench, window: float) -> list[tuple[str, int, float]]:
@@ -322,10 +306,7 @@ def section_push(b: Bench) -> Section:
     section = Section("push", title, ["case", "what", "p50", "p99", "n"], notes=notes)
 
     def add(
-        case: str,
-        got: Sequence[list[int]] | None,
-        channel: str = "notice",
-        what: Sequence[str] = FIGURES,
+        case: str, got: Samples | None, channel: str = "notice", what: Sequence[str] = FIGURES
     ) -> None:
         """The figures of a case (none: a comparator not installed); the channel: "notice",
         "hint", "poll" (none), or "other" (a comparator)."""
@@ -362,10 +343,9 @@ def section_push(b: Bench) -> Section:
         add(f"{kind.label}, Lock, one process", _pair(b.url(kind), rounds // 5, process=False))
         hinted = _pair(b.url(kind), rounds // 5, hints=True)
         add(f"{kind.label}, two processes, hints", hinted, "hint", [FIGURES[0], "handover -> held"])
-        with _hints_off():
-            polled = _pair(b.url(kind), rounds // 5, POLLED)
-        add(f"{kind.label}, two processes", polled, "poll")
-    for label, got in zip(off, _notices_off(list(off.values())), strict=True):
+        polled = partial(_pair, b.url(kind), rounds // 5, POLLED)
+        add(f"{kind.label}, two processes", _elsewhere(NO_HINTS, [polled])[0], "poll")
+    for label, got in zip(off, _elsewhere(NO_NOTICES, list(off.values())), strict=True):
         add(label, got, "poll")
     per_hour = "requests per held lock per hour"
     for kind in cloud:
