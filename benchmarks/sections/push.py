@@ -249,8 +249,7 @@ def _holding(url: str, conn: Connection) -> None:
     while conn.recv():  # not /proc's clock ticks: idle, it uses a few of them
         conn.send(time.process_time())
     for lock in locks:
-        lock.unlock()
-        lock.close()
+        lock.close()  # releases it
 
 
 def _other_writes(directory: Path, rate: int, seconds: float) -> None:
@@ -294,8 +293,7 @@ def _cost(url: str, seconds: float) -> float:
     time.sleep(0.5)  # half a watch interval in: the window holds ``seconds`` reads
     # Holding: the heartbeat reads and renews meanwhile.
     made = sum(stats_delta(lock.config.store, partial(time.sleep, seconds)).values())
-    lock.unlock()
-    lock.close()
+    lock.close()  # releases it
     return made * 3600 / seconds
 
 
