@@ -216,10 +216,8 @@ class StreamHolders:
             if s.trouble is None and now - s.last_event > self._stall:
                 s.trouble = f"stalled: nothing for {now - s.last_event:.1f} s"
         if troubled := [s for s in self._streams if s.trouble is not None]:
-            first = f"#{troubled[0].index}: {troubled[0].trouble}"
-            raise ServiceError(
-                f"{len(troubled)} of {self._n} streams stopped holding, e.g. {first}"
-            )
+            n, first = len(troubled), f"#{troubled[0].index}: {troubled[0].trouble}"
+            raise ServiceError(f"{n} of {self._n} streams stopped holding, e.g. {first}")
         await asyncio.gather(*(self._check_lease(s, self.end_ages) for s in self._streams))
         if self.stale:
             raise ServiceError(
@@ -304,10 +302,8 @@ async def _phase(service: Service, action: Callable[[], Awaitable[None]], n: int
     cpu0, t0 = service.cpu_s(), time.perf_counter()
     await action()
     wall, cpu = time.perf_counter() - t0, service.cpu_s() - cpu0
-    return {"wall_s": round(wall, 3), "per_s": round(n / wall, 1)} | {
-        "service_cpu_s": round(cpu, 3),
-        "service_cpu_us_each": round(1e6 * cpu / n, 1),
-    }
+    each = {"service_cpu_s": round(cpu, 3), "service_cpu_us_each": round(1e6 * cpu / n, 1)}
+    return {"wall_s": round(wall, 3), "per_s": round(n / wall, 1)} | each
 
 
 async def run(args: Any, service: Service, result: dict[str, Any], emulator: int | None) -> None:
@@ -321,10 +317,8 @@ async def run(args: Any, service: Service, result: dict[str, Any], emulator: int
         grpc.aio.insecure_channel(f"127.0.0.1:{service.grpc_port}") as channel,
     ):
         stub = lock_pb2_grpc.LockServiceStub(channel)  # type: ignore[no-untyped-call]
-        base = f"{service.url}/v1.0-alpha2/lock/{STORE}"
-        stream = (
-            partial(_grpc, stub) if args.transport == "grpc" else partial(_ndjson, session, base)
-        )
+        http = partial(_ndjson, session, f"{service.url}/v1.0-alpha2/lock/{STORE}")
+        stream = partial(_grpc, stub) if args.transport == "grpc" else http
         holders = StreamHolders(session, service, stream, args)
         try:
             result["load_start"] = load_average()

@@ -52,11 +52,8 @@ class _Redis:
 
         self.client = redis.Redis.from_url(url.split("?", 1)[0])
         self.lock = self.client.lock(f"native:{name}", timeout=TTL_S)
-        self.renew, self.release, self.close = (
-            self.lock.reacquire,
-            self.lock.release,
-            self.client.close,
-        )
+        self.renew, self.release = self.lock.reacquire, self.lock.release
+        self.close = self.client.close
 
     def acquire(self, wait: bool) -> bool:
         return bool(self.lock.acquire(blocking=wait, blocking_timeout=TTL_S))

@@ -5,50 +5,53 @@
 (NDJSON streams), filelock's handoff and ZooKeeper's channel when installed; the same with
 notices off (``PRIORITYLOCK_NOTICES=off``: every lock polls, as across hosts); two processes on
 each cloud emulator with hints (a datagram from the writer; 30 s polls) and without (polls, a
-read a second), and what a held lock costs there; and the CPU of
-1,000 held locks of one directory with file-system notices on and off. A 60 s lease, 20 s
-cleanup window and 30 s polls: without a notice, seconds. ``time.monotonic_ns`` is
-system-wide, so a child's readings compare with ours."""
+read a second), and what a held lock costs there; and the CPU of 1,000 held locks of one
+directory with file-system notices on and off. A 60 s lease, 20 s cleanup window and 30 s
+polls: without a notice, seconds. ``time.monotonic_ns`` is system-wide, so a child's readings
+compare with ours."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.client
 import json
 import multiprocessing as mp
 import os
-import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import asdict
+from functools import partial
 from multiprocessing.connection import Connection
-from multiprocessing.queues import Queue
 from pathlib import Path
-from typing import Any
 
 import _servers
 import filelock
 from _bench import Bench
-from _harness import Section, fmt_num, summarize
+from _harness import Section, stats_delta, summarize
 
-from prioritylock import CleanupNotice, LockBuilder, LockListener, configure_hints
+from prioritylock import CleanupNotice, LockBuilder, LockListener
 from prioritylock.stores import open_store
 from sections.native import zookeeper
 
 SLOW = {"lease_timeout": 60, "cleanup_timeout": 20, "waiting_timeout": 20, "poll_interval": 30}
 POLLED = {"watch_interval": 1.0, "poll_interval": 1.0}  # on a cloud store: a read a second
-WAITING = 0.02  # the waiter is this far into its wait when the lock is released
+# The waiter is this far into its wait when the lock is released; with notices off, deep in its
+# backed-off polling.
+WAITING = 2.0 if os.environ.get("PRIORITYLOCK_NOTICES") == "off" else 0.02
 HELD, RATES = 1_000, (0, 100, 1_000)  # locks held in the CPU case; other files' writes a second
-Samples = tuple[list[int], list[int]]  # (request -> told, release -> next holder), ns
+LOCKS = "v1.d/path.d/bench.d"  # where a LocalStore keeps the locks of the path ("bench", ...)
+FIGURES = ("request -> told", "release -> next")
+Samples = Sequence[list[int]]  # ns, one list per figure: FIGURES, unless said otherwise
 Settings = Mapping[str, float]
+NO_HINTS, NO_NOTICES = {"PRIORITYLOCK_HINTS": "off"}, {"PRIORITYLOCK_NOTICES": "off"}
 
 
 class _Told(LockListener):  # when the holder was told, and that it let go (and when)
     def __init__(self) -> None:
-        self.at, self.event, self.lost = 0, threading.Event(), threading.Event()
-        self.lost_at = 0
+        self.at, self.lost_at, self.event, self.lost = 0, 0, threading.Event(), threading.Event()
 
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         self.at = time.monotonic_ns()
@@ -66,70 +69,96 @@ def _builder(url: str, owner: str, priority: int, settings: Settings = SLOW) -> 
     return b
 
 
-def _waiting(acquire: Callable[[], object]) -> tuple[threading.Thread, list[int]]:
-    got: list[int] = []  # when ``acquire`` returned, on the thread
+def _handoff(acquire: Callable[[], object], release: Callable[[], int | None]) -> int:
+    """ns from ``release`` (which may return when the other process began it), ``WAITING`` into
+    ``acquire``'s wait on a thread, to ``acquire`` returning there."""
+    got: list[int] = []
 
-    def run() -> None:
+    def wait() -> None:
         acquire()
         got.append(time.monotonic_ns())
 
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, got
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(WAITING)
+    began = time.monotonic_ns()
+    released = release() or began
+    waiter.join(60)
+    return got[0] - released  # none: the waiter did not get the lock
 
 
-def _threads(
+def _requestor(url: str, settings: Settings, directory: str, conn: Connection) -> None:
+    """The other process (or thread): request, unlock, flock, funlock; answers the clock
+    before each."""
+    urgent = _builder(url, "high", 9, settings).build()
+    flock = filelock.FileLock(f"{directory}/push.filelock")
+    while (command := conn.recv()) is not None:
+        if command == "request":
+            conn.send(time.monotonic_ns())
+            conn.send((urgent.try_lock(), time.monotonic_ns()))  # and when it held the lock
+        elif command == "flock":
+            flock.acquire()
+            conn.send(0)
+        else:
+            conn.send(time.monotonic_ns())
+            (urgent.unlock if command == "unlock" else flock.release)()
+
+
+def _pair(
     url: str,
     rounds: int,
-    ask: Callable[[], int],
-    release: tuple[Callable[[], None], Callable[[], int]],
     s: Settings = SLOW,
+    *,
+    process: bool = True,
+    hints: bool = False,
+    flock: bool = False,
 ) -> Samples:
-    """Our holder is asked (``ask`` returns when it began); once the other holds (``release[0]``
-    returns), our holder waits and the other releases (``release[1]`` returns when it began).
-    A polled holder is asked at a random point of its watch interval."""
+    """Our holder against a requestor (:func:`_requestor`) in a child process (or, not
+    ``process``, on a thread): our holder is asked; once the other holds, our holder waits and
+    the other releases. With ``hints``, the second figure is the handover instead: our holder
+    let go (``lock_lost``) -> the other held. A polled holder is asked at a random point of its
+    watch interval, a hinted one up to 0.5 s after its last read. With ``flock``, a third list:
+    filelock's handoffs between the two."""
+    context, directory = mp.get_context("spawn"), url.removeprefix("file://")
+    conn, theirs = context.Pipe()
+    start = context.Process if process else threading.Thread
+    other = start(target=_requestor, args=(url, s, directory, theirs), daemon=True)
+    other.start()
+
+    def call(command: str) -> int:
+        conn.send(command)
+        return int(conn.recv())
+
     told = _Told()
     holder = _builder(url, "low", 1, s).listener(told).build()
-    requests, handoffs = [], []
+    requests, handoffs, flocks = [], [], []
     for _ in range(rounds):
         holder.lock(timeout=30)
         told.event.clear()
         told.lost.clear()
-        time.sleep(random.uniform(0, s.get("watch_interval", 0)))
-        started = ask()
+        time.sleep(random.uniform(0, 0.5 if hints else s.get("watch_interval", 0)))
+        started = call("request")
         if not (told.event.wait(60) and told.lost.wait(60)):
             raise RuntimeError("the holder was not told of the request, or kept the lock")
-        requests.append(told.at - started)
-        release[0]()
-        waiter, got = _waiting(lambda: holder.lock(timeout=60))
-        time.sleep(WAITING)
-        released = release[1]()
-        waiter.join(60)
-        handoffs.append(got[0] - released)  # none: the waiter did not get the lock
-        holder.unlock()
-    holder.close()
-    return requests, handoffs
-
-
-def _in_process(url: str, rounds: int) -> Samples:
-    urgent = _builder(url, "high", 9).build()
-    asked: queue.Queue[bool] = queue.Queue()
-
-    def ask() -> int:
-        started = time.monotonic_ns()
-        threading.Thread(target=lambda: asked.put(urgent.try_lock())).start()
-        return started
-
-    def held() -> None:
-        if not asked.get(timeout=60):
+        got, held_at = conn.recv()
+        if not got:
             raise RuntimeError("the request did not get the lock")
-
-    def release() -> int:
-        released = time.monotonic_ns()
-        urgent.unlock()
-        return released
-
-    return _threads(url, rounds, ask, (held, release))
+        requests.append(told.at - started)
+        if hints:
+            handoffs.append(held_at - told.lost_at)
+            call("unlock")
+        else:
+            handoffs.append(_handoff(lambda: holder.lock(timeout=60), partial(call, "unlock")))
+            holder.unlock()
+    holder.close()
+    lock = filelock.FileLock(f"{directory}/push.filelock", thread_local=False)
+    for _ in range(rounds if flock else 0):
+        call("flock")
+        flocks.append(_handoff(lock.acquire, partial(call, "funlock")))
+        lock.release()
+    conn.send(None)
+    other.join(10)
+    return [requests, handoffs, flocks] if flock else [requests, handoffs]
 
 
 async def _on_loop(url: str, rounds: int) -> Samples:
@@ -151,128 +180,20 @@ async def _on_loop(url: str, rounds: int) -> Samples:
         handoffs.append(time.monotonic_ns() - released)
         await holder.unlock()
     await asyncio.gather(holder.aclose(), urgent.aclose())
-    return requests, handoffs
+    return [requests, handoffs]
 
 
-def _child(url: str, settings: Settings, directory: str, conn: Connection) -> None:
-    """The other process: request, unlock, flock, funlock; answers the clock before each."""
-    urgent = _builder(url, "high", 9, settings).build()
-    flock = filelock.FileLock(f"{directory}/push.filelock")
-    while (command := conn.recv()) is not None:
-        if command == "request":
-            conn.send(time.monotonic_ns())
-            conn.send((urgent.try_lock(), time.monotonic_ns()))  # and when it held the lock
-        elif command == "flock":
-            flock.acquire()
-            conn.send(0)
-        else:
-            conn.send(time.monotonic_ns())
-            (urgent.unlock if command == "unlock" else flock.release)()
+def _in_loop(url: str, rounds: int) -> Samples:
+    return asyncio.run(_on_loop(url, rounds))
 
 
-def _two_processes(
-    url: str, rounds: int, s: Settings = SLOW, flock: list[int] | None = None
-) -> Samples:
-    """Our holder against a requestor in a child process; given a ``flock`` list, filelock's
-    handoffs between the two too (``rounds`` of them, in ns, appended to it)."""
-    context, directory = mp.get_context("spawn"), url.removeprefix("file://")
-    conn, child_conn = context.Pipe()
-    child = context.Process(target=_child, args=(url, s, directory, child_conn), daemon=True)
-    child.start()
-
-    def call(command: str) -> int:
-        conn.send(command)
-        return int(conn.recv())
-
-    def held() -> None:
-        if not conn.recv()[0]:
-            raise RuntimeError("the request did not get the lock")
-
-    ours = _threads(url, rounds, lambda: call("request"), (held, lambda: call("unlock")), s)
-    lock = filelock.FileLock(f"{directory}/push.filelock", thread_local=False)
-    handoffs = [] if flock is None else flock
-    for _ in range(0 if flock is None else rounds):
-        call("flock")
-        waiter, got = _waiting(lock.acquire)
-        time.sleep(WAITING)
-        released = call("funlock")
-        waiter.join(30)
-        handoffs.append(got[0] - released)
-        lock.release()
-    conn.send(None)
-    child.join(10)
-    return ours
-
-
-def _hinted(url: str, rounds: int, directory: str) -> Samples:
-    """Two processes with hints, 30 s polls: request -> told, and the handover (from the holder's
-    ``lock_lost``) -> the recorded requestor holds the lock (``try_lock()`` returned)."""
-    context = mp.get_context("spawn")
-    conn, child_conn = context.Pipe()
-    child = context.Process(target=_child, args=(url, SLOW, directory, child_conn), daemon=True)
-    child.start()
-    told = _Told()
-    holder = _builder(url, "low", 1).listener(told).build()
-    requests, handoffs = [], []
-    for _ in range(rounds):
-        holder.lock(timeout=30)
-        told.event.clear()
-        told.lost.clear()
-        time.sleep(random.uniform(0, 0.5))  # the holder's last read is a while ago
-        conn.send("request")
-        started = int(conn.recv())
-        if not (told.event.wait(60) and told.lost.wait(60)):
-            raise RuntimeError("the holder was not told of the request, or kept the lock")
-        got, held_at = conn.recv()
-        if not got:
-            raise RuntimeError("the request did not get the lock")
-        requests.append(told.at - started)
-        handoffs.append(held_at - told.lost_at)
-        conn.send("unlock")
-        conn.recv()
-    holder.close()
-    conn.send(None)
-    child.join(10)
-    return requests, handoffs
-
-
-@contextlib.contextmanager
-def _hints_off() -> Iterator[None]:
-    """No hints here nor in the children started meanwhile: every lock polls."""
-    configure_hints(None)
-    try:
-        with _servers.environment({"PRIORITYLOCK_HINTS": "off"}):
-            yield
-    finally:
-        configure_hints()
-
-
-def _off(case: str, url: str, rounds: int, out: Queue[Samples]) -> None:
-    """One case in a child process started with ``PRIORITYLOCK_NOTICES=off``, the waiter 2 s
-    (not 20 ms) into its wait when the lock is released: deep in its backed-off polling."""
-    global WAITING
-    WAITING = 2.0
-    if case == "AsyncLock":
-        out.put(asyncio.run(_on_loop(url, rounds)))
-    else:
-        out.put((_in_process if case == "Lock" else _two_processes)(url, rounds))
-
-
-def _notices_off(cases: list[tuple[str, str]], rounds: int) -> list[Samples]:
-    """The (driver or "two", url) cases side by side, each in a child with notices off."""
-    context = mp.get_context("spawn")
-    queues: list[Queue[Samples]] = [context.Queue() for _ in cases]
-    runs = [
-        (context.Process(target=_off, args=(*c, rounds, q)), q)
-        for c, q in zip(cases, queues, strict=True)
-    ]
-    with _servers.environment({"PRIORITYLOCK_NOTICES": "off"}):
-        for child, _ in runs:
-            child.start()
-    out = [q.get(timeout=rounds * 60) for _, q in runs]
-    for child, _ in runs:
-        child.join(10)
-    return out
+def _elsewhere(env: Mapping[str, str], runs: list[Callable[[], Samples]]) -> list[Samples]:
+    """The ``runs`` side by side, each in a process started with ``env`` (so are its children):
+    notices or hints off there."""
+    with ProcessPoolExecutor(len(runs), mp.get_context("spawn")) as pool:
+        with _servers.environment(env):  # the processes start here
+            futures = [pool.submit(run) for run in runs]
+        return [future.result(timeout=600) for future in futures]
 
 
 class _Stream:
@@ -292,69 +213,54 @@ class _Stream:
         raise RuntimeError(f"the stream ended before a {kind} event")
 
 
-def _sidecar_round(service: _servers.Service, resource: str) -> tuple[int, int]:
-    """A holding stream asked by a priority-9 POST; a waiting stream given the lock by DELETE."""
-    body = {"owner": "batch", "priority": 1, "ttl": "60s", "cleanupTimeout": "20s"}
-    path, asked = f"/v1.0-alpha2/lock/locks/{resource}", queue.Queue[Any]()
-
-    def post() -> None:
-        urgent = {"owner": "urgent", "priority": 9, "waitingTimeout": "25s"}
-        asked.put(_servers.call_json(service.connection(), "POST", path, urgent))
-
-    holder = _Stream(service.http_port, resource, body)
-    holder.until("lock-acquired")
-    started = time.monotonic_ns()
-    threading.Thread(target=post).start()
-    told = holder.until("cleanup-requested") - started
-    holder.conn.close()  # cleaned up: hanging up hands over
-    lock_id = asked.get(timeout=60)["lockID"]
-    streams: list[_Stream] = []
-
-    def wait() -> None:
-        streams.append(_Stream(service.http_port, resource, body))
-        streams[0].until("lock-acquired")
-
-    waiter, got = _waiting(wait)
-    time.sleep(WAITING)
-    released = time.monotonic_ns()
-    _servers.call_json(service.connection(), "DELETE", path, {"lockID": lock_id}, expect=204)
-    waiter.join(60)
-    streams[0].conn.close()
-    return told, got[0] - released
-
-
 def _sidecar(url: str, rounds: int) -> Samples:
-    with _servers.Service({"locks": url}) as service:
-        pairs = [_sidecar_round(service, f"push-{n}") for n in range(rounds)]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
+    """Each round, a holding stream asked by a priority-9 POST, and a waiting stream given the
+    lock by DELETE."""
+    body = {"owner": "batch", "priority": 1, "ttl": "60s", "cleanupTimeout": "20s"}
+    urgent = {"owner": "urgent", "priority": 9, "waitingTimeout": "25s"}
+    requests, handoffs = [], []
+    with _servers.Service({"locks": url}) as service, ThreadPoolExecutor(1) as pool:
+
+        def wait(resource: str, streams: list[_Stream]) -> None:
+            streams.append(_Stream(service.http_port, resource, body))
+            streams[0].until("lock-acquired")
+
+        for resource in (f"push-{n}" for n in range(rounds)):
+            path, streams = f"/v1.0-alpha2/lock/locks/{resource}", list[_Stream]()
+            holder = _Stream(service.http_port, resource, body)
+            holder.until("lock-acquired")
+            started = time.monotonic_ns()
+            asked = pool.submit(_servers.call_json, service.connection(), "POST", path, urgent)
+            requests.append(holder.until("cleanup-requested") - started)
+            holder.conn.close()  # cleaned up: hanging up hands over
+            unlock = {"lockID": asked.result(60)["lockID"]}
+            delete = partial(_servers.call_json, service.connection(), "DELETE", path, unlock, 204)
+            handoffs.append(_handoff(partial(wait, resource, streams), delete))
+            streams[0].conn.close()
+    return [requests, handoffs]
 
 
 def _holding(url: str, conn: Connection) -> None:
-    """A child holding HELD locks of one directory: its CPU seconds in each window we open."""
+    """A child holding HELD locks of one directory: its CPU seconds so far, each time asked."""
     locks = [_builder(url, "held", 1).path("bench", f"held-{n}").build() for n in range(HELD)]
     if not all(lock.try_lock() for lock in locks):
         raise RuntimeError("a free lock was refused")
     conn.send(0)
-    while conn.recv():  # a window opens ...
-        cpu = time.process_time()
-        conn.recv()  # ... and closes
-        conn.send(time.process_time() - cpu)
+    while conn.recv():  # not /proc's clock ticks: idle, it uses a few of them
+        conn.send(time.process_time())
     for lock in locks:
-        lock.unlock()
-        lock.close()
+        lock.close()  # releases it
 
 
 def _other_writes(directory: Path, rate: int, seconds: float) -> None:
     """``rate`` writes a second, a lock's way (a new file renamed over the old), to files of
     ``directory`` that no lock of the child holds, for ``seconds``."""
-    start, n = time.monotonic(), 0
-    while (now := time.monotonic()) < start + seconds:
-        if not rate or now < start + n / rate:
-            time.sleep(min(start + seconds - now, 1 / (rate or 1)))
-            continue
+    start = time.monotonic()
+    for n in range(int(rate * seconds)):
+        time.sleep(max(0.0, start + n / rate - time.monotonic()))
         (directory / ".w").write_bytes(b"{}")
         os.replace(directory / ".w", directory / f"other-{n % 100}.obj")
-        n += 1
+    time.sleep(max(0.0, start + seconds - time.monotonic()))
 
 
 def _cpu(b: Bench, window: float) -> list[tuple[str, int, float]]:
@@ -370,10 +276,11 @@ def _cpu(b: Bench, window: float) -> list[tuple[str, int, float]]:
         time.sleep(window)  # the heartbeat settles: a watch read every 10 s, a renewal every 20
         for rate in RATES:
             conn.send(True)
-            started = time.monotonic()
-            _other_writes(Path(url.removeprefix("file://"), "v1.d/path.d/bench.d"), rate, window)
+            cpu, started = conn.recv(), time.monotonic()
+            _other_writes(Path(url.removeprefix("file://"), LOCKS), rate, window)
             conn.send(True)
-            out.append((notices, rate, 100 * conn.recv() / (time.monotonic() - started)))
+            used = conn.recv() - cpu
+            out.append((notices, rate, 100 * used / (time.monotonic() - started)))
         conn.send(False)
         child.join(120)
     return out
@@ -383,72 +290,67 @@ def _cost(url: str, seconds: float) -> float:
     """Requests a lock held for ``seconds`` made, per hour, reading once a second."""
     lock = _builder(url, "held", 1, POLLED).build()
     lock.lock(timeout=30)
-    stats = lock.config.store.stats
     time.sleep(0.5)  # half a watch interval in: the window holds ``seconds`` reads
-    before = stats.total
-    time.sleep(seconds)  # holding: the heartbeat reads and renews meanwhile
-    made = stats.total - before
-    lock.unlock()
-    lock.close()
+    # Holding: the heartbeat reads and renews meanwhile.
+    made = sum(stats_delta(lock.config.store, partial(time.sleep, seconds)).values())
+    lock.close()  # releases it
     return made * 3600 / seconds
 
 
 def section_push(b: Bench) -> Section:
     rounds, quick = b.sizes.handoffs, b.sizes.handoffs < 50
-    cases: list[tuple[str, str, str, list[int]]] = []  # (case, channel, what, samples in ns)
+    title = "Notices: request -> holder told, release -> next holder (ms)"
+    notes = ["Lease 60 s, cleanup 20 s, polls 30 s apart; on a cloud store, reads every 1 s."]
+    section = Section("push", title, ["case", "what", "p50", "p99", "n"], notes=notes)
 
-    def add(label: str, samples: Samples | None, channel: str = "notice") -> None:
-        if samples:  # the channel: "notice", "poll" (none), or "other" (a comparator)
-            cases.append((label, channel, "request -> told", samples[0]))
-            cases.append((label, channel, "release -> next", samples[1]))
+    def add(
+        case: str, got: Samples | None, channel: str = "notice", what: Sequence[str] = FIGURES
+    ) -> None:
+        """The figures of a case (none: a comparator not installed); the channel: "notice",
+        "hint", "poll" (none), or "other" (a comparator)."""
+        for figure, samples in zip(what, got or [[] for _ in what], strict=True):
+            if samples:
+                summary = summarize(samples, 1e6)
+                row = {"case": case, "channel": channel, "what": figure, "unit": "ms"}
+                section.add([case, figure, *summary.cells()], row | asdict(summary))
 
-    off: list[tuple[str, str, str]] = []  # (label, driver or "two", url): notices off
+    def value(case: str, what: str, value: float, shown: str) -> None:
+        section.rows.append({"case": case, "what": what, "value": value})
+        section.notes.append(f"{case}: {shown}")
+
+    drivers: dict[str, Callable[[str, int], Samples]] = {
+        "Lock, one process": partial(_pair, process=False),
+        "AsyncLock, one loop": _in_loop,
+    }
+    off: dict[str, Callable[[], Samples]] = {}  # the cases again with notices off, by label
     for kind in (k for k in b.store_kinds if k.emulator is None):
-        add(f"{kind.label}, Lock, one process", _in_process(b.url(kind), rounds))
-        add(f"{kind.label}, AsyncLock, one loop", asyncio.run(_on_loop(b.url(kind), rounds)))
-        off += [(f"{kind.label}, {d}, notices off", d, b.url(kind)) for d in ("Lock", "AsyncLock")]
+        for name, run in drivers.items():
+            add(f"{kind.label}, {name}", run(b.url(kind), rounds))
+            driver = name.split(",")[0]
+            off[f"{kind.label}, {driver}, notices off"] = partial(run, b.url(kind), rounds // 8)
         if kind.name == "local":  # one directory, two processes
-            flock: list[int] = []
-            add(f"{kind.label}, two processes", _two_processes(b.url(kind), rounds, flock=flock))
-            cases.append(("filelock, two processes", "other", "release -> next", flock))
-            off.append((f"{kind.label}, two processes, notices off", "two", b.url(kind)))
+            ours = _pair(b.url(kind), rounds, flock=True)
+            add(f"{kind.label}, two processes", ours[:2])
+            add("filelock, two processes", ours[2:], "other", FIGURES[1:])
+            two = partial(_pair, b.url(kind), rounds // 8)
+            off[f"{kind.label}, two processes, notices off"] = two
             add("ZooKeeper (kazoo), two processes", zookeeper(rounds, b.root), "other")
         add(f"{kind.label}, two apps of one serve", _sidecar(b.url(kind), rounds))
     cloud = [k for k in b.store_kinds if k.emulator]
     for kind in cloud:  # one process: a notice; another process's: a hint, else the next read
-        add(f"{kind.label}, Lock, one process", _in_process(b.url(kind), rounds // 5))
-        hinted = _hinted(b.url(kind), rounds // 5, str(b.root))
-        cases.append((f"{kind.label}, two processes, hints", "hint", "request -> told", hinted[0]))
-        cases.append((f"{kind.label}, two processes, hints", "hint", "handover -> held", hinted[1]))
-        with _hints_off():
-            polled = _two_processes(b.url(kind), rounds // 5, POLLED)
-        add(f"{kind.label}, two processes", polled, "poll")
-    for (label, *_), got in zip(off, _notices_off([c[1:] for c in off], rounds // 8), strict=True):
+        add(f"{kind.label}, Lock, one process", _pair(b.url(kind), rounds // 5, process=False))
+        hinted = _pair(b.url(kind), rounds // 5, hints=True)
+        add(f"{kind.label}, two processes, hints", hinted, "hint", [FIGURES[0], "handover -> held"])
+        polled = partial(_pair, b.url(kind), rounds // 5, POLLED)
+        add(f"{kind.label}, two processes", _elsewhere(NO_HINTS, [polled])[0], "poll")
+    for label, got in zip(off, _elsewhere(NO_NOTICES, list(off.values())), strict=True):
         add(label, got, "poll")
-    table: list[list[str]] = []
-    rows: list[dict[str, Any]] = []
-    notes = ["Lease 60 s, cleanup 20 s, polls 30 s apart; on a cloud store, reads every 1 s."]
-    for label, channel, what, samples in cases:
-        summary = summarize(samples, 1e6)
-        table.append([label, what, fmt_num(summary.median), fmt_num(summary.p99), str(summary.n)])
-        rows.append({"case": label, "channel": channel, "what": what, "unit": "ms"})
-        rows[-1] |= summary.__dict__
+    per_hour = "requests per held lock per hour"
     for kind in cloud:
         hourly = _cost(b.url(kind), 3 if quick else 20)
-        rows.append(
-            {"case": kind.label, "what": "requests per held lock per hour", "value": hourly}
-        )
-        notes.append(f"{kind.label}: {hourly:,.0f} requests per held lock per hour")
+        value(kind.label, per_hour, hourly, f"{hourly:,.0f} {per_hour}")
     has_local = any(k.name == "local" for k in b.kinds)
     for notices, rate, percent in _cpu(b, 2 if quick else 20) if has_local else ():
         case = f"{HELD} held locks, inotify {notices}, {rate} other writes/s"
-        rows.append({"case": case, "what": "CPU, % of a core", "value": percent})
-        notes.append(f"{case}: {percent:.2f}% of a core")
-    return Section(
-        name="push",
-        title="Notices: request -> holder told, release -> next holder (ms)",
-        headers=["case", "what", "p50", "p99", "n"],
-        table=table,
-        rows=rows,
-        notes=notes,
-    )
+        value(case, "CPU, % of a core", percent, f"{percent:.2f}% of a core")
+    return section
