@@ -1,9 +1,10 @@
 """Corrupt or foreign lease documents: a typed error naming the key, and nothing overwritten.
 
 Every kind of bad document runs on the stores of one machine (memory, local). Past the store's
-read, a kind takes the same path through the lease decoder on every store, so the other stores
-run the kinds whose bytes a store itself could change or refuse (not UTF-8, over the size bound,
-60 KB of nesting) and one well-formed document of another schema: :data:`ON_EVERY_STORE`.
+read, a kind takes the same path through the lease decoder on every store, so the others (those
+of tests/lock/conftest.py) run the kinds whose bytes a store itself could change or refuse (not
+UTF-8, over the size bound, 60 KB of nesting) and one well-formed document of another schema:
+:data:`ON_EVERY_STORE`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pytest
 from prioritylock import CorruptLease
 from prioritylock._lease import MAX_DOCUMENT_BYTES, decode
 from prioritylock.stores import ObjectStore
-from tests.conftest import ALL_KINDS, LOCAL_KINDS, selected_kinds
+from tests.conftest import LOCAL_KINDS, selected_kinds
+from tests.lock.conftest import LOCK_KINDS
 from tests.lock.helpers import make
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
@@ -94,7 +96,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     pairs = [
         (store, kind)
-        for store in selected_kinds(ALL_KINDS)
+        for store in selected_kinds(LOCK_KINDS)
         for kind in sorted(BAD_DOCUMENTS)
         if store in LOCAL_KINDS or kind in ON_EVERY_STORE
     ]
