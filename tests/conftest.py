@@ -8,11 +8,19 @@ from that factory.
 Cloud stores come from plugin modules in ``tests/_servers`` which start their server once per
 session on 127.0.0.1 and stop it at the end. ``PRIORITYLOCK_STORES`` (comma-separated kinds)
 narrows the run, e.g. ``PRIORITYLOCK_STORES=memory,local pytest``.
+
+How a run is ordered and cut (:func:`pytest_collection_modifyitems`): the modules of
+:data:`LONG_FIRST` run first, so that pytest-xdist hands their long tests out at the start, not as
+a tail after every other worker is done; ``PRIORITYLOCK_SAMPLE=COUNT:SEED`` runs a seeded sample
+of COUNT of the tests collected (tests/lock/test_notices_faults.py replays the lock suites so);
+``PRIORITYLOCK_SERIAL_IDS=FILE`` writes the ids of the tests marked ``serial`` to FILE, one a
+line, so that scripts/test's pass of them alone collects only their modules.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -95,3 +103,37 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("figures")
         for figure in figures:
             terminalreporter.write_line(str(figure))
+
+
+#: Modules with tests of 10 s or more (CPU-bound searches, a docs build, the lock suites replayed,
+#: benchmark runs), longest first: pytest-xdist deals the first tests out to its workers in turn.
+LONG_FIRST = (
+    "tests/core/test_exhaustive.py",
+    "tests/test_docs.py",
+    "tests/lock/test_notices_faults.py",
+    "tests/test_benchmark_serve.py",
+    "tests/lock/test_model.py",
+    "tests/lock/test_skew.py",
+    "tests/test_lease.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The serial tests' ids when asked; a sample (in node id order) when asked, else long
+    modules first (see the module docstring). Runs before ``-m`` and ``-k`` deselect anything."""
+    path = os.environ.get("PRIORITYLOCK_SERIAL_IDS")
+    if path:
+        ids = "".join(f"{i.nodeid}\n" for i in items if i.get_closest_marker("serial"))
+        written = Path(f"{path}.{os.getpid()}")  # every xdist worker writes the same list
+        written.write_text(ids, encoding="utf-8")
+        written.replace(path)
+    sample = os.environ.get("PRIORITYLOCK_SAMPLE")
+    if sample:
+        count, seed = sample.split(":", 1)
+        chosen = set(random.Random(seed).sample(range(len(items)), min(int(count), len(items))))
+        config.hook.pytest_deselected(items=[t for n, t in enumerate(items) if n not in chosen])
+        items[:] = sorted((t for n, t in enumerate(items) if n in chosen), key=lambda t: t.nodeid)
+        return
+    rank = {module: n for n, module in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))

@@ -701,30 +701,54 @@ def _show(doc: tuple[bytes, str] | None) -> str:
 
 
 def _norm(v: Any) -> Any:
-    if v is None or isinstance(v, bool | int | float | str | bytes):
+    """``v`` as plain data for the fingerprint. Called millions of times per scenario: each type's
+    treatment (and an attrs class's field names) is worked out once, by :func:`_treatment`."""
+    cls = type(v)
+    treatment = _TREATMENTS.get(cls)
+    if treatment is None:
+        treatment = _TREATMENTS[cls] = _treatment(cls)
+    kind, names = treatment
+    if kind == "plain":
         return v
-    if isinstance(v, lockstate.LockState):
-        return "st"
-    if isinstance(v, flows.Backoff):
+    if kind == "fields":
+        return (names[0], *[_norm(getattr(v, name)) for name in names[1:]])
+    if kind == "sequence":
+        return tuple([_norm(x) for x in v])
+    if kind == "backoff":
         return ("Backoff", v._cap, v._next)
-    if isinstance(v, lockstate.Holding):
-        return (
-            "Holding",
-            *(
-                _norm(getattr(v, f.name))
-                for f in attrs.fields(lockstate.Holding)
-                if f.name != "entry"
-            ),
-        )
-    if attrs.has(type(v)):
-        return (type(v).__name__, *(_norm(getattr(v, f.name)) for f in attrs.fields(type(v))))
-    if isinstance(v, tuple | list):
-        return tuple(_norm(x) for x in v)
-    if isinstance(v, dict):
+    if kind == "mapping":
         return tuple(sorted((k, _norm(x)) for k, x in v.items()))
-    if isinstance(v, BaseException):
-        return (type(v).__name__, str(v))
-    return type(v).__name__
+    if kind == "error":
+        return (cls.__name__, str(v))
+    return names[0]  # "name": a constant
+
+
+_Treatment = tuple[str, tuple[str, ...]]
+_TREATMENTS: dict[type, _Treatment] = {}
+
+
+def _treatment(cls: type) -> _Treatment:
+    """How :func:`_norm` renders an instance of ``cls``: ("plain", ()) as it is; ("fields",
+    (tag, field, ...)) as the tag and its fields; ("sequence", ()) item by item; ("mapping",
+    ()) as its sorted items; ("backoff", ()), ("error", ()); or ("name", (constant,))."""
+    if cls is type(None) or issubclass(cls, bool | int | float | str | bytes):
+        return "plain", ()
+    if issubclass(cls, lockstate.LockState):
+        return "name", ("st",)
+    if issubclass(cls, flows.Backoff):
+        return "backoff", ()
+    if issubclass(cls, lockstate.Holding):
+        names = (f.name for f in attrs.fields(lockstate.Holding) if f.name != "entry")
+        return "fields", ("Holding", *names)
+    if attrs.has(cls):
+        return "fields", (cls.__name__, *(f.name for f in attrs.fields(cls)))
+    if issubclass(cls, tuple | list):
+        return "sequence", ()
+    if issubclass(cls, dict):
+        return "mapping", ()
+    if issubclass(cls, BaseException):
+        return "error", ()
+    return "name", (cls.__name__,)
 
 
 def _frames(gen: Any) -> Any:
@@ -732,7 +756,7 @@ def _frames(gen: Any) -> Any:
     while gen is not None and gen.gi_frame is not None:
         frame = gen.gi_frame
         local = sorted(
-            (k, _norm(v)) for k, v in frame.f_locals.items() if not hasattr(v, "gi_frame")
+            [(k, _norm(v)) for k, v in frame.f_locals.items() if not hasattr(v, "gi_frame")]
         )
         out.append((gen.gi_code.co_name, frame.f_lasti, local))
         gen = gen.gi_yieldfrom

@@ -1,4 +1,5 @@
-"""The ``driver`` fixture: a lock test module that uses it runs once per driver."""
+"""The ``driver`` fixture: a lock test module that uses it runs once per driver. The stores the
+lock suites run on: ``store_kind`` here is every kind but SeaweedFS (:data:`LOCK_KINDS`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from collections.abc import Iterator
 import pytest
 
 from prioritylock._wake import NOTICES
+from tests.conftest import ALL_KINDS, selected_kinds
 from tests.lock import helpers
+
+#: The stores the lock suites run on. Both S3 emulators run the same S3Store, whose answers
+#: tests/stores pins on each (the contract and its faults, the racing writes); the lock suites
+#: run it once, on moto (S3's behaviour, and the cheaper of the two per test). SeaweedFS stays in
+#: the suites that choose their own stores: the contention and SDK-fault tests here.
+LOCK_KINDS = [kind for kind in ALL_KINDS if kind != "s3-seaweedfs"]
+
+
+@pytest.fixture(params=selected_kinds(LOCK_KINDS))
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture(params=["sync", "async"])

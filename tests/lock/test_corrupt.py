@@ -1,4 +1,11 @@
-"""Corrupt or foreign lease documents: a typed error naming the key, and nothing overwritten."""
+"""Corrupt or foreign lease documents: a typed error naming the key, and nothing overwritten.
+
+Every kind of bad document runs on the stores of one machine (memory, local). Past the store's
+read, a kind takes the same path through the lease decoder on every store, so the others (those
+of tests/lock/conftest.py) run the kinds whose bytes a store itself could change or refuse (not
+UTF-8, over the size bound, 60 KB of nesting) and one well-formed document of another schema:
+:data:`ON_EVERY_STORE`.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,8 @@ import pytest
 from prioritylock import CorruptLease
 from prioritylock._lease import MAX_DOCUMENT_BYTES, decode
 from prioritylock.stores import ObjectStore
+from tests.conftest import LOCAL_KINDS, selected_kinds
+from tests.lock.conftest import LOCK_KINDS
 from tests.lock.helpers import make
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("driver")]
@@ -76,7 +85,24 @@ BAD_DOCUMENTS = {
 }
 
 
-@pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
+#: The kinds that run on every store (the others run on memory and local only).
+ON_EVERY_STORE = ("not-utf8", "too-large", "nested-arrays", "unknown-schema")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """(store kind, document kind) for the tests that take ``kind``: every document on the
+    stores of one machine, :data:`ON_EVERY_STORE` on the others."""
+    if "kind" not in metafunc.fixturenames:
+        return
+    pairs = [
+        (store, kind)
+        for store in selected_kinds(LOCK_KINDS)
+        for kind in sorted(BAD_DOCUMENTS)
+        if store in LOCAL_KINDS or kind in ON_EVERY_STORE
+    ]
+    metafunc.parametrize(("store_kind", "kind"), pairs, ids=[f"{s}-{k}" for s, k in pairs])
+
+
 def test_corrupt_document_is_refused_and_left_alone(store: ObjectStore, kind: str) -> None:
     lock = make(store)
     key = lock.key
@@ -111,7 +137,6 @@ def test_force_unlock_can_overwrite_a_corrupt_document_with_a_higher_fence(
     lock.unlock()
 
 
-@pytest.mark.parametrize("kind", sorted(BAD_DOCUMENTS))
 def test_the_documented_recovery_works_on_every_corrupt_document(
     store: ObjectStore, kind: str
 ) -> None:
