@@ -34,9 +34,8 @@ ORDER += ["native"]  # Redis, ZooKeeper, etcd against their own locks
 SECTIONS: dict[str, Callable[[Bench], Section]] = {
     name: getattr(importlib.import_module(f"sections.{name}"), f"section_{name}") for name in ORDER
 }
-#: Sections that use the emulated stores: the emulators start only when one of them runs (native
-#: starts the servers, Redis, ZooKeeper and etcd, alone).
-CLOUD_SECTIONS = frozenset(ORDER) - {"overhead", "native"}
+#: The sections the emulators (started only when one of them runs) and the servers are for.
+CLOUD_SECTIONS, SERVER_SECTIONS = frozenset(ORDER) - {"overhead", "native"}, {"native", "push"}
 
 
 def _pick(parser: argparse.ArgumentParser, value: str, choices: Sequence[str]) -> list[str]:
@@ -64,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(" | ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
         done: dict[str, Section] = {}
         # The emulators of the picked stores, if a section that uses them is picked.
-        uses = {k: set(wanted) & ({"native"} if k.server else CLOUD_SECTIONS) for k in kinds}
+        uses = {k: set(wanted) & (SERVER_SECTIONS if k.server else CLOUD_SECTIONS) for k in kinds}
         names = [k.emulator for k in kinds if k.emulator and uses[k]]
         try:
             with _servers.running(names, bench.root) as bench.emulators:

@@ -474,6 +474,10 @@ def take(
         me=attempt.claim.lock_id,
     )
     if not isinstance(result, Written):
+        if step.outcome == "joined":
+            # Joins race each other and the holder's renewals and release: a herd of waiters
+            # joining at once must not keep the holder from writing. Step back, jittered.
+            yield Sleep(attempt.delay.next())
         return result  # lost a race: decide again on what is there now
     if step.outcome == "joined":
         assert attempt.lining is not None

@@ -190,7 +190,7 @@ def _in_loop(url: str, rounds: int) -> Samples:
 def _elsewhere(env: Mapping[str, str], runs: list[Callable[[], Samples]]) -> list[Samples]:
     """The ``runs`` side by side, each in a process started with ``env`` (so are its children):
     notices or hints off there."""
-    with ProcessPoolExecutor(len(runs), mp.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max(1, len(runs)), mp.get_context("spawn")) as pool:
         with _servers.environment(env):  # the processes start here
             futures = [pool.submit(run) for run in runs]
         return [future.result(timeout=600) for future in futures]
@@ -343,6 +343,9 @@ def section_push(b: Bench) -> Section:
         add(f"{kind.label}, two processes, hints", hinted, "hint", [FIGURES[0], "handover -> held"])
         polled = partial(_pair, b.url(kind), rounds // 5, POLLED)
         add(f"{kind.label}, two processes", _elsewhere(NO_HINTS, [polled])[0], "poll")
+    for kind in (k for k in b.kinds if k.server and k.name in b.emulators):  # their own channel
+        two = partial(_pair, b.url(kind), rounds // 5)  # a holder's reads 30 s apart
+        add(f"{kind.label}, two processes, hints off", _elsewhere(NO_HINTS, [two])[0])
     for label, got in zip(off, _elsewhere(NO_NOTICES, list(off.values())), strict=True):
         add(label, got, "poll")
     per_hour = "requests per held lock per hour"

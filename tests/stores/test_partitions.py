@@ -31,7 +31,7 @@ from tests.lock.helpers import Recorder, make
 pytestmark = [pytest.mark.timeout(60)]
 
 LEASE = 1.0
-DRIFT = 0.1
+DRIFT = 0.5  # room for a loaded CI worker to run the holder's heartbeat in time
 #: The holder's store gives up on an unanswered request after this (connect and read).
 STORE_TIMEOUT = 0.4
 
