@@ -119,6 +119,11 @@ class Backoff:
         return current * (0.5 + random.random())
 
 
+class JoinBackoff(Backoff):
+    """The step back of a join that lost its race: brief, its own (not the acquire's backoff,
+    which tests slow down to show that notices wake a waiter)."""
+
+
 # -- store access: reads, writes and their unknown outcomes --------------------------------------
 
 
@@ -322,6 +327,8 @@ class Attempt:
     lining: proto.Lining | None = None
     #: A write of our claim was attempted: if we end without the lock, settle it.
     touched: bool = False
+    #: How long a join that lost its race steps back (made at the first such loss).
+    joins: JoinBackoff | None = None
 
     def until(self, state: LockState, mono: float) -> float:
         """When a store operation of this acquire starting at ``mono`` stops retrying."""
@@ -476,8 +483,11 @@ def take(
     if not isinstance(result, Written):
         if step.outcome == "joined":
             # Joins race each other and the holder's renewals and release: a herd of waiters
-            # joining at once must not keep the holder from writing. Step back, jittered.
-            yield Sleep(attempt.delay.next())
+            # joining at once must not keep the holder from writing. Step back, jittered, growing
+            # to the poll interval (a backoff of its own: a join seldom loses but in a herd).
+            if attempt.joins is None:
+                attempt.joins = JoinBackoff(state.poll_interval)
+            yield Sleep(attempt.joins.next())
         return result  # lost a race: decide again on what is there now
     if step.outcome == "joined":
         assert attempt.lining is not None
