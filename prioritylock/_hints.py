@@ -228,6 +228,7 @@ class _Listener:
 
     def __init__(self, sock: socket.socket, record: Address) -> None:
         self.sock = sock
+        self.bound: Address = sock.getsockname()[:2]  # kept: the thread closes the socket
         self.record = record
         self.open = True
         self.thread: threading.Thread | None = None
@@ -282,11 +283,13 @@ class Hints:
 
     def close(self) -> None:
         """Hints off, and every socket closed (the listener's by its thread)."""
-        self.configure(None)
-        with self._lock:
-            senders, self._senders = self._senders, {}
-        for sender in senders.values():
-            sender.close()
+        try:
+            self.configure(None)
+        finally:
+            with self._lock:
+                senders, self._senders = self._senders, {}
+            for sender in senders.values():
+                sender.close()
 
     def stats(self) -> HintStats:
         listener = self._listener
@@ -391,8 +394,7 @@ class Hints:
                     exc,
                 )
                 return None
-            bound = sock.getsockname()[1]
-            listener = _Listener(sock, record or (host, bound))
+            listener = _Listener(sock, record or (host, sock.getsockname()[1]))
             self._listener = listener
         thread = threading.Thread(
             target=self._run, args=(listener,), name="prioritylock-hints", daemon=True
@@ -402,8 +404,8 @@ class Hints:
         return listener
 
     def _close(self, listener: _Listener) -> None:
-        listener.open = False
-        host, port = listener.sock.getsockname()[:2]
+        listener.open = False  # from here on its thread may close the socket at any time
+        host, port = listener.bound
         if ipaddress.ip_address(host).is_unspecified:
             host = "::1" if listener.sock.family == socket.AF_INET6 else "127.0.0.1"
         with contextlib.suppress(OSError):  # wake the thread: it sees the listener closed

@@ -133,3 +133,24 @@ def test_under_notice_faults_hints_come_with_forged_ones(
         stats = hints.stats()
     assert stats.dropped > 20, "garbage and unknown tokens were forged"
     assert stats.delivered + stats.coalesced > 100, "and the right token again"
+
+
+def test_closing_after_the_thread_closed_its_socket_loses_nothing(heard: Heard) -> None:
+    """The listener's thread closes its socket as soon as it sees the listener closed, which
+    may be before :meth:`Hints.configure` has woken it (a datagram or a coalesced notice came
+    due in between): closing must not touch the socket, and the senders are closed even so."""
+    own = Hints(heard)
+    own.configure((("127.0.0.2", 0), None))
+    hint = own.hint_for("lock-1", "doc-1")
+    assert hint is not None
+    own.send([hint])  # opens a sender
+    assert heard.event.wait(5)
+    listener = own._listener
+    assert listener is not None and listener.thread is not None
+    listener.open = False  # what configure does first; then the thread wakes on its own
+    own.send([hint])
+    listener.thread.join(5)
+    assert listener.sock.fileno() == -1, "the thread closed its socket"
+    senders = list(own._senders.values())
+    own.close()  # raised OSError (EBADF) when closing read the closed socket's address
+    assert senders and all(sender.fileno() == -1 for sender in senders)
