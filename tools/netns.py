@@ -1,0 +1,135 @@
+"""Two hosts on one machine, for the hint tests and the push benchmark: two Linux network
+namespaces, each with an address of its own on one bridge, the store emulators reached over it.
+
+The bridge lives in a third namespace (a switch), so the machine's firewall rules (a FORWARD
+policy of DROP, as container runtimes set) never see the traffic between the hosts; this
+namespace joins the bridge too, with the gateway address, where :meth:`Hosts.forward` relays TCP
+to an emulator listening on 127.0.0.1. Needs root and iproute2 (:func:`unavailable` says why
+not); everything made is removed on exit, and only addresses made here are used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from types import TracebackType
+
+__all__ = ["Hosts", "unavailable"]
+
+
+def unavailable() -> str | None:
+    """Why namespaces can't be made here (None: they can, as far as can be told unmade)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "making network namespaces needs root"
+    if shutil.which("ip") is None:
+        return "making network namespaces needs iproute2 (ip netns)"
+    return None
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+
+class Hosts:
+    """``with Hosts() as hosts:`` two namespaces ``hosts.names`` with ``hosts.addresses``, and
+    ``hosts.gateway``, this namespace's address on their bridge. Run a command in host ``i``
+    with ``[*hosts.wrap(i), ...]``.
+
+    :raises OSError: a namespace or a link could not be made (the message says which command).
+    """
+
+    def __init__(self) -> None:
+        tag = os.getpid() % 100_000
+        net = f"10.{200 + (os.getpid() // 256) % 50}.{os.getpid() % 256}"
+        self.names = [f"plh{tag}a", f"plh{tag}b"]
+        self.addresses = [f"{net}.2", f"{net}.3"]
+        self.gateway = f"{net}.1"
+        self._switch = f"plh{tag}s"
+        self._tag = tag
+        self._opened: list[socket.socket] = []
+
+    def wrap(self, host: int) -> tuple[str, ...]:
+        """The command prefix that runs a program in host ``host`` (0 or 1)."""
+        return ("ip", "netns", "exec", self.names[host])
+
+    def __enter__(self) -> Hosts:
+        try:
+            self._make()
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            self.__exit__(None, None, None)
+            said = getattr(exc, "stderr", b"") or b""
+            raise OSError(f"{' '.join(map(str, exc.cmd))}: {said.decode().strip()}") from None
+        return self
+
+    def _make(self) -> None:
+        tag, switch = self._tag, self._switch
+        _ip("netns", "add", switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        ends = [(name, address) for name, address in zip(self.names, self.addresses, strict=True)]
+        for n, (name, address) in enumerate([*ends, (None, self.gateway)]):
+            outer, inner = f"plh{tag}p{n}", f"plh{tag}h{n}"
+            _ip("link", "add", inner, "type", "veth", "peer", "name", outer)
+            _ip("link", "set", outer, "netns", switch)
+            _ip("-n", switch, "link", "set", outer, "master", "br0", "up")
+            if name is not None:
+                _ip("netns", "add", name)
+                _ip("link", "set", inner, "netns", name)
+                _ip("-n", name, "link", "set", "lo", "up")
+            where = ("-n", name) if name is not None else ()
+            _ip(*where, "addr", "add", f"{address}/24", "dev", inner)
+            _ip(*where, "link", "set", inner, "up")
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _value: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        for sock in self._opened:
+            sock.close()
+        for name in [*self.names, self._switch]:  # a link goes with its namespace, and its peer
+            with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+                _ip("netns", "del", name)
+
+    def forward(self, to: tuple[str, int], puts: list[int] | None = None) -> tuple[str, int]:
+        """A TCP relay on the gateway to ``to`` (threads: for a few connections): where the
+        hosts reach it. ``puts``: each time an HTTP response comes back for a ``PUT`` sent
+        through it, ``time.monotonic_ns()`` is appended (when a write landed, as the writer
+        sees it)."""
+        server = socket.create_server((self.gateway, 0))
+        self._opened.append(server)
+        threading.Thread(target=self._accept, args=(server, to, puts), daemon=True).start()
+        return self.gateway, server.getsockname()[1]
+
+    def _accept(self, server: socket.socket, to: tuple[str, int], puts: list[int] | None) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = server.accept()
+                upstream = socket.create_connection(to)
+                self._opened.extend((client, upstream))
+                put = [False]  # the last request sent on this connection was a PUT
+                for a, b, sent in ((client, upstream, True), (upstream, client, False)):
+                    args = (a, b, put if puts is not None else None, sent, puts)
+                    threading.Thread(target=_pump, args=args, daemon=True).start()
+
+
+def _pump(
+    a: socket.socket, b: socket.socket, put: list[bool] | None, sent: bool, puts: list[int] | None
+) -> None:
+    with contextlib.suppress(OSError):
+        while data := a.recv(65536):
+            if put is not None and puts is not None:
+                if sent:
+                    put[0] = data.startswith(b"PUT ")
+                elif put[0] and data.startswith(b"HTTP/"):
+                    puts.append(time.monotonic_ns())
+                    put[0] = False
+            b.sendall(data)
+    with contextlib.suppress(OSError):
+        b.shutdown(socket.SHUT_WR)
