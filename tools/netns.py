@@ -19,7 +19,7 @@ import threading
 import time
 from types import TracebackType
 
-__all__ = ["Hosts", "unavailable"]
+__all__ = ["Hosts", "relay", "unavailable"]
 
 
 def unavailable() -> str | None:
@@ -98,25 +98,40 @@ class Hosts:
                 _ip("netns", "del", name)
 
     def forward(self, to: tuple[str, int], puts: list[int] | None = None) -> tuple[str, int]:
-        """A TCP relay on the gateway to ``to`` (threads: for a few connections): where the
-        hosts reach it. ``puts``: each time an HTTP response comes back for a ``PUT`` sent
-        through it, ``time.monotonic_ns()`` is appended (when a write landed, as the writer
-        sees it)."""
-        server = socket.create_server((self.gateway, 0))
-        self._opened.append(server)
-        threading.Thread(target=self._accept, args=(server, to, puts), daemon=True).start()
-        return self.gateway, server.getsockname()[1]
+        """A TCP relay on the gateway to ``to`` (:func:`relay`): where the hosts reach it."""
+        return self.gateway, relay((self.gateway, 0), to, self._opened, puts)
 
-    def _accept(self, server: socket.socket, to: tuple[str, int], puts: list[int] | None) -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                client, _ = server.accept()
-                upstream = socket.create_connection(to)
-                self._opened.extend((client, upstream))
-                put = [False]  # the last request sent on this connection was a PUT
-                for a, b, sent in ((client, upstream, True), (upstream, client, False)):
-                    args = (a, b, put if puts is not None else None, sent, puts)
-                    threading.Thread(target=_pump, args=args, daemon=True).start()
+
+def relay(
+    listen: tuple[str, int],
+    to: tuple[str, int],
+    opened: list[socket.socket],
+    puts: list[int] | None = None,
+) -> int:
+    """A TCP relay listening on ``listen`` to ``to`` (threads: for a few connections); returns
+    its port. Every socket it opens goes in ``opened``, for the caller to close (which ends
+    it). ``puts``: each time an HTTP response (not a ``100 Continue``) comes back for a ``PUT``
+    sent through it, ``time.monotonic_ns()`` is appended (when a write landed, as the writer
+    sees it)."""
+    server = socket.create_server(listen)
+    opened.append(server)
+    threading.Thread(target=_accept, args=(server, to, opened, puts), daemon=True).start()
+    port: int = server.getsockname()[1]
+    return port
+
+
+def _accept(
+    server: socket.socket, to: tuple[str, int], opened: list[socket.socket], puts: list[int] | None
+) -> None:
+    with contextlib.suppress(OSError):
+        while True:
+            client, _ = server.accept()
+            upstream = socket.create_connection(to)
+            opened.extend((client, upstream))
+            put = [False]  # the last request sent on this connection was a PUT
+            for a, b, sent in ((client, upstream, True), (upstream, client, False)):
+                args = (a, b, put if puts is not None else None, sent, puts)
+                threading.Thread(target=_pump, args=args, daemon=True).start()
 
 
 def _pump(
@@ -127,7 +142,7 @@ def _pump(
             if put is not None and puts is not None:
                 if sent:
                     put[0] = data.startswith(b"PUT ")
-                elif put[0] and data.startswith(b"HTTP/"):
+                elif put[0] and data.startswith(b"HTTP/") and data[9:12] != b"100":
                     puts.append(time.monotonic_ns())
                     put[0] = False
             b.sendall(data)
