@@ -11,15 +11,22 @@ not); everything made is removed on exit, and only addresses made here are used.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 
-__all__ = ["Hosts", "relay", "unavailable"]
+__all__ = ["Hosts", "Loopback", "inside", "relay", "two_hosts", "unavailable"]
+
+_CLONE_NEWNET = 0x40000000
+_CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def unavailable() -> str | None:
@@ -29,6 +36,62 @@ def unavailable() -> str | None:
     if shutil.which("ip") is None:
         return "making network namespaces needs iproute2 (ip netns)"
     return None
+
+
+@contextlib.contextmanager
+def inside(name: str | None) -> Iterator[None]:
+    """This thread in the network namespace ``name`` for the block (None: where it is): the
+    sockets it makes, the threads and processes it starts, live there (and stay)."""
+    if name is None:
+        yield
+        return
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        _setns(os.open(f"/run/netns/{name}", os.O_RDONLY), close=True)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+
+
+def _setns(fd: int, *, close: bool = False) -> None:
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns")
+    finally:
+        if close:
+            os.close(fd)
+
+
+class Loopback:
+    """Where namespaces can't be made: two hosts as two loopback addresses of this one (the same
+    face as :class:`Hosts`)."""
+
+    names: tuple[str | None, str | None] = (None, None)
+    addresses = ("127.0.0.2", "127.0.0.3")
+    label = "two hosts (127.0.0.2, .3)"
+
+    def expose(self, port: int) -> None:
+        """Nothing to do: the emulators' ports are on this stack's loopback already."""
+
+
+@contextlib.contextmanager
+def two_hosts() -> Iterator[Hosts | Loopback]:
+    """Two :class:`Hosts` for the block, or where they can't be made, :class:`Loopback`."""
+    if unavailable() is not None:
+        yield Loopback()
+        return
+    try:
+        hosts = Hosts().__enter__()
+    except OSError:
+        yield Loopback()
+        return
+    try:
+        yield hosts
+    finally:
+        hosts.__exit__(None, None, None)
 
 
 def _ip(*args: str) -> None:
@@ -50,8 +113,10 @@ class Hosts:
         self.addresses = [f"{net}.2", f"{net}.3"]
         self.gateway = f"{net}.1"
         self._switch = f"plh{tag}s"
+        self.label = "two hosts (namespaces)"
         self._tag = tag
         self._opened: list[socket.socket] = []
+        self._relays: list[subprocess.Popen[str]] = []
 
     def wrap(self, host: int) -> tuple[str, ...]:
         """The command prefix that runs a program in host ``host`` (0 or 1)."""
@@ -93,6 +158,15 @@ class Hosts:
     ) -> None:
         for sock in self._opened:
             sock.close()
+        for process in self._relays:
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.close()
+            process.stdout.close()
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
         for name in [*self.names, self._switch]:  # a link goes with its namespace, and its peer
             with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
                 _ip("netns", "del", name)
@@ -100,6 +174,19 @@ class Hosts:
     def forward(self, to: tuple[str, int], puts: list[int] | None = None) -> tuple[str, int]:
         """A TCP relay on the gateway to ``to`` (:func:`relay`): where the hosts reach it."""
         return self.gateway, relay((self.gateway, 0), to, self._opened, puts)
+
+    def expose(self, port: int) -> None:
+        """127.0.0.1:``port`` in each host leads, over the bridge, to 127.0.0.1:``port`` here
+        (where the emulators listen): a store URL works unchanged in either host. The relays
+        run in a process of their own (:func:`_expose`), off the caller's GIL."""
+        args = [sys.executable, "-m", "tools.netns", str(port), self.gateway, *self.names]
+        process = subprocess.Popen(
+            args, cwd=_CHECKOUT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self._relays.append(process)
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise OSError(f"the relays of port {port} did not start")
 
 
 def relay(
@@ -128,6 +215,8 @@ def _accept(
             client, _ = server.accept()
             upstream = socket.create_connection(to)
             opened.extend((client, upstream))
+            for sock in (client, upstream):  # pass each piece on at once, as it came: no Nagle
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             put = [False]  # the last request sent on this connection was a PUT
             for a, b, sent in ((client, upstream, True), (upstream, client, False)):
                 args = (a, b, put if puts is not None else None, sent, puts)
@@ -148,3 +237,19 @@ def _pump(
             b.sendall(data)
     with contextlib.suppress(OSError):
         b.shutdown(socket.SHUT_WR)
+
+
+def _expose(port: int, gateway: str, names: list[str]) -> None:
+    """:meth:`Hosts.expose`'s relays, until stdin closes: the gateway's ``port`` to this
+    namespace's 127.0.0.1, and each host's 127.0.0.1:``port`` to the gateway's."""
+    opened: list[socket.socket] = []
+    relay((gateway, port), ("127.0.0.1", port), opened)
+    for name in names:
+        with inside(name):  # the relay's threads, and so its upstream sockets, live there
+            relay(("127.0.0.1", port), (gateway, port), opened)
+    print("ready", flush=True)
+    sys.stdin.read()
+
+
+if __name__ == "__main__":
+    _expose(int(sys.argv[1]), sys.argv[2], sys.argv[3:])
