@@ -338,7 +338,7 @@ def section_push(b: Bench) -> Section:
             for on, word in ((True, "on"), (False, "off")):
                 got = _across(b.url(kind), rounds // 5, hosts, on)
                 add(f"{kind.label}, {hosts.label}, hints {word}", got, *HOW[on][:2])
-        add(f"ZooKeeper (kazoo), {hosts.label}", zookeeper(rounds // 5, b.root, hosts), "other")
+        add(f"ZooKeeper (kazoo), {hosts.label}", zookeeper(rounds, b.root, hosts), "other")
     for kind in (k for k in b.kinds if k.server and k.name in b.emulators):  # their own channel
         two = partial(_pair, b.url(kind), rounds // 5)  # a holder's reads 30 s apart
         add(f"{kind.label}, two processes, hints off", _elsewhere(NO_HINTS, [two])[0])
