@@ -108,7 +108,8 @@ class Hosts:
 
     def __init__(self) -> None:
         tag = os.getpid() % 100_000
-        net = f"10.{200 + (os.getpid() // 256) % 50}.{os.getpid() % 256}"
+        # 198.18.0.0/15 is set aside for benchmarking (RFC 2544): no real network to shadow.
+        net = f"198.{18 + (os.getpid() // 256) % 2}.{os.getpid() % 256}"
         self.names = [f"plh{tag}a", f"plh{tag}b"]
         self.addresses = [f"{net}.2", f"{net}.3"]
         self.gateway = f"{net}.1"
