@@ -31,6 +31,7 @@ if _CHECKOUT not in sys.path:
     sys.path.insert(0, _CHECKOUT)
 
 from tools import emulators, sdk, service  # noqa: E402
+from tools import netns as netns  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import AZURITE_KEY  # noqa: E402
 from tools.emulators import Emulator as Emulator  # noqa: E402, PLC0414 (re-exported)
 from tools.emulators import EmulatorError as EmulatorError  # noqa: E402, PLC0414 (re-exported)

@@ -29,6 +29,7 @@ from prioritylock._config import (
     default_watch_interval,
 )
 from prioritylock._errors import ConfigError
+from prioritylock._hints import HINTS
 from prioritylock._hudi_config import (
     DEFAULT_RENEW,
     DEFAULT_VALIDITY,
@@ -276,7 +277,9 @@ class LockBuilder(_Options):
         On a store other hosts share (S3, GCS, Azure), :meth:`build` warns (``UserWarning``)
         when it is not shorter than the cleanup timeout less ``max_clock_drift``: a holder there
         could then hear of a request only once its cleanup window had closed, and so is never
-        told of it."""
+        told of it. Not when this process's hints record an address other hosts reach
+        (``PRIORITYLOCK_HINTS``, docs/hints.md): a request then tells the holder at once, and
+        the watch read is only the fallback for a hint that can't pass."""
         self._opts["watch_interval"] = _seconds("watch_interval", seconds, zero=False)
         self._watch_chosen = True
         return self
@@ -380,7 +383,7 @@ class LockBuilder(_Options):
                 option="max_clock_drift",
             )
         if self._watch_chosen and _told_only_by_reads(opts["store"]):
-            _warn_if_watch_misses_window(opts["watch_interval"], cleanup, drift)
+            _warn_if_watch_misses_window(opts["watch_interval"], cleanup, drift, HINTS.enabled)
         return LockConfig(**opts)
 
     def build_async(self, *, scheduler: AsyncScheduler | None = None) -> AsyncLock:
@@ -403,27 +406,30 @@ class LockBuilder(_Options):
 def _told_only_by_reads(store: ObjectStore) -> bool:
     """Whether a holder may hear of a request from another host only by its own watch reads.
 
-    True on a store other hosts share: a request made in this process (or, on a local
-    directory, on this machine) also arrives as a notice, one from another host only as what a
-    read finds. Change hints that reach beyond loopback would tell other hosts too: when they
-    exist, their condition goes here (and the warning of a watch interval that misses the
-    cleanup window is then not needed while they are on).
+    True on a store other hosts share, unless this process's hints record an address other
+    hosts reach (``_hints``): a request made in this process (or, on a local directory, on
+    this machine) also arrives as a notice, or with hints on loopback as a hint, one from
+    another host only as what a read finds.
     """
-    return store.capabilities.shared_across_hosts
+    return store.capabilities.shared_across_hosts and not HINTS.reaches_other_hosts
 
 
-def _warn_if_watch_misses_window(watch: float, cleanup: float, drift: float) -> None:
-    """Warn (at the caller of build()) of a watch interval too long for the cleanup window."""
+def _warn_if_watch_misses_window(watch: float, cleanup: float, drift: float, hints: bool) -> None:
+    """Warn (at the caller of build()) of a watch interval too long for the cleanup window;
+    ``hints``: hints are on, but reach this machine only."""
     if cleanup <= drift or watch < cleanup - drift:
         # No window to be told in (no cleanup, or one no longer than the drift allowance: no
         # watch interval could fit it), or at least one watch read falls in it.
         return
+    hint_state = "on a loopback address: they reach this machine only" if hints else "off"
     warnings.warn(
         f"watch_interval ({watch:g} s) is not shorter than cleanup_timeout ({cleanup:g} s) less"
         f" max_clock_drift ({drift:g} s): a holder on another host hears of a request only when"
         " its cleanup window may have closed, and is then never told (see 'Told in the window,"
         " or not at all' in docs/priorities.md); keep watch_interval well below"
-        " cleanup_timeout - max_clock_drift",
+        " cleanup_timeout - max_clock_drift, or let hints tell it at once: set"
+        f" PRIORITYLOCK_HINTS to an address other hosts reach (hints here are {hint_state};"
+        " see docs/hints.md)",
         UserWarning,
         stacklevel=4,
     )

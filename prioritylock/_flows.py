@@ -118,6 +118,10 @@ class Backoff:
         self._next = min(self._cap, current * 2)
         return current * (0.5 + random.random())
 
+    def at_least(self, step: float) -> None:
+        """Go on from ``step`` (at most the cap) if this backoff is not that deep yet."""
+        self._next = max(self._next, min(step, self._cap))
+
 
 class JoinBackoff(Backoff):
     """The step back of a join that lost its race: brief, its own (not the acquire's backoff,
@@ -461,6 +465,10 @@ def take(
     """
     early = proto.early_hint(seen.lease, attempt.claim) if step.outcome == "requested" else None
     if early is not None:
+        # A hinted holder hints us when it hands over: be woken by that (a try_lock is not armed
+        # yet), and poll only as the fallback (``_protocol.HINTED_POLL``).
+        yield ARM
+        attempt.delay.at_least(proto.HINTED_POLL)
         # The window rule (docs/protocol.md): the holder reads now, before our request can
         # land, and counts its cleanup window from that read; then we write.
         yield Hint((early,))

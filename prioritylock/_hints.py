@@ -270,6 +270,17 @@ class Hints:
     def enabled(self) -> bool:
         return self._setting is not None and not self._failed
 
+    @property
+    def reaches_other_hosts(self) -> bool:
+        """Whether hints are on and record an address other hosts may reach (not loopback):
+        a request from another host then tells a holder here at once, whatever its watch
+        interval (unless a firewall or NAT stops the datagram)."""
+        setting = self._setting
+        if setting is None or self._failed:
+            return False
+        listen, record = setting
+        return not ipaddress.ip_address((record or listen)[0]).is_loopback
+
     def configure(self, setting: tuple[Address, Address | None] | None) -> None:
         """Listen and record as ``setting`` says (see :func:`parse_setting`; None: off). An
         open listener is closed; the next acquisition opens the new one. Acquisitions already

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -234,3 +235,31 @@ def test_no_warning_where_the_holder_is_told_in_time(builder: Any, tmp_path: Pat
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         builder(tmp_path).config()
+
+
+@pytest.mark.parametrize(
+    ("setting", "warns"),
+    [
+        ("10.0.3.7", False),  # another host's request is a hint: told at once
+        ("0.0.0.0:7700=203.0.113.5", False),
+        ("127.0.0.1", True),  # hints reach this machine only
+        ("off", True),
+    ],
+)
+def test_with_hints_other_hosts_reach_a_long_watch_interval_does_not_warn(
+    setting: str, warns: bool
+) -> None:
+    from prioritylock._hints import HINTS, parse_setting
+
+    HINTS.configure(parse_setting(setting))  # as PRIORITYLOCK_HINTS=setting (nothing opened)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _s3().cleanup_timeout(2).watch_interval(5).config()
+    finally:
+        HINTS.configure(parse_setting(os.environ.get("PRIORITYLOCK_HINTS")))
+    said = [str(w.message) for w in caught]
+    assert bool(said) == warns, said
+    if warns:
+        assert "PRIORITYLOCK_HINTS" in said[0]
+        assert ("loopback" in said[0]) == (setting != "off"), said[0]

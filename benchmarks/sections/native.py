@@ -128,12 +128,13 @@ def _holder(native: bool, url: str, name: str, conn: Connection) -> None:
     recipe.close()
 
 
-def _handovers(native: bool, url: str, rounds: int, told: queue.Queue[int] | None = None) -> Any:
+def _handovers(native: bool, url: str, rounds: int, told: Any = None, host: Any = None) -> Any:
     """``rounds`` handovers (ns): the other's release -> our blocked acquire returns; with
-    ``told``, also ``rounds`` of the other's ``set`` -> our watch's call put into ``told``."""
+    ``told``, also ``rounds`` of the other's ``set`` -> our watch's call (the other in ``host``)."""
     name, (conn, theirs) = f"handover-{uuid.uuid4().hex[:8]}", mp.Pipe()
     child = mp.get_context("spawn").Process(target=_holder, args=(native, url, name, theirs))
-    child.start()
+    with _servers.netns.inside(host):
+        child.start()
     waiter, samples, requests = _open(native, url, name), [], []
     try:
         for _ in range(rounds):
@@ -156,9 +157,9 @@ def _handovers(native: bool, url: str, rounds: int, told: queue.Queue[int] | Non
         child.kill()
 
 
-def zookeeper(rounds: int, work: Path) -> tuple[list[int], list[int]] | None:
+def zookeeper(rounds: int, work: Path, two: Any) -> tuple[list[int], list[int]] | None:
     """``push``'s comparator (issue 21), ns: a child's ``set`` -> our ``DataWatch`` called (Helix
-    hears requests so), and kazoo's handover; None without ZooKeeper or kazoo."""
+    hears requests so), kazoo's handover; we in one of ``two`` hosts, it in the other, or None."""
     with ExitStack() as stack:
         try:
             from kazoo.client import KazooClient
@@ -166,13 +167,15 @@ def zookeeper(rounds: int, work: Path) -> tuple[list[int], list[int]] | None:
             hosts = stack.enter_context(_servers.running(["zookeeper"], work))["zookeeper"].endpoint
         except (ImportError, _servers.EmulatorError):
             return None
+        two.expose(int(hosts.rpartition(":")[2]))
+        stack.enter_context(_servers.netns.inside(two.names[0]))  # our clients' sockets
         (zk := KazooClient(hosts)).start(30)
         stack.callback(zk.stop)
         told: queue.Queue[int] = queue.Queue()  # when our watch was called
         zk.ensure_path("/native/request")
         zk.DataWatch("/native/request", lambda *_: told.put(time.monotonic_ns()))
         told.get()  # called once as it is set
-        return _handovers(True, f"zk://{hosts}", rounds, told)  # type: ignore[no-any-return]
+        return _handovers(True, f"zk://{hosts}", rounds, told, two.names[1])  # type: ignore[no-any-return]
 
 
 @contextmanager

@@ -1,14 +1,7 @@
-"""``push``: how fast a notice travels (issue 21). Request -> holder told (a priority-9
-``try_lock()`` call -> the holder's ``on_cleanup_notification``) and release -> next holder
-(``unlock()`` -> a waiter's ``lock()`` returns, 20 ms into its wait): one process (``Lock``,
-``AsyncLock``), two processes on one directory (inotify), two apps of one ``prioritylock serve``
-(NDJSON streams), filelock's handoff and ZooKeeper's channel when installed; the same with
-notices off (``PRIORITYLOCK_NOTICES=off``: every lock polls, as across hosts); two processes on
-each cloud emulator with hints (a datagram from the writer; 30 s polls) and without (polls, a
-read a second), and what a held lock costs there; and the CPU of 1,000 held locks of one
-directory with file-system notices on and off. A 60 s lease, 20 s cleanup window and 30 s
-polls: without a notice, seconds. ``time.monotonic_ns`` is system-wide, so a child's readings
-compare with ours."""
+"""``push``: request -> holder told (a ``try_lock()`` -> ``on_cleanup_notification``) and release
+-> next holder, 20 ms into its wait (issues 21, 29): in one process, two (inotify), one serve,
+filelock; notices off; two hosts (``tools.netns``) per cloud emulator, hints on (30 s polls) and
+off (1 s), ZooKeeper across them; a held lock's requests; 1,000 held locks' CPU, inotify on/off."""
 
 from __future__ import annotations
 
@@ -26,6 +19,8 @@ from dataclasses import asdict
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import _servers
 import filelock
@@ -33,17 +28,18 @@ from _bench import Bench
 from _harness import Section, stats_delta, summarize
 
 from prioritylock import CleanupNotice, LockBuilder, LockListener
-from prioritylock.stores import open_store
+from prioritylock.stores import ObjectStore, open_store
 from sections.native import zookeeper
 
 SLOW = {"lease_timeout": 60, "cleanup_timeout": 20, "waiting_timeout": 20, "poll_interval": 30}
 POLLED = {"watch_interval": 1.0, "poll_interval": 1.0}  # on a cloud store: a read a second
-# The waiter is this far into its wait when the lock is released; with notices off, deep in its
-# backed-off polling.
+# A waiter's time into its wait at the release (notices off: deep in its backed-off polls).
 WAITING = 2.0 if os.environ.get("PRIORITYLOCK_NOTICES") == "off" else 0.02
 HELD, RATES = 1_000, (0, 100, 1_000)  # locks held in the CPU case; other files' writes a second
 LOCKS = "v1.d/path.d/bench.d"  # where a LocalStore keeps the locks of the path ("bench", ...)
 FIGURES = ("request -> told", "release -> next")
+HINTED = (FIGURES[0], "request written -> told", "handover -> held")
+HOW: dict[bool, Any] = {True: ("hint", HINTED, SLOW), False: ("poll", FIGURES, POLLED)}
 Samples = Sequence[list[int]]  # ns, one list per figure: FIGURES, unless said otherwise
 Settings = Mapping[str, float]
 NO_HINTS, NO_NOTICES = {"PRIORITYLOCK_HINTS": "off"}, {"PRIORITYLOCK_NOTICES": "off"}
@@ -51,34 +47,27 @@ NO_HINTS, NO_NOTICES = {"PRIORITYLOCK_HINTS": "off"}, {"PRIORITYLOCK_NOTICES": "
 
 class _Told(LockListener):  # when the holder was told, and that it let go (and when)
     def __init__(self) -> None:
-        self.at, self.lost_at, self.event, self.lost = 0, 0, threading.Event(), threading.Event()
+        self.at, self.lost_at, self.lost = 0, 0, threading.Event()
 
     def on_cleanup_notification(self, notice: CleanupNotice) -> None:
         self.at = time.monotonic_ns()
-        self.event.set()
 
     def on_lock_lost(self, lock: object, reason: str) -> None:
         self.lost_at = time.monotonic_ns()
         self.lost.set()
 
 
-def _builder(url: str, owner: str, priority: int, settings: Settings = SLOW) -> LockBuilder:
-    b = LockBuilder().store(open_store(url)).path("bench", "push").owner(owner).priority(priority)
-    for name, value in settings.items():
+def _builder(at: str | ObjectStore, owner: str, priority: int, s: Settings = SLOW) -> LockBuilder:
+    b = LockBuilder().store(at).path("bench", "push").owner(owner).priority(priority)
+    for name, value in s.items():
         getattr(b, name)(value)
     return b
 
 
 def _handoff(acquire: Callable[[], object], release: Callable[[], int | None]) -> int:
-    """ns from ``release`` (which may return when the other process began it), ``WAITING`` into
-    ``acquire``'s wait on a thread, to ``acquire`` returning there."""
+    """ns from ``release`` (or when it says the other began it) to ``acquire`` on a thread."""
     got: list[int] = []
-
-    def wait() -> None:
-        acquire()
-        got.append(time.monotonic_ns())
-
-    waiter = threading.Thread(target=wait)
+    waiter = threading.Thread(target=lambda: got.append((acquire(), time.monotonic_ns())[1]))
     waiter.start()
     time.sleep(WAITING)
     began = time.monotonic_ns()
@@ -90,12 +79,15 @@ def _handoff(acquire: Callable[[], object], release: Callable[[], int | None]) -
 def _requestor(url: str, settings: Settings, directory: str, conn: Connection) -> None:
     """The other process (or thread): request, unlock, flock, funlock; answers the clock
     before each."""
-    urgent = _builder(url, "high", 9, settings).build()
+    store, began = open_store(url), list[int]()  # when each of its writes began
+    write = store.replace
+    store.replace = lambda *a: (began.append(time.monotonic_ns()), write(*a))[1]  # type: ignore
+    urgent = _builder(store, "high", 9, settings).build()
     flock = filelock.FileLock(f"{directory}/push.filelock")
     while (command := conn.recv()) is not None:
         if command == "request":
-            conn.send(time.monotonic_ns())
-            conn.send((urgent.try_lock(), time.monotonic_ns()))  # and when it held the lock
+            conn.send(time.monotonic_ns())  # and when it held the lock, and wrote:
+            conn.send((urgent.try_lock(), time.monotonic_ns(), began))
         elif command == "flock":
             flock.acquire()
             conn.send(0)
@@ -112,39 +104,37 @@ def _pair(
     process: bool = True,
     hints: bool = False,
     flock: bool = False,
+    there: tuple[str | None, Mapping[str, str]] = (None, {}),
 ) -> Samples:
-    """Our holder against a requestor (:func:`_requestor`) in a child process (or, not
-    ``process``, on a thread): our holder is asked; once the other holds, our holder waits and
-    the other releases. With ``hints``, the second figure is the handover instead: our holder
-    let go (``lock_lost``) -> the other held. A polled holder is asked at a random point of its
-    watch interval, a hinted one up to 0.5 s after its last read. With ``flock``, a third list:
-    filelock's handoffs between the two."""
+    """Our holder, asked by a requestor (:func:`_requestor`) in a child process (or a thread; in
+    namespace and environment ``there``), at a random point of its watch interval (hinted: of
+    0.5 s), waits for it to release; ``hints``: :data:`HINTED`; ``flock``: filelock's too."""
     context, directory = mp.get_context("spawn"), url.removeprefix("file://")
     conn, theirs = context.Pipe()
     start = context.Process if process else threading.Thread
     other = start(target=_requestor, args=(url, s, directory, theirs), daemon=True)
-    other.start()
+    with _servers.netns.inside(there[0]), _servers.environment(there[1]):
+        other.start()
 
     def call(command: str) -> int:
         conn.send(command)
         return int(conn.recv())
 
-    told = _Told()
-    holder = _builder(url, "low", 1, s).listener(told).build()
-    requests, handoffs, flocks = [], [], []
+    holder = _builder(url, "low", 1, s).listener(told := _Told()).build()
+    requests, written, handoffs, flocks = [], [], [], []
     for _ in range(rounds):
         holder.lock(timeout=30)
-        told.event.clear()
         told.lost.clear()
         time.sleep(random.uniform(0, 0.5 if hints else s.get("watch_interval", 0)))
         started = call("request")
-        if not (told.event.wait(60) and told.lost.wait(60)):
+        if not told.lost.wait(60):  # told first, then let go
             raise RuntimeError("the holder was not told of the request, or kept the lock")
-        got, held_at = conn.recv()
+        got, held_at, writes = conn.recv()
         if not got:
             raise RuntimeError("the request did not get the lock")
         requests.append(told.at - started)
         if hints:
+            written.append(told.at - max(w for w in writes if w < told.at))
             handoffs.append(held_at - told.lost_at)
             call("unlock")
         else:
@@ -158,7 +148,7 @@ def _pair(
         lock.release()
     conn.send(None)
     other.join(10)
-    return [requests, handoffs, flocks] if flock else [requests, handoffs]
+    return [requests, written, handoffs] if hints else [requests, handoffs, flocks][: 2 + flock]
 
 
 async def _on_loop(url: str, rounds: int) -> Samples:
@@ -183,15 +173,21 @@ async def _on_loop(url: str, rounds: int) -> Samples:
     return [requests, handoffs]
 
 
+def _across(url: str, rounds: int, two: Any, on: bool) -> Samples:
+    """:func:`_pair`, we in one of ``two`` hosts, the requestor in the other; hints ``on``."""
+    env = [{"PRIORITYLOCK_HINTS": a if on else "off"} for a in two.addresses]
+    run = partial(_pair, url, rounds, HOW[on][2], hints=on, there=(two.names[1], env[1]))
+    return _elsewhere(env[0], [run], two.names[0])[0]
+
+
 def _in_loop(url: str, rounds: int) -> Samples:
     return asyncio.run(_on_loop(url, rounds))
 
 
-def _elsewhere(env: Mapping[str, str], runs: list[Callable[[], Samples]]) -> list[Samples]:
-    """The ``runs`` side by side, each in a process started with ``env`` (so are its children):
-    notices or hints off there."""
+def _elsewhere(env: Mapping[str, str], runs: list[Any], host: str | None = None) -> list[Samples]:
+    """The ``runs`` side by side, each in a process started with ``env`` and in ``host``."""
     with ProcessPoolExecutor(max(1, len(runs)), mp.get_context("spawn")) as pool:
-        with _servers.environment(env):  # the processes start here
+        with _servers.environment(env), _servers.netns.inside(host):  # they start here
             futures = [pool.submit(run) for run in runs]
         return [future.result(timeout=600) for future in futures]
 
@@ -291,7 +287,6 @@ def _cost(url: str, seconds: float) -> float:
     lock = _builder(url, "held", 1, POLLED).build()
     lock.lock(timeout=30)
     time.sleep(0.5)  # half a watch interval in: the window holds ``seconds`` reads
-    # Holding: the heartbeat reads and renews meanwhile.
     made = sum(stats_delta(lock.config.store, partial(time.sleep, seconds)).values())
     lock.close()  # releases it
     return made * 3600 / seconds
@@ -334,15 +329,16 @@ def section_push(b: Bench) -> Section:
             add("filelock, two processes", ours[2:], "other", FIGURES[1:])
             two = partial(_pair, b.url(kind), rounds // 8)
             off[f"{kind.label}, two processes, notices off"] = two
-            add("ZooKeeper (kazoo), two processes", zookeeper(rounds, b.root), "other")
         add(f"{kind.label}, two apps of one serve", _sidecar(b.url(kind), rounds))
     cloud = [k for k in b.store_kinds if k.emulator]
-    for kind in cloud:  # one process: a notice; another process's: a hint, else the next read
-        add(f"{kind.label}, Lock, one process", _pair(b.url(kind), rounds // 5, process=False))
-        hinted = _pair(b.url(kind), rounds // 5, hints=True)
-        add(f"{kind.label}, two processes, hints", hinted, "hint", [FIGURES[0], "handover -> held"])
-        polled = partial(_pair, b.url(kind), rounds // 5, POLLED)
-        add(f"{kind.label}, two processes", _elsewhere(NO_HINTS, [polled])[0], "poll")
+    with _servers.netns.two_hosts() as hosts:  # network namespaces, else two loopback addresses
+        for kind in cloud:  # one process: a notice; another host's: a hint, else the next read
+            add(f"{kind.label}, Lock, one process", _pair(b.url(kind), rounds // 5, process=False))
+            hosts.expose(urlsplit(b.emulators[kind.emulator or ""].endpoint).port or 0)
+            for on, word in ((True, "on"), (False, "off")):
+                got = _across(b.url(kind), rounds // 5, hosts, on)
+                add(f"{kind.label}, {hosts.label}, hints {word}", got, *HOW[on][:2])
+        add(f"ZooKeeper (kazoo), {hosts.label}", zookeeper(rounds, b.root, hosts), "other")
     for kind in (k for k in b.kinds if k.server and k.name in b.emulators):  # their own channel
         two = partial(_pair, b.url(kind), rounds // 5)  # a holder's reads 30 s apart
         add(f"{kind.label}, two processes, hints off", _elsewhere(NO_HINTS, [two])[0])

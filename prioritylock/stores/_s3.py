@@ -51,6 +51,7 @@ try:
     import botocore.config
     import botocore.exceptions
     import botocore.session
+    from botocore.handlers import add_expect_header
 except ImportError as _exc:  # pragma: no cover - exercised only without the extra
     raise missing_extra("S3 stores", "s3", _exc) from None
 
@@ -249,6 +250,11 @@ class S3Store(CloudStore):
         self._client.meta.events.register(
             "request-created.s3", self._count_attempt, unique_id=self._handler_id
         )
+        if self._owns_client:
+            # botocore sends a PUT's headers alone ("Expect: 100-continue") and its body only
+            # once S3 answers "100 Continue": a round trip more on every write, which a lease
+            # of a few hundred bytes never needs (moto: 7 of a write's 14 ms).
+            self._client.meta.events.unregister("before-call.s3", add_expect_header)
 
     @property
     def bucket(self) -> str:

@@ -10,6 +10,9 @@ on Linux, so the test compares them with its own):
    later ``cleanup NS`` (its cleanup returns at once: the lock passes) and ``lost REASON NS``
 ``{"op": "wait", "priority": P, ...timings}`` -> ``waiting``; later ``acquired NS``; with
    ``"trace": true`` also ``read NS`` as each of the waiter's reads starts
+``{"op": "ask", "priority": P, ...timings}`` -> ``asked GOT LANDED_NS`` once its ``try_lock()``
+   returned: whether it got the lock, and when its first write (the request) returned
+``{"op": "force", "path": PATH}`` -> ``forced NS`` once its ``force_unlock`` returned
 ``{"op": "hint"}`` -> the hint its current acquisition recorded, ``hint TEXT`` (``none``)
 ``{"op": "release"}`` -> ``released NS``
 ``{"op": "stats"}`` -> ``stats DELIVERED COALESCED DROPPED`` (its listener's counts)
@@ -47,12 +50,20 @@ class Reporter(LockListener):
 
 
 class Traced(DelegatingStore):
-    """Reports when each read starts."""
+    """Reports when each read starts; keeps when each replace returned."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.replaced: list[int] = []
 
     def _forward(self, op: str, key: str, call: Any) -> Any:
         if op.startswith("read"):
             emit("read", time.monotonic_ns())
-        return call()
+        try:
+            return call()
+        finally:
+            if op == "replace":
+                self.replaced.append(time.monotonic_ns())
 
 
 def builder(store: ObjectStore, command: dict[str, Any]) -> LockBuilder:
@@ -106,6 +117,19 @@ def main() -> None:
 
             threading.Thread(target=wait, daemon=True).start()
             emit("waiting")
+        elif op == "ask":
+            traced = Traced(store)
+            asking = builder(traced, command).build()
+            got = asking.try_lock()
+            emit("asked", got, traced.replaced[0] if traced.replaced else 0)
+            if got:
+                asking.unlock()
+            asking.close()
+        elif op == "force":
+            operator = builder(store, command).build()
+            operator.force_unlock("hint test")
+            emit("forced", time.monotonic_ns())
+            operator.close()
         elif op == "hint":
             info = None if lock is None else lock._st.seen
             lease = None if info is None else info.lease

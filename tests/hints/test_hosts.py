@@ -237,8 +237,7 @@ def test_a_handover_reaches_the_requestor_deep_in_its_backoff(
 ) -> None:
     holder = _lock(store, path, "holder", 1)  # no listener: it keeps the lock until unlock()
     assert holder.try_lock()
-    peer.send("wait", priority=5, waiting=60.0, path=path, **PEER)
-    peer.expect("waiting")
+    peer.send("wait", priority=5, waiting=60.0, trace=True, path=path, **PEER)
     deadline = time.monotonic() + 20
     while (info := holder.info()) is None or info.requestor_owner is None:
         assert time.monotonic() < deadline, "the peer's request never showed"
@@ -246,9 +245,16 @@ def test_a_handover_reaches_the_requestor_deep_in_its_backoff(
     time.sleep(1.5)  # the peer's backoff is deep now: its pauses are a second or more
     holder.unlock()  # hands over to the recorded requestor
     released_ns = time.monotonic_ns()
-    acquired_ns = int(peer.expect("acquired")[0])
-    print(f"handover: the requestor held it {(acquired_ns - released_ns) / 1e6:.1f} ms after")
+    reads = 0  # the peer's, before the release
+    while (report := peer.report())[0] != "acquired":
+        reads += report[0] == "read" and int(report[1]) < released_ns
+    acquired_ns = int(report[1])
+    print(f"handover: the requestor held it {(acquired_ns - released_ns) / 1e6:.1f} ms after; "
+          f"it read {reads} times in the 1.5 s before")  # fmt: skip
     assert acquired_ns - released_ns < AT_ONCE * 1e9
+    # Its first read and its polls: hinted, they start at HINTED_POLL (about 0.1, 0.3, 0.7 s
+    # after the request), not at 5 ms (then 15, 35, 75, 155, 315, 635 ms: nine or more).
+    assert reads <= 6
     holder.close()
 
 
