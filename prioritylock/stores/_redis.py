@@ -74,11 +74,16 @@ from prioritylock.stores._base import (
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
+    TLS_FILES,
     WRITES,
     CloudStore,
     NativeIO,
+    check_tls_files,
+    check_url_options,
     untrusted_certificate,
     untrusted_error,
+    url_timeouts,
+    url_tls_files,
 )
 from prioritylock.stores._log import log
 
@@ -204,10 +209,7 @@ class RedisStore(CloudStore):
             raise ConfigError(f"Redis port must be 1-65535, got {port!r}")
         if isinstance(db, bool) or not isinstance(db, int) or db < 0:
             raise ConfigError(f"Redis database must be a number from 0, got {db!r}")
-        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
-            raise ConfigError("Redis ca_certs, client_cert and client_key are for TLS (rediss://)")
-        if client_key is not None and client_cert is None:
-            raise ConfigError("Redis client_key needs client_cert")
+        check_tls_files(self._LABEL, "rediss", tls, (ca_certs, client_cert, client_key))
         super().__init__(f"{host}:{port}/{db}", prefix, connect_timeout, read_timeout)
         self._host, self._port, self._db = host, port, db
         connect, read = self._timeouts
@@ -738,14 +740,7 @@ class _Watcher:
             log.exception("%s: a change callback raised", self._label)
 
 
-_URL_OPTIONS = (
-    "ca_certs",
-    "client_cert",
-    "client_key",
-    "connect_timeout",
-    "prefix",
-    "read_timeout",
-)
+_URL_OPTIONS = (*TLS_FILES, "connect_timeout", "prefix", "read_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> RedisStore:
@@ -762,17 +757,7 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
     :raises ConfigError: no host, a port or database that is not a number, an unknown or empty
         option (named), or an invalid value.
     """
-    scheme = parts.scheme.lower()
-    for name in sorted(options):
-        if name not in _URL_OPTIONS:
-            raise ConfigError(
-                f"unknown {scheme}:// store URL option {name!r}; known options:"
-                f" {', '.join(_URL_OPTIONS)}"
-            )
-        if not options[name] and name != "prefix":
-            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
-    if parts.fragment:
-        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
+    scheme = check_url_options(parts, options, _URL_OPTIONS, may_be_empty=("prefix",))
     try:
         host, port = parts.hostname, parts.port
     except ValueError:
@@ -785,16 +770,6 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
             f"{scheme}:// store URL path is the database number, got {path!r}; the key prefix"
             " is the option ?prefix=PREFIX"
         )
-    timeouts: dict[str, float] = {}
-    for option in ("connect_timeout", "read_timeout"):
-        if option in options:
-            try:
-                timeouts[option] = float(options[option])
-            except ValueError:
-                raise ConfigError(
-                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
-                    f" got {options[option]!r}"
-                ) from None
     username = urllib.parse.unquote(parts.username) if parts.username else None
     password = urllib.parse.unquote(parts.password) if parts.password else None
     return RedisStore(
@@ -805,8 +780,6 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         username=username,
         password=password,
         tls=scheme == "rediss",
-        ca_certs=options.get("ca_certs"),
-        client_cert=options.get("client_cert"),
-        client_key=options.get("client_key"),
-        **timeouts,
+        **url_tls_files(options),
+        **url_timeouts(scheme, options),
     )
