@@ -1,7 +1,7 @@
 """What ``run.py``'s sections share: :class:`Sizes` (full, ``--quick``), the stores under test
 (:data:`STORE_KINDS`), the run's context :class:`Bench` (fresh namespaces, lock paths, builders),
 cycles and processes, :class:`StoreTimer` (time inside store calls) and :class:`TallyStore`
-(requests per thread)."""
+(requests per client)."""
 
 from __future__ import annotations
 
@@ -220,27 +220,28 @@ _KINDS |= {"replace_unsynced": "replaces", "delete": "deletes", "list": "lists"}
 
 
 class TallyStore(DelegatingStore):
-    """Notes each request with the label of the thread that made it (:meth:`label_thread`).
-    Its ``namespace`` is hidden: locks on one ``TallyStore`` share its identity instead, and
-    make no cached reads."""
+    """Notes each request with the label of the client it came through: each client's locks
+    are built on its own :meth:`client` view, whichever thread then makes the calls (a lock
+    makes a network store's on worker threads). The views share one identity (``namespace``),
+    so their locks hear each other's writes as locks of one process do."""
 
-    def __init__(self, inner: ObjectStore) -> None:
+    def __init__(self, inner: ObjectStore, label: str = "other", of: TallyStore | None = None):
         super().__init__(inner)
-        self._labels: dict[int, str] = {}
-        self._lock = threading.Lock()
-        self.events: list[tuple[str, str, float]] = []  # (label, kind, monotonic time)
+        self.label, self._root = label, of or self
+        self._lock: threading.Lock = of._lock if of else threading.Lock()
+        self.events: list[tuple[str, str, float]] = of.events if of else []  # (label, kind, time)
 
-    def label_thread(self, label: str) -> None:
-        self._labels[threading.get_ident()] = label
+    def client(self, label: str) -> TallyStore:
+        """A view whose requests are labelled ``label``."""
+        return TallyStore(self.inner, label, self._root)
 
     def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
-        label = self._labels.get(threading.get_ident(), "other")
         with self._lock:
-            self.events.append((label, _KINDS[op], time.monotonic()))
+            self.events.append((self.label, _KINDS[op], time.monotonic()))
         return call()
 
     def counts(self, label: str | None, since: float, until: float) -> dict[str, int]:
-        """Requests by kind made by threads labelled ``label`` (None: all) in [since, until]."""
+        """Requests by kind made through views labelled ``label`` (None: all) in [since, until]."""
         out = dict.fromkeys(("reads", "creates", "replaces", "deletes", "lists"), 0)
         with self._lock:
             events = list(self.events)
@@ -251,4 +252,4 @@ class TallyStore(DelegatingStore):
 
     @property
     def namespace(self) -> str:
-        raise AttributeError("namespace")
+        return f"tally-{id(self._root)}"

@@ -12,14 +12,14 @@ the installed package: it finds Azurite in the checkout's ``node_modules``.
 - ``azure``: Azurite's blob service, in memory, with its well-known development account;
 - ``redis``: Debian's ``redis-server`` (``scripts/install-redis``), with the append-only file
   synced on every write (``appendfsync always``, so a restart forgets nothing it acknowledged)
-  and a throwaway password; :func:`restart_redis` stops and starts it again on the same port.
+  and a throwaway password; :func:`restart` stops and starts it again on the same port.
 - ``zookeeper``: Debian's ZooKeeper 3.8 (``scripts/install-zookeeper``), standalone, its data on
   disk, written but not fsynced (``forceSync=no``: a process restart forgets nothing, the page
-  cache keeps it; a machine crash could, which tests don't do); :func:`restart_zookeeper` stops
-  and starts it again on the same port and data.
+  cache keeps it; a machine crash could, which tests don't do); :func:`restart` stops and
+  starts it again on the same port and data.
 - ``etcd``: Debian's etcd 3.4 (``scripts/install-etcd``), one member, its client and peer URLs on
-  127.0.0.1 (free ports), its data on disk in ``work``; :func:`restart_etcd` stops and starts it
-  again on the same ports and data.
+  127.0.0.1 (free ports), its data on disk in ``work``; :func:`restart` stops and starts it again
+  on the same ports and data.
 
 Each runs in its own process group, from ``work``, with its output appended to a log file there
 whose tail is in the error when it does not start. It is ready once it answers *as itself* (and,
@@ -49,6 +49,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import sysconfig
@@ -57,7 +58,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -76,9 +77,8 @@ __all__ = [
     "free_port",
     "http_get",
     "redis_argv",
-    "restart_redis",
-    "restart_etcd",
-    "restart_zookeeper",
+    "redis_ping",
+    "restart",
     "running",
 ]
 
@@ -156,6 +156,7 @@ class ServerProcess:
         """
         self.name = name
         self.argv = list(argv)
+        self.cwd = cwd
         self.log_path = log_path
         self._leftovers = leftovers
         self._terminated = False
@@ -497,10 +498,14 @@ def _launch_azurite(_work: Path, _attempt: int, _key: tuple[str, str]) -> _Launc
     )
 
 
-def _redis_ping(port: int, password: str) -> bool:
-    """Whether a Redis server answers ``PONG`` on ``port`` to ``password`` (RESP by hand)."""
+def redis_ping(port: int, password: str, tls: ssl.SSLContext | None = None) -> bool:
+    """Whether a Redis server answers ``PONG`` on ``port`` to ``password`` (RESP by hand), over
+    TLS with the context ``tls``."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+        with contextlib.ExitStack() as stack:
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=1.0))
+            if tls is not None:
+                sock = stack.enter_context(tls.wrap_socket(sock, server_hostname="127.0.0.1"))
             sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
             answer = b""
             while b"PONG" not in answer and len(answer) < 200:
@@ -539,37 +544,8 @@ def _launch_redis(work: Path, attempt: int, key: tuple[str, str]) -> _Launch:
         argv=redis_argv(port, password, data_dir),
         env=_server_env(),
         endpoint=f"redis://127.0.0.1:{port}",
-        probe=lambda: _redis_ping(port, password),
+        probe=lambda: redis_ping(port, password),
     )
-
-
-def restart_redis(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
-    """Stop the ``redis`` emulator (SIGTERM: it syncs its append-only file and exits), call
-    ``down`` while it is down, then start it again on the same port and data, and wait until it
-    answers. ``emulator.process`` is the new process afterwards.
-
-    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
-    """
-    process = emulator.process
-    argv = process.argv
-    process.stop()
-    down()
-    port = int(argv[argv.index("--port") + 1])
-    password = argv[argv.index("--requirepass") + 1]
-    restarted = ServerProcess(
-        "redis",
-        argv,
-        env=_server_env(),
-        cwd=Path(argv[argv.index("--dir") + 1]),
-        log_path=process.log_path,
-    )
-    began = time.monotonic()
-    while not _redis_ping(port, password):
-        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
-            restarted.stop()
-            raise EmulatorError(f"redis did not come back on port {port}:\n{restarted.tail()}")
-        time.sleep(0.02)  # a bounded poll of a process we don't control
-    object.__setattr__(emulator, "process", restarted)
 
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's: its manifest names the rest
@@ -623,30 +599,6 @@ def _launch_zookeeper(work: Path, attempt: int, _key: tuple[str, str]) -> _Launc
     )
 
 
-def restart_zookeeper(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
-    """Stop the ``zookeeper`` emulator (SIGTERM), call ``down`` while it is down, then start it
-    again on the same port and data and wait until it answers. ``emulator.process`` is the new
-    process afterwards.
-
-    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
-    """
-    process = emulator.process
-    process.stop()
-    down()
-    port = int(emulator.endpoint.rsplit(":", 1)[1])
-    config = Path(process.argv[-1])
-    restarted = ServerProcess(
-        "zookeeper", process.argv, env=_server_env(), cwd=config.parent, log_path=process.log_path
-    )
-    began = time.monotonic()
-    while not _zookeeper_ok(port):
-        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
-            restarted.stop()
-            raise EmulatorError(f"zookeeper did not come back on port {port}:\n{restarted.tail()}")
-        time.sleep(0.02)  # a bounded poll of a process we don't control
-    object.__setattr__(emulator, "process", restarted)
-
-
 def _etcd_ok(port: int) -> bool:
     """Whether etcd on ``port`` serves requests (its ``/health`` says so once it has a leader)."""
     try:
@@ -681,30 +633,6 @@ def _launch_etcd(work: Path, attempt: int, _key: tuple[str, str]) -> _Launch:
     )
 
 
-def restart_etcd(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
-    """Stop the ``etcd`` emulator (SIGTERM), call ``down`` while it is down, then start it again
-    on the same ports and data and wait until it answers. ``emulator.process`` is the new
-    process afterwards.
-
-    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
-    """
-    process = emulator.process
-    process.stop()
-    down()
-    port = int(emulator.endpoint.rsplit(":", 1)[1])
-    data_dir = Path(process.argv[process.argv.index("--data-dir") + 1])
-    restarted = ServerProcess(
-        "etcd", process.argv, env=_server_env(), cwd=data_dir.parent, log_path=process.log_path
-    )
-    began = time.monotonic()
-    while not _etcd_ok(port):
-        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
-            restarted.stop()
-            raise EmulatorError(f"etcd did not come back on port {port}:\n{restarted.tail()}")
-        time.sleep(0.02)  # a bounded poll of a process we don't control
-    object.__setattr__(emulator, "process", restarted)
-
-
 _LAUNCHERS: dict[str, _Launcher] = {
     "s3-moto": _launch_moto,
     "s3-seaweedfs": _launch_seaweedfs,
@@ -729,6 +657,7 @@ class Emulator:
     key: tuple[str, str]  # the S3 access key id and secret it accepts; Redis: [1] is its password
     log_path: Path
     process: ServerProcess
+    launch: _Launch = field(repr=False)  # how it was started: :func:`restart` does it again
 
     @property
     def pid(self) -> int:
@@ -736,6 +665,31 @@ class Emulator:
 
     def stop(self) -> None:
         self.process.stop()
+
+
+def restart(emulator: Emulator, *, down: Callable[[], None] = lambda: None) -> None:
+    """Stop ``emulator`` (SIGTERM: Redis syncs its append-only file and exits), call ``down``
+    while it is down, then start it again with the same command (the same ports and data) and
+    wait until it answers as itself. ``emulator.process`` is the new process afterwards. For
+    the servers that keep their data on disk: ``redis``, ``zookeeper`` and ``etcd``.
+
+    :raises EmulatorError: it did not come back within :data:`START_DEADLINE`.
+    """
+    process, how = emulator.process, emulator.launch
+    process.stop()
+    down()
+    restarted = ServerProcess(
+        emulator.name, process.argv, env=how.env, cwd=process.cwd, log_path=process.log_path
+    )
+    began = time.monotonic()
+    while not ((not how.ready_line or restarted.printed(how.ready_line)) and how.probe()):
+        if restarted.process.poll() is not None or time.monotonic() - began > START_DEADLINE:
+            restarted.stop()
+            raise EmulatorError(
+                f"{emulator.name} did not come back at {emulator.endpoint}:\n{restarted.tail()}"
+            )
+        time.sleep(0.02)  # a bounded poll of a process we don't control
+    object.__setattr__(emulator, "process", restarted)
 
 
 def _start_all(
@@ -786,7 +740,8 @@ def _start_all(
                 elif (not how.ready_line or process.printed(how.ready_line)) and how.probe():
                     del pending[name]
                     startup_s = time.monotonic() - began
-                    yield Emulator(name, how.endpoint, startup_s, key, process.log_path, process)
+                    log_path = process.log_path
+                    yield Emulator(name, how.endpoint, startup_s, key, log_path, process, how)
                 elif time.monotonic() - began > START_DEADLINE:
                     del pending[name]
                     process.stop()

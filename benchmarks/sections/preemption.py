@@ -53,14 +53,13 @@ def preemptions(b: Bench, kind: StoreKind, variant: str) -> Preemptions:
     the latency and the request-count tables share them.
 
     A request counts from the requestor's ``try_lock()`` call until the holder's listener hears
-    ``on_lock_lost``: the requestor's requests are made on this thread, the holder's on the
-    library's heartbeat and cleanup threads.
+    ``on_lock_lost``, the requestor's and the holder's each through their own view of the tally.
     """
     key = f"preemption/{kind.name}/{variant}"
     if key in b.shared:
         return cast(Preemptions, b.shared[key])
     rounds, inner, path = b.sizes.preemptions, open_store(b.url(kind)), b.path(f"preempt-{variant}")
-    (tally := TallyStore(inner)).label_thread("requestor")
+    tally = TallyStore(inner, "holder")
     cleaner = _Cleaner(0.05 if variant == "listener50" else 0.0)
     holder = (
         b.builder(tally, path, "low")
@@ -72,7 +71,8 @@ def preemptions(b: Bench, kind: StoreKind, variant: str) -> Preemptions:
     )
     # A fresh requestor each round: a reused one would first try its stale cached version
     # (one failed write and a read more; see "stale cached version" in the requests table).
-    requestor_builder = b.builder(tally, path, "high").priority(10).waiting_timeout(5)
+    requestor_builder = b.builder(tally.client("requestor"), path, "high").priority(10)
+    requestor_builder.waiting_timeout(5)
     before = inner.stats.snapshot()["total"]
     samples: list[int] = []
     totals: dict[str, Counter[str]] = {"requestor": Counter(), "holder": Counter()}
@@ -89,11 +89,11 @@ def preemptions(b: Bench, kind: StoreKind, variant: str) -> Preemptions:
             raise RuntimeError("the preempted holder was not told it lost the lock")
         t1 = time.monotonic()
         requestor.close()
-        for who, label in (("requestor", "requestor"), ("holder", "other")):
-            totals[who].update(tally.counts(label, t0, t1))
+        for who in ("requestor", "holder"):
+            totals[who].update(tally.counts(who, t0, t1))
     holder.close()
     if inner.stats.snapshot()["total"] - before != len(tally.events):
-        raise RuntimeError("the per-thread tally disagrees with store.stats")
+        raise RuntimeError("the per-client tally disagrees with store.stats")
     mean = {who: {k: round(v / rounds, 2) for k, v in c.items() if v} for who, c in totals.items()}
     b.shared[key] = samples, mean
     return samples, mean

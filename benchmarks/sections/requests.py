@@ -1,7 +1,7 @@
 """``requests``: store requests per operation on every store, from ``store.stats``.
 
 One client's operations are each counted alone; where two clients share a store (a blocked
-waiter, a preemption) a per-thread tally (:class:`TallyStore`) splits them. Also what a held lock
+waiter, a preemption) a per-client tally (:class:`TallyStore`) splits them. Also what a held lock
 and an idle one cost per renew interval, with the default timings and with Hudi's, scaled down
 by :data:`HELD_SCALE` so a short window holds several intervals.
 """
@@ -98,11 +98,10 @@ def _blocked_waiter(b: Bench, kind: StoreKind, poll: float) -> Callable[[], Json
     first second and per second once settled."""
     tally, path, s = TallyStore(open_store(b.url(kind))), b.path("waiter"), b.sizes
     holder = b.builder(tally, path, "holder").build()
-    waiter = b.builder(tally, path, "waiter").poll_interval(poll).build()
+    waiter = b.builder(tally.client("waiter"), path, "waiter").poll_interval(poll).build()
 
     def run() -> Json:
         holder.lock(timeout=5)
-        tally.label_thread("waiter")
         t0 = time.monotonic()
         with contextlib.suppress(LockTimeout):
             waiter.lock(timeout=s.waiter_s)
@@ -203,7 +202,7 @@ def section_requests(b: Bench) -> Section:
         for t in ("defaults", "hudi")
     }
     rows.append({"operation": "per_day_at_full_scale", "waiter_reads_per_day": rate * 86400} | day)
-    title = "Store requests per operation (from store.stats; two-client cases split per thread)"
+    title = "Store requests per operation (from store.stats; two-client cases split per client)"
     headers = ["operation", *(k.label for k in kinds)]
     notes = [
         f"Blocked waiter: steady reads/s counted after the first {s.waiter_settle_s:g} s of "

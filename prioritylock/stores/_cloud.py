@@ -57,12 +57,20 @@ __all__ = [
     "HttpClassifier",
     "NativeIO",
     "Outcome",
+    "TLS_FILES",
+    "TLSFiles",
     "Timeouts",
     "check_timeouts",
+    "check_tls_files",
+    "check_url_options",
     "parse_store_url",
     "scrub_sdk_logs",
     "untrusted_certificate",
     "untrusted_error",
+    "url_credentials",
+    "url_seconds",
+    "url_timeouts",
+    "url_tls_files",
     "validate_endpoint",
 ]
 
@@ -594,14 +602,7 @@ def parse_store_url(
     :raises ConfigError: an unknown or empty option (named), credentials or a port in the URL, no
         holder name, a fragment, or a timeout that is not a number.
     """
-    scheme = parts.scheme.lower()
-    for name in sorted(options):
-        if name not in known:
-            raise ConfigError(
-                f"unknown {scheme}:// store URL option {name!r}; known options: {', '.join(known)}"
-            )
-        if not options[name]:
-            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
+    scheme = check_url_options(parts, options, known)
     if "@" in parts.netloc:
         raise ConfigError(f"{scheme}:// store URLs must not carry credentials; {credentials_hint}")
     name = parts.netloc
@@ -613,16 +614,111 @@ def parse_store_url(
         raise ConfigError(
             f"{scheme}:// store URL takes a {holder} name, not host:port ({name!r}); {port_hint}"
         )
+    return name, urllib.parse.unquote(parts.path), url_timeouts(scheme, options)
+
+
+#: The options of a TLS store URL (``rediss://``, ``zks://``, ``etcds://``): PEM files.
+TLS_FILES = ("ca_certs", "client_cert", "client_key")
+
+
+def check_url_options(
+    parts: urllib.parse.SplitResult,
+    options: dict[str, str],
+    known: tuple[str, ...],
+    *,
+    may_be_empty: tuple[str, ...] = (),
+) -> str:
+    """The URL's scheme (lower case), once every option is one of ``known`` and given a value
+    (but those of ``may_be_empty``), and there is no fragment.
+
+    :raises ConfigError: an unknown or empty option (named), or a fragment.
+    """
+    scheme = parts.scheme.lower()
+    for name in sorted(options):
+        if name not in known:
+            raise ConfigError(
+                f"unknown {scheme}:// store URL option {name!r}; known options: {', '.join(known)}"
+            )
+        if not options[name] and name not in may_be_empty:
+            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
     if parts.fragment:
         raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
-    timeouts = Timeouts(connect_timeout=DEFAULT_CONNECT_TIMEOUT, read_timeout=DEFAULT_READ_TIMEOUT)
-    for option in ("connect_timeout", "read_timeout"):
-        if option in options:
-            try:
-                timeouts[option] = float(options[option])
-            except ValueError:
-                raise ConfigError(
-                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
-                    f" got {options[option]!r}"
-                ) from None
-    return name, urllib.parse.unquote(parts.path), timeouts
+    return scheme
+
+
+def url_seconds(scheme: str, options: dict[str, str], name: str, default: float) -> float:
+    """The option ``name`` of a store URL, a number of seconds; ``default`` when not given.
+
+    :raises ConfigError: it is not a number.
+    """
+    if name not in options:
+        return default
+    try:
+        return float(options[name])
+    except ValueError:
+        raise ConfigError(
+            f"{scheme}:// store URL option {name!r} must be a number of seconds,"
+            f" got {options[name]!r}"
+        ) from None
+
+
+def url_timeouts(scheme: str, options: dict[str, str]) -> Timeouts:
+    """The ``connect_timeout`` and ``read_timeout`` options of a store URL, or the defaults.
+
+    :raises ConfigError: one is not a number.
+    """
+    return Timeouts(
+        connect_timeout=url_seconds(scheme, options, "connect_timeout", DEFAULT_CONNECT_TIMEOUT),
+        read_timeout=url_seconds(scheme, options, "read_timeout", DEFAULT_READ_TIMEOUT),
+    )
+
+
+def url_credentials(
+    scheme: str, netloc: str, *, needs_user: bool
+) -> tuple[str | None, str | None, str]:
+    """A URL's ``[USER:PASSWORD@]HOSTS``: the user name and password (percent-decoded; both
+    ``None`` without an ``@``) and the hosts.
+
+    :raises ConfigError: credentials without a ``:``, or without a user name where
+        ``needs_user``.
+    """
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        return None, None, hosts
+    user, colon, secret = userinfo.partition(":")
+    if not colon or (needs_user and not user):
+        raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
+    return urllib.parse.unquote(user), urllib.parse.unquote(secret), hosts
+
+
+class TLSFiles(TypedDict):
+    """A store's TLS files (PEM), as its constructor takes them; ``None``: not given."""
+
+    ca_certs: str | None
+    client_cert: str | None
+    client_key: str | None
+
+
+def url_tls_files(options: dict[str, str]) -> TLSFiles:
+    """The TLS files given in a store URL's options (:data:`TLS_FILES`)."""
+    return TLSFiles(
+        ca_certs=options.get("ca_certs"),
+        client_cert=options.get("client_cert"),
+        client_key=options.get("client_key"),
+    )
+
+
+def check_tls_files(
+    label: str, scheme: str, tls: bool, files: tuple[str | None, str | None, str | None]
+) -> None:
+    """A store's TLS ``files`` (``ca_certs``, ``client_cert``, ``client_key``) make sense: given
+    only with ``tls`` (the ``scheme``, e.g. ``rediss``), and a client key only with its
+    certificate.
+
+    :raises ConfigError: they don't.
+    """
+    _, client_cert, client_key = files
+    if not tls and files != (None, None, None):
+        raise ConfigError(f"{label} ca_certs, client_cert and client_key are for TLS ({scheme}://)")
+    if client_key is not None and client_cert is None:
+        raise ConfigError(f"{label} client_key needs client_cert")

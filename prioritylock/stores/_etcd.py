@@ -68,10 +68,16 @@ from prioritylock.stores._base import (
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
+    TLS_FILES,
     WRITES,
     CloudStore,
+    check_tls_files,
+    check_url_options,
     untrusted_certificate,
     untrusted_error,
+    url_credentials,
+    url_timeouts,
+    url_tls_files,
 )
 from prioritylock.stores._log import log
 
@@ -140,10 +146,7 @@ class EtcdStore(CloudStore):
         super().__init__(self.endpoint, _base_prefix(prefix), connect_timeout, read_timeout)
         if (username is None) != (password is None) or username == "":
             raise ConfigError("etcd needs both a user name and a password, or neither")
-        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
-            raise ConfigError("etcd ca_certs, client_cert and client_key are for TLS (etcds://)")
-        if client_key is not None and client_cert is None:
-            raise ConfigError("etcd client_key needs client_cert")
+        check_tls_files(self._LABEL, "etcds", tls, (ca_certs, client_cert, client_key))
         self._credentials = None if username is None else {"name": username, "password": password}
         self._token: str | None = None
         self._token_lock = threading.Lock()
@@ -632,8 +635,7 @@ def _base_prefix(prefix: str) -> str:
     return stripped + "/"
 
 
-_URL_OPTIONS = ("ca_certs", "client_cert", "client_key", "connect_timeout", "read_timeout")
-_TIMEOUTS = ("connect_timeout", "read_timeout")
+_URL_OPTIONS = (*TLS_FILES, "connect_timeout", "read_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> EtcdStore:
@@ -648,45 +650,16 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
     :raises ConfigError: no host or prefix, a user name without a password, an unknown or empty
         option (named), or an invalid value.
     """
-    scheme = parts.scheme.lower()
-    for name in sorted(options):
-        if name not in _URL_OPTIONS:
-            raise ConfigError(
-                f"unknown {scheme}:// store URL option {name!r}; known options:"
-                f" {', '.join(_URL_OPTIONS)}"
-            )
-        if not options[name]:
-            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
-    if parts.fragment:
-        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
-    userinfo, at, endpoint = parts.netloc.rpartition("@")
+    scheme = check_url_options(parts, options, _URL_OPTIONS)
+    username, password, endpoint = url_credentials(scheme, parts.netloc, needs_user=True)
     if not endpoint:
         raise ConfigError(f"{scheme}:// store URL needs a host: {scheme}://HOST:PORT/PREFIX")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        if not colon or not user:
-            raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
-        username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
-    timeouts: dict[str, float] = {}
-    for option in _TIMEOUTS:
-        if option in options:
-            try:
-                timeouts[option] = float(options[option])
-            except ValueError:
-                raise ConfigError(
-                    f"etcd:// store URL option {option!r} must be a number of seconds,"
-                    f" got {options[option]!r}"
-                ) from None
     return EtcdStore(
         endpoint,
         prefix=urllib.parse.unquote(parts.path),
         username=username,
         password=password,
         tls=scheme == "etcds",
-        ca_certs=options.get("ca_certs"),
-        client_cert=options.get("client_cert"),
-        client_key=options.get("client_key"),
-        connect_timeout=timeouts.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT),
-        read_timeout=timeouts.get("read_timeout", DEFAULT_READ_TIMEOUT),
+        **url_tls_files(options),
+        **url_timeouts(scheme, options),
     )

@@ -14,11 +14,13 @@ Layout, for a key ``K`` under prefix ``P`` in database ``D``:
   :meth:`RedisStore.watch_key` hears. ``TOKEN`` names the writing process and namespace, so a
   process does not wake itself for its own writes (it tells its own locks in-process).
 
-Each seam operation is one Lua script sent whole with ``EVAL`` (a few hundred bytes; the server
-compiles each script once and keeps it): the condition is checked and the write made atomically
-on the server, with no ``WATCH`` round trips. ``EVALSHA`` would save the bytes but costs a second
-request whenever the server does not have the script (after every restart or failover), and the
-request budget counts requests.
+Each seam operation is one Lua script, called by its SHA1 with ``EVALSHA`` (the condition is
+checked and the write made atomically on the server, with no ``WATCH`` round trips). A server
+that does not have the script (restarted, failed over, ``SCRIPT FLUSH``) answers ``NOSCRIPT``
+having run nothing, and the store sends it whole once with ``EVAL``, which also loads it: one
+round trip more for each script after such an event (the two count as one request in
+:attr:`RedisStore.stats`, which counts the operations a lock asks for), instead of a few hundred
+bytes more on every request.
 
 Requests go through redis-py's connection pool with no retries of its own (an ``AsyncLock``'s
 reads, creates and replaces through redis-py's asyncio client instead, one per event loop, with
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import secrets
 import threading
 import urllib.parse
@@ -74,11 +77,16 @@ from prioritylock.stores._base import (
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
+    TLS_FILES,
     WRITES,
     CloudStore,
     NativeIO,
+    check_tls_files,
+    check_url_options,
     untrusted_certificate,
     untrusted_error,
+    url_timeouts,
+    url_tls_files,
 )
 from prioritylock.stores._log import log
 
@@ -139,6 +147,12 @@ return {'ok'}
 """,
 }
 
+#: Each script's SHA1, by which EVALSHA calls it.
+_SHAS: Final = {
+    op: hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()
+    for op, script in _SCRIPTS.items()
+}
+
 #: A script's answer: what happened first, then its values.
 _Answer = list[Any]
 
@@ -178,7 +192,8 @@ class RedisStore(CloudStore):
     _MAX_BYTES = MAX_OBJECT_BYTES
     _ACCESS_HINT = (
         "check the user name and password (redis://USER:PASSWORD@HOST) and that the user's ACL"
-        " allows EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in it), SCAN and SUBSCRIBE on the"
+        " allows EVALSHA and EVAL (and TYPE, GET, SET, INCR, DEL, PUBLISH in them), SCAN and"
+        " SUBSCRIBE on the"
         " prefix's keys, prioritylock//versions and the prioritylock:* channels (docs/stores.md)"
     )
 
@@ -204,10 +219,7 @@ class RedisStore(CloudStore):
             raise ConfigError(f"Redis port must be 1-65535, got {port!r}")
         if isinstance(db, bool) or not isinstance(db, int) or db < 0:
             raise ConfigError(f"Redis database must be a number from 0, got {db!r}")
-        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
-            raise ConfigError("Redis ca_certs, client_cert and client_key are for TLS (rediss://)")
-        if client_key is not None and client_cert is None:
-            raise ConfigError("Redis client_key needs client_cert")
+        check_tls_files(self._LABEL, "rediss", tls, (ca_certs, client_cert, client_key))
         super().__init__(f"{host}:{port}/{db}", prefix, connect_timeout, read_timeout)
         self._host, self._port, self._db = host, port, db
         connect, read = self._timeouts
@@ -362,9 +374,13 @@ class RedisStore(CloudStore):
     # -- the scripts -------------------------------------------------------------------------------
 
     def _script(self, op: str, key: str, name: str, *argv: Any) -> _Answer:
-        """Run ``op``'s script on object ``name``: one request; a key of another type is
-        refused, as it is not ours."""
-        return self._checked(op, key, self._send(*_eval(op, name, argv)))
+        """Run ``op``'s script on object ``name``: one request (two when the server has not the
+        script yet); a key of another type is refused, as it is not ours."""
+        try:
+            answer = self._send(*_eval(op, name, argv, by_sha=True))
+        except redis_errors.NoScriptError:  # nothing ran: send it whole, which loads it
+            answer = self._send(*_eval(op, name, argv, by_sha=False))
+        return self._checked(op, key, answer)
 
     def _checked(self, op: str, key: str, answer: Any) -> _Answer:
         if not isinstance(answer, list) or not answer:
@@ -489,9 +505,12 @@ class RedisStore(CloudStore):
         return StoreError(f"{what} failed ({name})")
 
 
-def _eval(op: str, name: str, argv: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The ``EVAL`` command of ``op``'s script on object ``name``."""
+def _eval(op: str, name: str, argv: tuple[Any, ...], *, by_sha: bool) -> tuple[Any, ...]:
+    """The command running ``op``'s script on object ``name``: ``EVALSHA`` by its SHA1, or
+    ``EVAL`` with the script itself."""
     keys = (name, name + VERSION_SUFFIX, COUNTER_KEY)
+    if by_sha:
+        return ("EVALSHA", _SHAS[op], len(keys), *keys, *argv)
     return ("EVAL", _SCRIPTS[op], len(keys), *keys, *argv)
 
 
@@ -551,7 +570,12 @@ class _AsyncRedis:
         return self._store._written(await self._script(op, key, name, argv), op, key)
 
     async def _script(self, op: str, key: str, name: str, argv: tuple[Any, ...]) -> _Answer:
-        return self._store._checked(op, key, await self._send(*_eval(op, name, argv)))
+        """:meth:`RedisStore._script` on the loop's pool."""
+        try:
+            answer = await self._send(*_eval(op, name, argv, by_sha=True))
+        except redis_errors.NoScriptError:
+            answer = await self._send(*_eval(op, name, argv, by_sha=False))
+        return self._store._checked(op, key, answer)
 
     async def _send(self, *command: Any) -> Any:
         """:meth:`RedisStore._send` on the loop's pool."""
@@ -738,14 +762,7 @@ class _Watcher:
             log.exception("%s: a change callback raised", self._label)
 
 
-_URL_OPTIONS = (
-    "ca_certs",
-    "client_cert",
-    "client_key",
-    "connect_timeout",
-    "prefix",
-    "read_timeout",
-)
+_URL_OPTIONS = (*TLS_FILES, "connect_timeout", "prefix", "read_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> RedisStore:
@@ -762,17 +779,7 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
     :raises ConfigError: no host, a port or database that is not a number, an unknown or empty
         option (named), or an invalid value.
     """
-    scheme = parts.scheme.lower()
-    for name in sorted(options):
-        if name not in _URL_OPTIONS:
-            raise ConfigError(
-                f"unknown {scheme}:// store URL option {name!r}; known options:"
-                f" {', '.join(_URL_OPTIONS)}"
-            )
-        if not options[name] and name != "prefix":
-            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
-    if parts.fragment:
-        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
+    scheme = check_url_options(parts, options, _URL_OPTIONS, may_be_empty=("prefix",))
     try:
         host, port = parts.hostname, parts.port
     except ValueError:
@@ -785,16 +792,6 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
             f"{scheme}:// store URL path is the database number, got {path!r}; the key prefix"
             " is the option ?prefix=PREFIX"
         )
-    timeouts: dict[str, float] = {}
-    for option in ("connect_timeout", "read_timeout"):
-        if option in options:
-            try:
-                timeouts[option] = float(options[option])
-            except ValueError:
-                raise ConfigError(
-                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
-                    f" got {options[option]!r}"
-                ) from None
     username = urllib.parse.unquote(parts.username) if parts.username else None
     password = urllib.parse.unquote(parts.password) if parts.password else None
     return RedisStore(
@@ -805,8 +802,6 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
         username=username,
         password=password,
         tls=scheme == "rediss",
-        ca_certs=options.get("ca_certs"),
-        client_cert=options.get("client_cert"),
-        client_key=options.get("client_key"),
-        **timeouts,
+        **url_tls_files(options),
+        **url_timeouts(scheme, options),
     )

@@ -64,14 +64,23 @@ from prioritylock.stores._base import (
 from prioritylock.stores._cloud import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
+    TLS_FILES,
     WRITES,
     CloudStore,
+    check_tls_files,
+    check_url_options,
+    url_credentials,
+    url_seconds,
+    url_timeouts,
+    url_tls_files,
 )
 from prioritylock.stores._log import log
 
 __all__ = ["DEFAULT_PORT", "MAX_OBJECT_BYTES", "ZooKeeperStore", "store_from_url"]
 
 DEFAULT_PORT = 2181
+SESSION_TIMEOUT = 10.0
+"""The session timeout the store asks for, in seconds (``session_timeout``)."""
 MAX_OBJECT_BYTES = 1_000_000
 """The largest document the store writes: ZooKeeper refuses a znode over ``jute.maxbuffer``
 (1 MiB by default) with its request."""
@@ -152,7 +161,7 @@ class ZooKeeperStore(CloudStore):
         client_key: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         read_timeout: float = DEFAULT_READ_TIMEOUT,
-        session_timeout: float = 10.0,
+        session_timeout: float = SESSION_TIMEOUT,
         client: Any = None,
     ) -> None:
         self._hosts = _check_hosts(hosts)
@@ -160,10 +169,7 @@ class ZooKeeperStore(CloudStore):
         super().__init__(self._hosts, self._base, connect_timeout, read_timeout)
         if (username is None) != (password is None) or (username is not None and ":" in username):
             raise ConfigError("ZooKeeper needs both a user name (without ':') and a password")
-        if not tls and (ca_certs, client_cert, client_key) != (None, None, None):
-            raise ConfigError("ZooKeeper ca_certs, client_cert and client_key are for TLS (zks://)")
-        if client_key is not None and client_cert is None:
-            raise ConfigError("ZooKeeper client_key needs client_cert")
+        check_tls_files(self._LABEL, "zks", tls, (ca_certs, client_cert, client_key))
         self._tls = tls
         self._closed = False
         self._start_lock = threading.Lock()
@@ -602,15 +608,7 @@ class _Watcher:
             log.exception("%r: a change callback raised", self._store)
 
 
-_URL_OPTIONS = (
-    "ca_certs",
-    "client_cert",
-    "client_key",
-    "connect_timeout",
-    "read_timeout",
-    "session_timeout",
-)
-_TIMEOUTS = ("connect_timeout", "read_timeout", "session_timeout")
+_URL_OPTIONS = (*TLS_FILES, "connect_timeout", "read_timeout", "session_timeout")
 
 
 def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> ZooKeeperStore:
@@ -624,46 +622,19 @@ def store_from_url(parts: urllib.parse.SplitResult, options: dict[str, str]) -> 
 
     :raises ConfigError: no host or prefix, an unknown or empty option (named), or an invalid value.
     """
-    scheme = parts.scheme.lower()
-    for name in sorted(options):
-        if name not in _URL_OPTIONS:
-            raise ConfigError(
-                f"unknown {scheme}:// store URL option {name!r}; known options:"
-                f" {', '.join(_URL_OPTIONS)}"
-            )
-        if not options[name]:
-            raise ConfigError(f"{scheme}:// store URL option {name!r} is empty")
-    if parts.fragment:
-        raise ConfigError(f"{scheme}:// store URL must not have a #fragment")
-    userinfo, at, hosts = parts.netloc.rpartition("@")
+    scheme = check_url_options(parts, options, _URL_OPTIONS)
+    username, password, hosts = url_credentials(scheme, parts.netloc, needs_user=False)
     if not hosts:
         raise ConfigError(
             f"{scheme}:// store URL needs hosts: {scheme}://HOST:PORT[,HOST:PORT...]/PREFIX"
         )
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        if not colon:
-            raise ConfigError(f"{scheme}:// store URL credentials must be USER:PASSWORD@")
-        username, password = urllib.parse.unquote(user), urllib.parse.unquote(secret)
-    timeouts: dict[str, float] = {}
-    for option in _TIMEOUTS:
-        if option in options:
-            try:
-                timeouts[option] = float(options[option])
-            except ValueError:
-                raise ConfigError(
-                    f"{scheme}:// store URL option {option!r} must be a number of seconds,"
-                    f" got {options[option]!r}"
-                ) from None
     return ZooKeeperStore(
         hosts,
         prefix=urllib.parse.unquote(parts.path),
         username=username,
         password=password,
         tls=scheme == "zks",
-        ca_certs=options.get("ca_certs"),
-        client_cert=options.get("client_cert"),
-        client_key=options.get("client_key"),
-        **timeouts,
+        **url_tls_files(options),
+        session_timeout=url_seconds(scheme, options, "session_timeout", SESSION_TIMEOUT),
+        **url_timeouts(scheme, options),
     )

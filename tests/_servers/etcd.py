@@ -51,7 +51,7 @@ class EtcdServer:
 
     def restart(self, down: Callable[[], None] = lambda: None) -> None:
         """Stop the server, call ``down``, start it again on the same ports and data."""
-        emulators.restart_etcd(self.running, down=down)
+        emulators.restart(self.running, down=down)
 
 
 @pytest.fixture(scope="session")

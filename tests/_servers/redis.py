@@ -65,7 +65,7 @@ class RedisServer:
 
     def restart(self, down: Callable[[], None] = lambda: None) -> None:
         """Stop the server (it syncs its append-only file), call ``down``, start it again."""
-        emulators.restart_redis(self.running, down=down)
+        emulators.restart(self.running, down=down)
 
 
 @pytest.fixture(scope="session")

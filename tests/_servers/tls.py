@@ -181,24 +181,6 @@ def test_ca(tmp_path_factory: pytest.TempPathFactory) -> TestCA:
 # -- Redis ---------------------------------------------------------------------------------------
 
 
-def _redis_tls_ok(port: int, password: str, ca: TestCA) -> bool:
-    try:
-        with (
-            socket.create_connection(("127.0.0.1", port), timeout=1.0) as raw,
-            _client_context(ca).wrap_socket(raw, server_hostname="127.0.0.1") as sock,
-        ):
-            sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
-            answer = b""
-            while b"PONG" not in answer and len(answer) < 200:
-                chunk = sock.recv(200)
-                if not chunk:
-                    break
-                answer += chunk
-            return b"+OK\r\n+PONG" in answer
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def redis_tls_server(
     tmp_path_factory: pytest.TempPathFactory, test_ca: TestCA
@@ -220,7 +202,7 @@ def redis_tls_server(
             *("--save", "", "--requirepass", password, "--daemonize", "no"),
             *("--logfile", "", "--loglevel", "warning"),
         ]
-        return argv, lambda: _redis_tls_ok(port, password, test_ca)
+        return argv, lambda: emulators.redis_ping(port, password, _client_context(test_ca))
 
     process = _started("redis-tls", tmp_path_factory.mktemp("redis-tls"), launch)
     try:

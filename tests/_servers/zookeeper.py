@@ -69,7 +69,7 @@ class ZooKeeperServer:
 
     def restart(self, down: Callable[[], None] = lambda: None) -> None:
         """Stop the server, call ``down``, start it again on the same port and data."""
-        emulators.restart_zookeeper(self.running, down=down)
+        emulators.restart(self.running, down=down)
 
 
 @pytest.fixture(scope="session")

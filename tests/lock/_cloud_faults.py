@@ -388,8 +388,8 @@ def _redis_injector(like: ObjectStore) -> Injector:
         def send_command(self, *args: Any, **kwargs: Any) -> None:
             name = str(args[0]).upper() if args else ""
             op: str | None = None
-            if name == "EVAL":
-                scripts = _redis._SCRIPTS
+            if name in ("EVAL", "EVALSHA"):
+                scripts = _redis._SCRIPTS if name == "EVAL" else _redis._SHAS
                 self.script = next((op for op, text in scripts.items() if text == args[1]), "")
                 op = kinds.get(self.script, "delete" if self.script == "delete" else None)
             elif name == "SCAN":
@@ -425,6 +425,8 @@ def _redis_injector(like: ObjectStore) -> Injector:
         options["host"], options["port"], prefix=like.prefix, password=options["password"]
     )
     store.client.connection_pool.connection_class = FaultyConnection
+    for script in _redis._SCRIPTS.values():  # a fault is for the script's run, not a NOSCRIPT
+        store.client.script_load(script)
     injector = Injector("redis", store, plan)
     injector._closers.append(store.close)
     return injector

@@ -1,10 +1,15 @@
 """Services under test: on the memory store and on an S3 emulator (moto); the tests where the store
-matters also on Redis, ZooKeeper and etcd (:data:`ON_SERVERS`, through ``served``)."""
+matters also on Redis, ZooKeeper and etcd (:data:`ON_SERVERS`, through ``served``).
+
+Starting ``prioritylock serve`` takes a second or more of a worker (its imports): a service a
+test only talks to is shared by the module's tests on the same store (:class:`SharedServices`),
+each test keeping to resource ids of its own; a test whose assertions need a service of its own
+(its counts, its shutdown) starts one (``fresh_service``)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 import pytest
 
@@ -53,9 +58,54 @@ def served(request: pytest.FixtureRequest) -> tuple[dict[str, str], dict[str, st
     return {"locks": _s3_url(server, bucket)}, _s3_env(server)
 
 
+class SharedServices:
+    """Services started on first use and kept until the module's end, by a key naming what they
+    serve and how."""
+
+    def __init__(self) -> None:
+        self._running: dict[Hashable, Service] = {}
+
+    def get(self, key: Hashable, start: Callable[[], Service]) -> Service:
+        """The running service of ``key``, or the one ``start`` starts (again, if it exited)."""
+        running = self._running.get(key)
+        if running is None or running.proc.poll() is not None:
+            running = self._running[key] = start()
+        return running
+
+    def close(self) -> None:
+        for running in self._running.values():
+            running.close()
+
+
+@pytest.fixture(scope="module")
+def shared_services() -> Iterator[SharedServices]:
+    services = SharedServices()
+    try:
+        yield services
+    finally:
+        services.close()
+
+
+def served_kind(request: pytest.FixtureRequest) -> str:
+    """The store ``served`` gives the test (``memory``, ``s3-moto``, ...)."""
+    return str(request.node.callspec.params["served"])
+
+
 @pytest.fixture
-def service(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
-    """A service with one store named ``locks`` (memory or moto)."""
+def service(
+    request: pytest.FixtureRequest,
+    served: tuple[dict[str, str], dict[str, str]],
+    shared_services: SharedServices,
+) -> Service:
+    """A service with one store named ``locks`` (memory or moto), shared by the module's tests on
+    that store: each test uses resource ids of its own."""
+    stores, env = served
+    return shared_services.get(served_kind(request), lambda: Service(stores, env=env))
+
+
+@pytest.fixture
+def fresh_service(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
+    """A service of its own with one store named ``locks`` (memory or moto)."""
     stores, env = served
     running = Service(stores, env=env)
     try:

@@ -24,7 +24,7 @@ import pytest
 
 from tests._servers.s3 import S3Server
 from tests.server.clients import TRANSPORTS, Client, Stream, open_client
-from tests.server.conftest import ON_SERVERS
+from tests.server.conftest import ON_SERVERS, SharedServices, served_kind
 from tests.server.helpers import LockStream, Service
 from tests.server.test_metrics import parse, value
 
@@ -85,13 +85,14 @@ def served_where(
 
 
 @pytest.fixture
-def http_svc(served: tuple[dict[str, str], dict[str, str]]) -> Iterator[Service]:
-    """For what only HTTP has: on memory and S3 (moto)."""
-    running = _start(*served)
-    try:
-        yield running
-    finally:
-        running.close()
+def http_svc(
+    request: pytest.FixtureRequest,
+    served: tuple[dict[str, str], dict[str, str]],
+    shared_services: SharedServices,
+) -> Service:
+    """For what only HTTP has: on memory and S3 (moto), shared by the module's tests on that
+    store."""
+    return shared_services.get(served_kind(request), lambda: _start(*served))
 
 
 @pytest.fixture

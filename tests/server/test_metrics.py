@@ -447,7 +447,8 @@ def scrape(service: Service, headers: dict[str, str] | None = None) -> tuple[int
             return exc.code, exc.headers["Content-Type"], exc.read().decode()
 
 
-def test_service_counts_an_alpha1_sequence(service: Service) -> None:
+def test_service_counts_an_alpha1_sequence(fresh_service: Service) -> None:
+    service = fresh_service
     resource = f"r-{uuid.uuid4().hex[:8]}"
     status, content_type, text = scrape(service)
     assert (status, content_type) == (200, CONTENT_TYPE)

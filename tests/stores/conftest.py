@@ -1,4 +1,5 @@
-"""The S3 servers' fixtures shared by the S3 store tests (``test_s3.py``, ``test_s3_native.py``)."""
+"""The S3 servers' fixtures shared by the S3 store tests (``test_s3.py``, ``test_s3_native.py``),
+and ``stores``, the stores a test opens, closed at its end."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from prioritylock.stores import ObjectStore
 from tests._servers.s3 import SERVERS, S3Server
 
 
@@ -22,6 +24,15 @@ def bucket(server: S3Server) -> Iterator[str]:
     name = server.create_bucket()
     yield name
     server.remove_bucket(name)
+
+
+@pytest.fixture
+def stores() -> Iterator[list[ObjectStore]]:
+    """A list for the stores a test opens (appended to it): each is closed at the test's end."""
+    opened: list[ObjectStore] = []
+    yield opened
+    for store in opened:
+        store.close()
 
 
 # The TLS servers' fixtures (tests/_servers/tls.py), for test_tls.py.

@@ -1,6 +1,6 @@
 """What the etcd store adds to the store contract: its URL, its layout (the lease JSON is the key's
-value, under the prefix), revisions as versions, and a call that ends by its timeout on a server
-that stopped answering.
+value, under the prefix), revisions as versions, its watch, and a call that ends by its timeout
+on a server that stopped answering (a lock held across a restart: tests/stores/test_restarts.py).
 
 The contract, the fault contract and the lock suites run on etcd through ``store_kind``; these are
 the cases only etcd has."""
@@ -23,7 +23,6 @@ from prioritylock import ConfigError, StoreUnavailable
 from prioritylock.stores import open_store
 from prioritylock.stores._etcd import EtcdStore
 from tests._servers.etcd import EtcdServer
-from tests.lock.helpers import Recorder, make
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -164,71 +163,3 @@ def test_a_watch_hears_anothers_writes_not_its_own_and_stops(
     stop()
     _raw_put(etcd_server, store.prefix + "k", b"after")
     assert not told.acquire(timeout=0.5), "a stopped watch still calls"
-
-
-def test_a_restart_keeps_the_lease_its_holder_and_its_watch(
-    etcd_server: EtcdServer, store: EtcdStore
-) -> None:
-    """The holder renews across the restart; nobody else gets in, even while the server is
-    down; the next holder's fence is one more; a watch opened before is told after."""
-    recorder = Recorder()
-    holder = make(store, "jobs/restart", "holder", listener=recorder, lease_timeout=30)
-    rival_store = etcd_server.store(store.prefix, connect_timeout=0.5, read_timeout=2.0)
-    rival = make(rival_store, "jobs/restart", "rival")
-    told = threading.Event()
-    try:
-        assert holder.try_lock()
-        fence = holder.fencing_token
-        stop = rival_store.watch_key("jobs/restart", told.set)
-
-        def down() -> None:
-            with pytest.raises(StoreUnavailable):
-                rival.try_lock()
-
-        etcd_server.restart(down=down)
-        assert told.wait(20), "the watch was not told after the restart"
-        stop()
-        assert not rival.try_lock(), "the restarted server forgot the lease"
-        holder.renew()
-        assert holder.is_current_owner() and not recorder.lost.is_set()
-        holder.unlock()
-        assert rival.try_lock()
-        assert rival.fencing_token == fence + 1
-        rival.unlock()
-    finally:
-        holder.close()
-        rival.close()
-        rival_store.close()
-
-
-def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
-    etcd_server: EtcdServer, store: EtcdStore
-) -> None:
-    recorder = Recorder()
-    short = etcd_server.store(store.prefix, connect_timeout=0.3, read_timeout=0.3)
-    holder = make(
-        short,
-        "jobs/outage",
-        "holder",
-        listener=recorder,
-        lease_timeout=1.0,
-        max_clock_drift=0.1,
-        store_timeout=0.5,
-    )
-    rival = make(store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
-    try:
-        assert holder.try_lock()
-        fence = holder.fencing_token
-        etcd_server.restart(down=lambda: _told(recorder.lost))
-        assert not holder.is_current_owner()
-        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
-        assert rival.fencing_token == fence + 1
-        rival.unlock()
-    finally:
-        holder.close()
-        rival.close()
-        short.close()
-
-
-def _told(event: threading.Event) -> None:
-    assert event.wait(20), "the holder was not told"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -70,14 +70,6 @@ def server(request: pytest.FixtureRequest) -> Server:
     etcd = request.getfixturevalue("etcd_server")
     prefix = f"t-{uuid.uuid4().hex[:12]}/locks"
     return Server(etcd.endpoint, lambda at: EtcdStore(at, prefix=prefix, **timeouts))
-
-
-@pytest.fixture
-def stores() -> Iterator[list[ObjectStore]]:
-    opened: list[ObjectStore] = []
-    yield opened
-    for store in opened:
-        store.close()
 
 
 def test_a_partitioned_holder_is_told_before_anyone_else_takes_the_lock(

@@ -1,6 +1,7 @@
 """What the Redis store adds to the store contract: its URL, its layout (the lease JSON is the
-key's value), refused credentials, keys that are not ours, the durability warning, a server
-restarted with its append-only file, and its pub/sub notices across a restart.
+key's value), scripts called by SHA1, refused credentials, keys that are not ours, the durability
+warning, and its pub/sub notices across a restart (a lock held across one:
+tests/stores/test_restarts.py).
 
 The contract, the fault contract and the lock suites run on Redis through ``store_kind``; these
 are the cases only Redis has."""
@@ -15,7 +16,7 @@ import socket
 import threading
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,7 +35,7 @@ from prioritylock.stores._base import NOT_MODIFIED
 from prioritylock.stores._redis import RedisStore
 from scopes import LockScope
 from tests._servers.redis import RedisServer
-from tests.lock.helpers import Recorder, builder, make
+from tests.lock.helpers import builder, make
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -122,6 +123,30 @@ def test_versions_never_repeat_across_keys_and_deletes(store: RedisStore) -> Non
     assert store.list("") == ["a", "b"], "the version keys are not listed"
 
 
+def test_scripts_go_by_sha_and_whole_only_to_a_server_without_them(
+    redis_server: RedisServer, store: RedisStore
+) -> None:
+    """A request names its script by SHA1 (EVALSHA); a server that lost the scripts (SCRIPT
+    FLUSH, as after a restart) answers NOSCRIPT having run nothing, and gets the script whole
+    once (EVAL), which loads it."""
+    version = store.create("doc", b"0")
+    client = redis_server.client()
+    try:
+        client.script_flush()
+        client.config_resetstat()
+        before = store.stats.snapshot()["replaces"]
+        for data in (b"1", b"2"):
+            version = store.replace("doc", data, version)
+        calls = {k: (v["calls"], v["failed_calls"]) for k, v in client.info("commandstats").items()}
+        assert calls["cmdstat_eval"] == (1, 0), calls
+        assert calls["cmdstat_evalsha"] == (2, 1), calls  # NOSCRIPT, then by SHA1 again
+        assert store.stats.snapshot()["replaces"] - before == 2  # one request per operation
+        found = store.read("doc")
+        assert found is not None and found.data == b"2"
+    finally:
+        client.close()
+
+
 def test_a_key_holding_something_else_is_left_untouched(
     redis_server: RedisServer, store: RedisStore
 ) -> None:
@@ -198,69 +223,6 @@ def test_a_server_that_can_forget_acknowledged_writes_is_warned_of_once(
     message = warnings[0].getMessage()
     assert "appendfsync everysec" in message and "lower fence" in message
     assert redis_server.password not in message
-
-
-# -- a restart with the append-only file on ------------------------------------------------------
-
-
-def test_a_restart_keeps_the_lease_and_its_holder(
-    redis_server: RedisServer, store: RedisStore, prefix: str
-) -> None:
-    """AOF with appendfsync always: a restart forgets nothing, the holder renews across it, and
-    nobody else gets in; the next holder's fence is one more."""
-    recorder = Recorder()
-    holder = make(store, "jobs/restart", "holder", listener=recorder, lease_timeout=30)
-    rival_store = redis_server.store(prefix)
-    rival = make(rival_store, "jobs/restart", "rival")
-    try:
-        assert holder.try_lock()
-        fence = holder.fencing_token
-        redis_server.restart(down=lambda: _refused(rival.try_lock))
-        assert not rival.try_lock(), "the restarted server forgot the lease"
-        holder.renew()
-        assert holder.is_current_owner() and not recorder.lost.is_set()
-        holder.unlock()
-        assert rival.try_lock()
-        assert rival.fencing_token == fence + 1
-        rival.unlock()
-    finally:
-        holder.close()
-        rival.close()
-        rival_store.close()
-
-
-def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
-    redis_server: RedisServer, store: RedisStore, prefix: str
-) -> None:
-    recorder = Recorder()
-    holder = make(
-        store,
-        "jobs/outage",
-        "holder",
-        listener=recorder,
-        lease_timeout=1.0,
-        max_clock_drift=0.1,
-        store_timeout=0.5,
-    )
-    rival_store = redis_server.store(prefix)
-    rival = make(rival_store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
-    try:
-        assert holder.try_lock()
-        fence = holder.fencing_token
-        redis_server.restart(down=lambda: _wait(recorder.lost, "the holder was not told"))
-        assert not holder.is_current_owner()
-        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
-        assert rival.fencing_token == fence + 1
-        rival.unlock()
-    finally:
-        holder.close()
-        rival.close()
-        rival_store.close()
-
-
-def _refused(call: Callable[[], object]) -> None:
-    with pytest.raises(StoreUnavailable):
-        call()
 
 
 def _wait(event: threading.Event, what: str) -> None:

@@ -1,7 +1,7 @@
 """What the ZooKeeper store adds to the store contract: its URL, its layout (the lease JSON is the
 znode's data), nodes that are not ours, digest credentials refused and never logged, a call that
-ends by its timeout on a server that stopped answering, a server restarted while a lock is held,
-and its watches across a restart.
+ends by its timeout on a server that stopped answering, and its watches across a restart (a lock
+held across one: tests/stores/test_restarts.py).
 
 The contract, the fault contract and the lock suites run on ZooKeeper through ``store_kind``;
 these are the cases only ZooKeeper has."""
@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from prioritylock.stores._base import own_writes
 from prioritylock.stores._zookeeper import ZooKeeperStore
 from scopes import LockScope
 from tests._servers.zookeeper import ZooKeeperServer
-from tests.lock.helpers import Recorder, make
+from tests.lock.helpers import make
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -175,64 +175,6 @@ def test_a_call_ends_by_its_timeout_on_a_server_that_stopped_answering(
         store.close()
 
 
-def test_a_restart_keeps_the_lease_and_its_holder(
-    zookeeper_server: ZooKeeperServer, store: ZooKeeperStore, prefix: str
-) -> None:
-    """The holder renews across the restart; nobody else gets in, even while the server is
-    down; the next holder's fence is one more."""
-    recorder = Recorder()
-    holder = make(store, "jobs/restart", "holder", listener=recorder, lease_timeout=30)
-    rival_store = zookeeper_server.store(prefix, connect_timeout=0.5)
-    rival = make(rival_store, "jobs/restart", "rival")
-    try:
-        assert holder.try_lock()
-        fence = holder.fencing_token
-        zookeeper_server.restart(down=lambda: _refused(rival.try_lock))
-        _reconnected(store, rival_store)
-        assert not rival.try_lock(), "the restarted server forgot the lease"
-        holder.renew()
-        assert holder.is_current_owner() and not recorder.lost.is_set()
-        holder.unlock()
-        assert rival.try_lock()
-        assert rival.fencing_token == fence + 1
-        rival.unlock()
-    finally:
-        holder.close()
-        rival.close()
-        rival_store.close()
-
-
-def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
-    zookeeper_server: ZooKeeperServer, prefix: str
-) -> None:
-    recorder = Recorder()
-    store = zookeeper_server.store(prefix, connect_timeout=0.3, read_timeout=0.3)
-    holder = make(
-        store,
-        "jobs/outage",
-        "holder",
-        listener=recorder,
-        lease_timeout=1.0,
-        max_clock_drift=0.1,
-        store_timeout=0.5,
-    )
-    rival_store = zookeeper_server.store(prefix)
-    rival = make(rival_store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
-    try:
-        assert holder.try_lock()
-        fence = holder.fencing_token
-        zookeeper_server.restart(down=lambda: _wait(recorder.lost, "the holder was not told"))
-        assert not holder.is_current_owner()
-        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
-        assert rival.fencing_token == fence + 1
-        rival.unlock()
-    finally:
-        holder.close()
-        rival.close()
-        rival_store.close()
-        store.close()
-
-
 def test_watches_come_back_after_a_restart(
     zookeeper_server: ZooKeeperServer,
     store: ZooKeeperStore,
@@ -304,11 +246,6 @@ def _reconnected(*stores: ZooKeeperStore) -> None:
     """Wait until each store's session is connected again (kazoo reconnects with backoff)."""
     for opened in stores:
         assert opened._connected.wait(20), f"{opened!r} did not reconnect"
-
-
-def _refused(call: Callable[[], object]) -> None:
-    with pytest.raises(StoreUnavailable):
-        call()
 
 
 def _wait(event: threading.Event, what: str) -> None:
