@@ -48,6 +48,7 @@ __all__ = [
     "Shared",
     "SharedFlow",
     "Sleep",
+    "StoreCall",
     "Unsettled",
     "Waits",
     "Withdrawn",
@@ -264,6 +265,9 @@ class HudiUnsettled:
     def __repr__(self) -> str:
         return "HudiUnsettled()"
 
+
+#: The effects that are store calls (an asyncio driver makes an in-process store's at once).
+StoreCall = Read | Put
 
 #: The effects any flow may yield: store calls, waits, the clock, arming for a notice and
 #: hints to other processes (``_runner.FlowRunner._perform_shared``).

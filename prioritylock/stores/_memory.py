@@ -87,11 +87,11 @@ class MemoryStore:
 
     @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
-        validate_key(key)
         self._stats.count("replaces")
         with self._lock:
             found = self._objects.get(key)
             if found is None:
+                validate_key(key)  # only an absent key can be invalid (checked at its create)
                 raise ConditionFailed(key, "absent")
             if found[1] != version:
                 raise ConditionFailed(key, "version changed")
