@@ -375,7 +375,7 @@ class FlowRunner:
         except Exception as exc:
             self._after_write(call, exc)
             raise
-        if result is not WOULD_BLOCK:
+        if call.notify and result is not WOULD_BLOCK:  # (a read, a renewal: nothing to notice)
             self._after_write(call, None, result)
         return result
 
