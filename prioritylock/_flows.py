@@ -875,9 +875,11 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
     """
     raise_if_lost(state.key, holding)
     holding.releasing = True
-    deadline = yield from op_deadline(state)
+    deadline: float | None = None
     while True:
         mono, wall = yield NOW
+        if deadline is None:  # the store timeout counts from the release's first clock read
+            deadline = limit(state, float(mono))
         if mono >= holding.deadline and not cleanup_done:
             yield Lose(holding, "expired")
             raise_if_lost(state.key, holding)
