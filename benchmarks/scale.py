@@ -5,16 +5,14 @@
                                [--lease-timeout 30] [--watch-interval S] [--warm-up S]
 
 N leases (by default lease 30 s: renewed every 10 s, watched half-way; a longer lease and watch
-interval make fewer requests a second, for 100,000 leases on a machine with little CPU to spare)
-are acquired by 8 workers, held for the window, then released. Over the window: this process's CPU
-(and the emulator's, which shares the machine), the store's requests, how late each heartbeat
-task started, when each renewal finished against its due time and the margin it left on the old
-lease (about 20 s when on time; 0 is a loss), and losses. ``--async`` holds ``AsyncLock`` leases
-on one event loop (its ``AsyncScheduler``) and adds the loop's lag (a probe sleeping 50 ms); the
-garbage collector's full collections are timed (``gc_full_ms``), and the objects it tracks
-counted per lease (``tracked_per_lease``); ``--tune-gc`` tunes it as the service does
-(``prioritylock._collector``) once the leases are held. Exits with status 1 if a lease
-was lost or is not held at the end.
+interval make fewer requests a second) are acquired by 8 workers, held for the window, then
+released. Over the window: this process's CPU (and the emulator's), the store's requests, how late
+each heartbeat task started, when each renewal finished against its due time and the margin it
+left on the old lease (0 is a loss), and losses. ``--async`` holds ``AsyncLock`` leases on one
+event loop (its ``AsyncScheduler``) and adds the loop's lag (a probe sleeping 50 ms); the garbage
+collector's full collections are timed (``gc_full_ms``), its objects counted per lease;
+``--tune-gc`` tunes it as the service does (``prioritylock._collector``) once the leases are
+held. Exits with status 1 if a lease was lost or is not held at the end.
 """
 
 from __future__ import annotations

@@ -141,6 +141,8 @@ class LoopRunner(FlowRunner):
         self._fake = isinstance(self._clock, FakeClock)
         self._scheduler = scheduler
         self._route = route_for(self._store)
+        # Every call made inline, in microseconds: performed at once, never awaited (``_run``).
+        self._inline = isinstance(self._route, InlineRoute)
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
         self._inflight: asyncio.Future[Any] | None = None
@@ -159,10 +161,13 @@ class LoopRunner(FlowRunner):
     async def _run(self, flow: Generator[Any, Any, T]) -> T:
         """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go."""
         stepper = FlowRun(flow)
+        inline = self._inline  # its store calls are made at once (``_store_call``): not awaited
         try:
             while (effect := stepper.next()) is not None:
                 try:
-                    if isinstance(effect, effects.Waits):
+                    if isinstance(effect, effects.Waits) and not (
+                        inline and isinstance(effect, effects.StoreCall)
+                    ):
                         stepper.value = await self._perform(effect)
                     else:  # done at once (most effects): no coroutine to make and await
                         stepper.value = self._perform_effect(effect)
@@ -173,10 +178,14 @@ class LoopRunner(FlowRunner):
         return stepper.result
 
     async def _perform(self, effect: Any) -> Any:
-        done = self._perform_effect(effect)
-        return await done if isinstance(effect, effects.Waits) else done
+        """Perform an effect to be waited for (a store call on a store not in-process, a
+        sleep, a pause)."""
+        return await self._perform_effect(effect)
 
-    def _store_call(self, call: StoreCall) -> Awaitable[Any]:
+    def _store_call(self, call: StoreCall) -> Any:
+        """The store call's awaitable; on an in-process store (``_inline``), its result."""
+        if self._inline:
+            return self._call_here(call)
         return self._call(call)
 
     async def _call(self, call: StoreCall) -> Any:

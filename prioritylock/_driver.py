@@ -265,6 +265,8 @@ class LockBase(FlowRunner):
         match effect:
             case effects.Now():  # the commonest effect: done here, not handed on
                 return self._clock.monotonic(), self._clock.time()
+            case effects.Put(request=False) | effects.Read():  # the next commonest: straight on
+                return self._store_call(self._calls.of(effect))
             case effects.Waits() | effects.Arm() | effects.Hint():  # the rest of effects.Shared
                 return self._perform_shared(effect)
             case effects.Hold():

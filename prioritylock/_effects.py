@@ -48,6 +48,7 @@ __all__ = [
     "Shared",
     "SharedFlow",
     "Sleep",
+    "StoreCall",
     "Unsettled",
     "Waits",
     "Withdrawn",
@@ -64,6 +65,12 @@ SharedFlow = Generator["Shared", Any, T]
 HudiFlow = Generator["HudiEffect", Any, T]
 
 
+# _message: the effects a lock yields on every cycle (a store call, the start and end of a
+# holding, a renewal) are slotted and set directly, not frozen (a frozen class's ``__init__``
+# sets each field through ``object.__setattr__``, three times the cost). Nothing changes an
+# effect once made.
+
+
 def assert_never(effect: NoReturn) -> NoReturn:
     """The default of an effect ``match``: mypy rejects the call while any effect of the union
     matched on is unhandled (``typing.assert_never``, which Python 3.10 lacks)."""
@@ -77,7 +84,7 @@ class Waits:
     __slots__ = ()
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _message
 class Read(Waits):
     """Read the document once (conditionally against ``known`` when the store can).
     Result: what the store's read returns; store errors are thrown in. ``by``: when the call
@@ -87,7 +94,7 @@ class Read(Waits):
     by: float | None = None
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _message
 class Put(Waits):
     """One conditional write: create when ``create``, else replace ``version`` (skipping the sync
     when ``unsynced``). Result: the new version; store errors are thrown in. Unless ``quiet``
@@ -157,7 +164,7 @@ class Hint:
     hints: tuple[str, ...]
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _message
 class Hold:
     """We hold the lock now: schedule its heartbeat (renew and watch) at ``due``."""
 
@@ -176,7 +183,7 @@ class Lose:
     force: bool = False
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _message
 class End:
     """The holding ended (released or handed over; already marked): stop its heartbeat and
     wake this process's waiters."""
@@ -211,7 +218,7 @@ class Denied:
     lease: Lease | None
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _message
 class Renewed:
     """The lease was renewed (tell the ``renewed`` receivers, if any)."""
 
@@ -264,6 +271,9 @@ class HudiUnsettled:
     def __repr__(self) -> str:
         return "HudiUnsettled()"
 
+
+#: The effects that are store calls (an asyncio driver makes an in-process store's at once).
+StoreCall = Read | Put
 
 #: The effects any flow may yield: store calls, waits, the clock, arming for a notice and
 #: hints to other processes (``_runner.FlowRunner._perform_shared``).

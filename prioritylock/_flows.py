@@ -184,8 +184,8 @@ def retrying(
     """Perform ``effect`` until it succeeds, retrying transient failures until ``deadline``.
     Each request in flight is bounded by ``bound`` (default: ``deadline``). One attempt is
     always made."""
-    effect = attrs.evolve(effect, by=deadline if bound is None else bound)
-    backoff = Backoff(1.0, start=0.02)
+    effect = Read(effect.known, deadline if bound is None else bound)  # (not attrs.evolve: slow)
+    backoff: Backoff | None = None  # made at the first failure (most reads have none)
     while True:
         try:
             return (yield effect)
@@ -193,6 +193,7 @@ def retrying(
             mono, _wall = yield NOW
             if mono >= deadline:
                 raise
+            backoff = backoff or Backoff(1.0, start=0.02)
             pause = min(backoff.next(), deadline - mono)
             log.info("prioritylock: %r: %s; retrying in %.3f s", state.key, exc, pause)
             yield Sleep(pause)
@@ -287,7 +288,11 @@ def write(
                 by=by,
                 request=request,
             )
-            return (yield from _landed(state, lease, new_version, replaced, me))
+            # ``_landed``, spelled out for the commonest outcome: a generator the less.
+            hints = () if replaced is None else proto.hinted(replaced, lease, me)
+            if hints:
+                yield Hint(hints)
+            return _wrote(state, lease, new_version)
         except ConditionFailed:
             fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
@@ -651,14 +656,16 @@ def become_holder(
     state.holding = holding
     state.seen = Seen(lease, version)
     how = lease.event.kind if lease.event is not None else "acquired"
-    log.log(
-        logging.WARNING if how in ("override", "forceful_takeover") else logging.INFO,
-        "prioritylock: %r acquired by %s, fence %d (%s)",
-        state.key,
-        state.owner,
-        lease.fence,
-        how,
-    )
+    level = logging.WARNING if how in ("override", "forceful_takeover") else logging.INFO
+    if log.isEnabledFor(level):  # checked here: every acquire pays for Logger.log's frame else
+        log.log(
+            level,
+            "prioritylock: %r acquired by %s, fence %d (%s)",
+            state.key,
+            state.owner,
+            lease.fence,
+            how,
+        )
     tolerance = heartbeat_tolerance(state.watch_interval, state.renew_interval)
     yield Hold(holding, min(holding.next_renew, holding.next_watch), tolerance)
     return holding
@@ -725,7 +732,8 @@ def beat(state: LockState, holding: Holding) -> Flow[float | None]:
     next, or None once the holding is over."""
     if holding.ended or holding.lost is not None or state.holding is not holding:
         return None
-    mono = yield from now()
+    mono: float
+    mono, _wall = yield NOW  # (not ``now()``: a generator the less, on every heartbeat)
     if mono >= holding.deadline:
         yield Lose(holding, "expired")
         return None
@@ -790,12 +798,13 @@ def renew_now(state: LockState, holding: Holding) -> Flow[None]:
 def watch(state: LockState, holding: Holding) -> Flow[None]:
     """Read the document as holder (at the watch interval, or at once when a notice says it
     may have changed) and examine what it shows."""
-    started = yield from now()
+    started, _wall = yield NOW
     holding.poked = False
     # A failing read must neither outlive the lease nor hold up a renewal that falls due.
     # The request in flight may take until the lease ends (a slow answer is not a failure).
     seen = yield from read(state, min(holding.deadline, holding.next_renew), holding.deadline)
-    holding.next_watch = (yield from now()) + state.watch_interval
+    read_at, _wall = yield NOW
+    holding.next_watch = read_at + state.watch_interval
     if seen.lease is not None and proto.pending_request_for(seen.lease, state.priority) is None:
         holding.quiet_since = started
     yield from examine(state, holding, seen)
@@ -874,9 +883,11 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
     """
     raise_if_lost(state.key, holding)
     holding.releasing = True
-    deadline = yield from op_deadline(state)
+    deadline: float | None = None
     while True:
         mono, wall = yield NOW
+        if deadline is None:  # the store timeout counts from the release's first clock read
+            deadline = limit(state, float(mono))
         if mono >= holding.deadline and not cleanup_done:
             yield Lose(holding, "expired")
             raise_if_lost(state.key, holding)
@@ -924,7 +935,7 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
                 nxt.holder.owner,
                 nxt.fence,
             )
-        else:
+        elif log.isEnabledFor(logging.INFO):  # every release pays for Logger.info's frame else
             log.info("prioritylock: %r released by %s, fence %d", state.key, state.owner, nxt.fence)
         yield End(holding)
         if handed and cleanup_done:

@@ -275,47 +275,74 @@ class Lease:
 def encode(lease: Lease) -> bytes:
     """The document's bytes: compact JSON, fields in a fixed order.
 
-    Written out with f-strings (strings quoted by the json module's own C escaper): the generic
-    encoder took a fifth of an uncontended acquire. ``test_lease`` checks the round trip.
+    Written out with f-strings (strings quoted by the json module's own C escaper, numbers by
+    ``repr``): the generic encoder took a fifth of an uncontended acquire. Each section's
+    numbers are checked in one call (:func:`_numbers`: finite, of their exact kinds) and only
+    converted one by one when that fails. ``test_lease`` checks the round trip.
+
+    :raises ValueError: a number that JSON can't carry (not finite, not a number).
+    :raises CorruptLease: a fence beyond :data:`MAX_FENCE`, or a document over the size limit.
     """
     h, r, e = lease.holder, lease.requestor, lease.event
-    holder = (
-        "null"
-        if h is None
-        else (
+    # A wall-clock time's repr is the slowest part (a microsecond on a slow machine), and one
+    # time often stands for several fields (an acquire's, its renewals' event): the same float
+    # object is written out once.
+    at: float | None = None
+    rt: float | None = None
+    acquired = renewed = ""
+    if h is None:
+        holder = "null"
+    else:
+        lt, ct, at, rt = h.lease_timeout, h.cleanup_timeout, h.acquired_at, h.renewed_at
+        priority, beat = h.priority, h.beat
+        if not _numbers(lt, ct, at, rt, ints=(priority, beat)):
+            lt, ct, at, rt = _num(lt), _num(ct), _num(at), _num(rt)
+            priority, beat = _int(priority), _int(beat)
+        hint = "" if h.hint is None else _hint(h.hint)
+        acquired = repr(at)
+        renewed = acquired if rt is at else repr(rt)
+        holder = (
             f'{{"lock_id":{_q(h.lock_id)},"owner":{_q(h.owner)},"message":{_q(h.message)},'
-            f'"priority":{_int(h.priority)},"lease_timeout":{_num(h.lease_timeout)},'
-            f'"cleanup_timeout":{_num(h.cleanup_timeout)},"forceful":{_bool(h.forceful)},'
-            f'"acquired_at":{_num(h.acquired_at)},"renewed_at":{_num(h.renewed_at)},'
-            f'"beat":{_int(h.beat)}{_hint(h.hint)}}}'
+            f'"priority":{priority},"lease_timeout":{lt!r},"cleanup_timeout":{ct!r},'
+            f'"forceful":{"true" if h.forceful else "false"},"acquired_at":{acquired},'
+            f'"renewed_at":{renewed},"beat":{beat}{hint}}}'
         )
-    )
-    requestor = (
-        "null"
-        if r is None
-        else (
-            f'{{"requestor_id":{_q(r.requestor_id)},"owner":{_q(r.owner)},"message":{_q(r.message)},'
-            f'"priority":{_int(r.priority)},"waiting_timeout":{_num(r.waiting_timeout)},'
-            f'"forceful":{_bool(r.forceful)},"requested_at":{_num(r.requested_at)},'
-            f'"lease_timeout":{_num(r.lease_timeout)},"cleanup_timeout":{_num(r.cleanup_timeout)}'
-            f"{_hint(r.hint)}}}"
+    if r is None:
+        requestor = "null"
+    else:
+        wt, qt, lt, ct = r.waiting_timeout, r.requested_at, r.lease_timeout, r.cleanup_timeout
+        priority = r.priority
+        if not _numbers(wt, qt, lt, ct, ints=(priority,)):
+            wt, qt, lt, ct, priority = _num(wt), _num(qt), _num(lt), _num(ct), _int(priority)
+        requestor = (
+            f'{{"requestor_id":{_q(r.requestor_id)},"owner":{_q(r.owner)},'
+            f'"message":{_q(r.message)},"priority":{priority},"waiting_timeout":{wt!r},'
+            f'"forceful":{"true" if r.forceful else "false"},"requested_at":{qt!r},'
+            f'"lease_timeout":{lt!r},"cleanup_timeout":{ct!r}{_hint(r.hint)}}}'
         )
-    )
-    event = (
-        "null"
-        if e is None
-        else (
-            f'{{"kind":{_q(e.kind)},"at":{_num(e.at)},"by":{_q(e.by)},"message":{_q(e.message)}}}'
+    if e is None:
+        event = "null"
+    else:
+        when = e.at
+        if when is at or when is rt:
+            when_text = acquired if when is at else renewed
+        else:
+            finite = when.__class__ is float and when - when == 0.0
+            when_text = repr(when if finite else _num(when))
+        event = (
+            f'{{"kind":{_q(e.kind)},"at":{when_text},"by":{_q(e.by)},"message":{_q(e.message)}}}'
         )
-    )
     v = lease.reserve  # written only when set: documents on the cloud stores never carry one
     if not 0 <= lease.fence <= MAX_FENCE or (v is not None and not 0 <= v.fence <= MAX_FENCE):
         raise CorruptLease(lease.name, f"fence beyond the largest one ({MAX_FENCE})")
-    reserve = "" if v is None else f',"reserve":{{"fence":{_int(v.fence)},"boot":{_q(v.boot)}}}'
+    reserve = "" if v is None else f',"reserve":{{"fence":{_int(v.fence)!r},"boot":{_q(v.boot)}}}'
     prior = "" if lease.prior is None else f',"prior":{_q(lease.prior)}'
     line = f',"line":{encode_line(lease.line)}' if lease.line else ""  # written only when set
+    schema, fence = lease.schema, lease.fence
+    if schema.__class__ is not int or fence.__class__ is not int:
+        schema, fence = _int(schema), _int(fence)
     data = (
-        f'{{"schema":{_int(lease.schema)},"name":{_q(lease.name)},"fence":{_int(lease.fence)},'
+        f'{{"schema":{schema},"name":{_q(lease.name)},"fence":{fence},'
         f'"nonce":{_q(lease.nonce)},"holder":{holder},"requestor":{requestor},"event":{event}'
         f"{reserve}{prior}{line}}}"
     ).encode()
@@ -331,8 +358,8 @@ def encode_line(line: tuple[Entry, ...]) -> str:
     return (
         "["
         + ",".join(
-            f'{{"entry_id":{_q(e.entry_id)},"owner":{_q(e.owner)},"priority":{_int(e.priority)},'
-            f'"since":{_num(e.since)},"ttl":{_num(e.ttl)},"beat":{_int(e.beat)},'
+            f'{{"entry_id":{_q(e.entry_id)},"owner":{_q(e.owner)},"priority":{_int(e.priority)!r},'
+            f'"since":{_num(e.since)!r},"ttl":{_num(e.ttl)!r},"beat":{_int(e.beat)!r},'
             f'"hint":{"null" if e.hint is None else _q(e.hint)}}}'
             for e in line
         )
@@ -343,26 +370,36 @@ def encode_line(line: tuple[Entry, ...]) -> str:
 _q = json.encoder.encode_basestring_ascii  # a quoted, escaped, ASCII-only JSON string
 
 
-def _num(value: float) -> str:
-    # Exact class checks first: the common cases cost one comparison (bool is not int here).
+def _numbers(*floats: float, ints: tuple[int, ...]) -> bool:
+    """Whether ``floats`` are all finite floats (or ints) and ``ints`` all ints, exactly (not
+    bool): then ``repr`` writes them as JSON. One call for a section's numbers."""
+    for value in floats:
+        cls = value.__class__
+        if not ((cls is float and value - value == 0.0) or cls is int):
+            return False
+    for value in ints:  # noqa: SIM110 (not all() of a generator: four calls per section)
+        if value.__class__ is not int:
+            return False
+    return True
+
+
+def _num(value: float) -> float:
+    """``value`` as a number JSON can carry (its ``repr`` is the JSON), or ValueError."""
     cls = value.__class__
     if (cls is float and math.isfinite(value)) or cls is int:
-        return repr(value)
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"not a finite number: {value!r}")
-    return repr(float(value) if isinstance(value, float) else int(value))
+    return float(value) if isinstance(value, float) else int(value)
 
 
-def _int(value: int) -> str:
+def _int(value: int) -> int:
+    """``value`` as an integer JSON can carry, or ValueError."""
     if value.__class__ is int:
-        return str(value)
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"not an integer: {value!r}")
-    return str(int(value))
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
+    return int(value)
 
 
 def _hint(value: str | None) -> str:

@@ -27,7 +27,14 @@ from blinker import Signal
 
 from prioritylock import _effects as effects
 from prioritylock._clock import Clock, FakeClock
-from prioritylock._errors import ConfigError, LockCancelled, LockHeld, LockLost, StoreUnavailable
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    LockCancelled,
+    LockHeld,
+    LockLost,
+    StoreUnavailable,
+)
 from prioritylock._hints import HINTS
 from prioritylock._wake import NOTICES, Stamp, Waiter, place
 from prioritylock.stores._base import (
@@ -368,7 +375,7 @@ class FlowRunner:
         except Exception as exc:
             self._after_write(call, exc)
             raise
-        if result is not WOULD_BLOCK:
+        if call.notify and result is not WOULD_BLOCK:  # (a read, a renewal: nothing to notice)
             self._after_write(call, None, result)
         return result
 
@@ -378,11 +385,11 @@ class FlowRunner:
         """A store call returned (a write: the ``version`` it made) or raised: a write that
         may have landed (any outcome but ``ConditionFailed``) is a notice to the other locks of
         the process on the document; a request write that landed stamps it (``_wake.Stamp``)."""
-        if call.notify:
+        if call.notify and not isinstance(error, ConditionFailed):  # ``Notices.after_write_at``
             stamp = None
             if call.sent is not None and error is None and isinstance(version, str):
                 stamp = Stamp(version, call.sent, self._clock)
-            NOTICES.after_write_at(self._place, error, source=self, stamp=stamp)
+            NOTICES.notice_at(self._place.where, source=self, stamp=stamp)
 
     def _after_write_when_done(
         self, call: StoreCall, future: Future[Any] | asyncio.Future[Any]

@@ -56,7 +56,7 @@ LOSS_REASONS: dict[str, LossReason] = {
 }
 
 
-@attrs.frozen
+@attrs.define  # made on every read and write: see _effects' _message
 class Seen:
     """A document as read: the lease (None: absent) and its version."""
 
@@ -64,7 +64,7 @@ class Seen:
     version: str | None
 
 
-@attrs.frozen
+@attrs.define  # made on every read and write: see _effects' _message
 class Written:
     """A write that landed: the lease as written and its new version."""
 
@@ -72,7 +72,7 @@ class Written:
     version: str
 
 
-@attrs.frozen
+@attrs.define  # made on every read and write: see _effects' _message
 class Released:
     """A release or handover that landed and is to be announced."""
 

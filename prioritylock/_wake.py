@@ -268,7 +268,7 @@ class Notices:
         with self._lock:
             watchers = self._watchers.get(where)
             if watchers is not None:
-                with contextlib.suppress(ValueError):
+                if handle in watchers:  # (not contextlib.suppress: three calls per release)
                     watchers.remove(handle)
                 if not watchers:
                     del self._watchers[where]

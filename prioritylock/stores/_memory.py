@@ -55,18 +55,20 @@ class MemoryStore:
 
     @logged("read")
     def read(self, key: str) -> Versioned | None:
-        validate_key(key)
-        self._stats.count("reads")
         with self._lock:
             found = self._objects.get(key)
+        if found is None:
+            validate_key(key)  # only an absent key can be invalid (checked at its create)
+        self._stats.count("reads")
         return None if found is None else Versioned(found[0], found[1])
 
     @logged("read_if_changed")
     def read_if_changed(self, key: str, version: str) -> ReadResult:
-        validate_key(key)
-        self._stats.count("reads")
         with self._lock:
             found = self._objects.get(key)
+        if found is None:
+            validate_key(key)  # only an absent key can be invalid (checked at its create)
+        self._stats.count("reads")
         if found is None:
             return None
         if found[1] == version:
@@ -87,10 +89,11 @@ class MemoryStore:
 
     @logged("replace")
     def replace(self, key: str, data: bytes, version: str) -> str:
-        validate_key(key)
-        self._stats.count("replaces")
         with self._lock:
             found = self._objects.get(key)
+            if found is None:
+                validate_key(key)  # only an absent key can be invalid (checked at its create)
+            self._stats.count("replaces")
             if found is None:
                 raise ConditionFailed(key, "absent")
             if found[1] != version:

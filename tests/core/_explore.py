@@ -784,7 +784,7 @@ def _canonical(text: str) -> str:
 _A = Client("A", ("try_lock", "unlock"), priority=1, cooperates=True)
 _HOLDS = ("run", 0)  # start state: A holds the lock (fence 1, renewed at t=0)
 _ASKED = (_HOLDS, ("run_until_blocked", 1))  # ... and B has read it (and asked, if it outranks)
-_LOST_RELEASE = (("start", 0, "op"), ("step", 0, "ok"), ("step", 0, "ok"), ("step", 0, "lost"))
+_LOST_RELEASE = (("start", 0, "op"), ("step", 0, "ok"), ("step", 0, "lost"))  # clock, write
 _NOTIFIED = (*_ASKED, ("tick", 1.2), ("run_beat", 0))  # ... and A's watch has seen the request
 
 SCENARIOS: tuple[Scenario, ...] = (

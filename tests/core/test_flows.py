@@ -497,9 +497,9 @@ ASKED = MINE.rewritten(requestor=requestor("r"))
 def test_release_with_a_request_pending_hands_over() -> None:
     st = state()
     held = holding_of(ASKED, st, request_seen=proto.Sighting("r", 11.0))
-    script = [now(12.0), now(12.0), Step(Put, "v2"), Step(End)]
+    script = [now(12.0), Step(Put, "v2"), Step(End)]
     result, effects = drive(flows.release(st, held, cleanup_done=False), script)
-    sent = put_lease(effects[2])
+    sent = put_lease(effects[1])
     assert sent.holder is not None
     assert (sent.holder.lock_id, sent.fence, sent.event and sent.event.kind) == ("r", 8, "handover")
     assert result == Released(sent, handed_over=True)
@@ -510,16 +510,16 @@ def test_release_after_cleanup_hands_over_and_marks_us_preempted() -> None:
     st = state()
     held = holding_of(ASKED, st, request_seen=proto.Sighting("r", 11.0))
     lost = lose("preempted", force=True)
-    script = [now(12.0), now(12.0), Step(Put, "v2"), Step(End), lost]
+    script = [now(12.0), Step(Put, "v2"), Step(End), lost]
     assert drive(flows.release(st, held, cleanup_done=True), script)[0] is None
 
 
 def test_release_with_nobody_waiting_frees_it() -> None:
     st = state()
     held = holding_of(MINE, st)
-    script = [now(12.0), now(12.0), Step(Put, "v2"), Step(End)]
+    script = [now(12.0), Step(Put, "v2"), Step(End)]
     result, effects = drive(flows.release(st, held, cleanup_done=False), script)
-    sent = put_lease(effects[2])
+    sent = put_lease(effects[1])
     assert (sent.holder, sent.fence) == (None, 7)
     assert result == Released(sent, handed_over=False)
 
@@ -532,7 +532,7 @@ def test_release_whose_answer_was_lost_is_proven_by_the_next_holder() -> None:
         taken = lease(fence=8, holder=holder("x"), prior=put_lease(last_put(effects)).nonce)
         return doc(taken, "v3")
 
-    script = [now(12.0), now(12.0), Step(Put, ConditionFailed("jobs/a")), Step(Read, next_holder)]
+    script = [now(12.0), Step(Put, ConditionFailed("jobs/a")), Step(Read, next_holder)]
     script.append(Step(End))
     result, _ = drive(flows.release(st, held, cleanup_done=False), script)
     assert isinstance(result, Released) and not result.handed_over
@@ -543,7 +543,6 @@ def test_release_that_cannot_land_ends_retries_later_and_raises() -> None:
     held = holding_of(MINE, st)
     script = [
         now(12.0),  # the store timeout counts from here: deadline 17
-        now(12.0),
         Step(Put, unavailable()),
         now(17.0),
         Step(End),

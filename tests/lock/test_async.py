@@ -70,6 +70,9 @@ class Injector:
         self._victim: asyncio.Task[Any] | None = None
         self._perform = lock._perform
         lock._perform = self._perform_and_cancel  # type: ignore[method-assign]
+        # An in-process store's calls are made inline, never awaited (no task can be cancelled
+        # there): await them here too, so that a cancellation lands at each.
+        lock._inline = False
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         self._victim = asyncio.current_task()
