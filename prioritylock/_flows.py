@@ -743,7 +743,13 @@ def beat(state: LockState, holding: Holding) -> Flow[float | None]:
 
 
 def renew(state: LockState, holding: Holding) -> Flow[None]:
-    for _ in range(8):
+    """Write the next heartbeat, at once again each time it lost its race to waiters only
+    (:func:`_protocol.line_moved`); examine any other loss, up to 8 of them.
+
+    :raises StoreUnavailable: the store failed, or 8 renewals lost to other writers.
+    """
+    races = 0
+    while races < 8:
         if not holding.active:
             return
         started, wall = yield NOW
@@ -768,9 +774,25 @@ def renew(state: LockState, holding: Holding) -> Flow[None]:
                 holding.quiet_since = started
             yield Renewed(holding)
             return
+        if (yield from rebased(state, holding, result)):
+            continue
+        races += 1
         if not (yield from examine(state, holding, result)):
             return
     raise StoreUnavailable(f"{state.key!r}: renewal kept losing races")
+
+
+def rebased(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
+    """After a holder's write lost its race: if only waiters wrote (``_protocol.line_moved``),
+    take what was read as the holding's document (sighting the line's beats) and return True:
+    the write is to be made again at once on it, nothing else decided anew."""
+    if not proto.line_moved(holding.lease, seen.lease):
+        return False
+    assert seen.lease is not None and seen.version is not None
+    holding.lease, holding.version = seen.lease, seen.version
+    mono = yield from now()
+    state.sight_line(seen.lease, mono)
+    return True
 
 
 def renew_now(state: LockState, holding: Holding) -> Flow[None]:
@@ -899,6 +921,8 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
             nxt = result.lease
             state.seen = Seen(nxt, result.version)
         elif not proto.release_landed(result.lease, nxt):
+            if (yield from rebased(state, holding, result)):
+                continue  # only waiters wrote: the same release (or handover) again, at once
             if not (yield from examine(state, holding, result)):
                 raise_if_lost(state.key, holding)
                 return None

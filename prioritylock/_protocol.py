@@ -22,7 +22,6 @@ from typing import Literal
 import attrs
 
 from prioritylock._lease import (
-    MAX_HINT_CHARS,
     MAX_LINE,
     MAX_LINE_BYTES,
     OVERRIDE_PRIORITY,
@@ -56,6 +55,7 @@ __all__ = [
     "forced_free",
     "free_ident",
     "hinted",
+    "line_moved",
     "live",
     "pending_request_for",
     "release_landed",
@@ -428,9 +428,7 @@ def _wait_or_join(
         return Write(lease.rewritten(line=kept), create=False, outcome="joined")
     if len(rest) >= MAX_LINE:
         return Wait(until, "busy")
-    # A hint no reader would accept is not recorded (the waiter then hears by polling).
-    hint = lining.hint if lining.hint is None or len(lining.hint) <= MAX_HINT_CHARS else None
-    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, hint)
+    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, lining.hint)
     # After every entry of our priority or higher: the order in which the joins land.
     at = len(rest)
     while at > 0 and rest[at - 1].priority < me.priority:
@@ -480,6 +478,26 @@ def renewed(lease: Lease, wall: float, line: tuple[Entry, ...] | None = None) ->
     if line is None:
         return lease.rewritten(holder=holder)
     return lease.rewritten(holder=holder, line=line)
+
+
+def line_moved(base: Lease, fresh: Lease | None) -> bool:
+    """Whether a holder's write made on ``base`` lost its compare-and-swap to waiters only:
+    ``fresh``, read after the loss, differs from ``base`` at most in its line (joins, beats,
+    leaves) and nonce, its holder (heartbeat included), fence, request, event, fence reservation and
+    ``prior`` unchanged. Then nothing the holder decided on has changed: it writes the same
+    renewal, release or handover again at once on ``fresh``, without deciding anything anew
+    and without stepping back (docs/protocol.md, the line of waiters). Anything else (a
+    request, a takeover, a release proven landed) is examined as after any lost race."""
+    return (
+        fresh is not None
+        and fresh.holder == base.holder
+        and fresh.fence == base.fence
+        and fresh.requestor == base.requestor
+        and fresh.event == base.event
+        and fresh.reserve == base.reserve
+        and fresh.prior == base.prior
+        and fresh.schema == base.schema
+    )
 
 
 def released(lease: Lease, wall: float) -> Lease:

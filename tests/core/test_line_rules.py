@@ -17,7 +17,7 @@ from prioritylock import _protocol as proto
 from prioritylock._lease import MAX_LINE, Entry, Event, Lease
 from prioritylock._protocol import Lining, Sighting, Wait
 
-from ._fixtures import claim, holder, lease
+from ._fixtures import claim, holder, lease, requestor
 
 NOW, WALL, DRIFT = 100.0, 5000.0, 1.0
 
@@ -173,3 +173,26 @@ def test_line_rule(
 ) -> None:
     got = step(**given)
     assert expected(got), f"{rule}: got {got!r}"
+
+
+MOVED: list[tuple[str, Lease | None, bool]] = [
+    ("a waiter joined", held(A).rewritten(line=(A, B)), True),
+    ("a waiter's beat", held(A).rewritten(line=(entry("a", beat=1),)), True),
+    ("a waiter left", held(A).rewritten(line=()), True),
+    ("rewritten, nothing else changed", held(A).rewritten(), True),
+    (
+        "the holder's heartbeat moved",
+        held(A).rewritten(holder=holder("h", priority=6, beat=4)),
+        False,
+    ),
+    ("a request came", held(A).rewritten(requestor=requestor()), False),
+    ("another fence", held(A).rewritten(fence=8), False),
+    ("released", held(A).rewritten(holder=None, event=Event("released", 2.0, "h")), False),
+    ("absent", None, False),
+]
+
+
+@pytest.mark.parametrize(("rule", "fresh", "moved"), MOVED, ids=[r[0] for r in MOVED])
+def test_a_holders_write_lost_only_to_the_line(rule: str, fresh: Lease | None, moved: bool) -> None:
+    """``line_moved``: the holder's write is made again at once only when waiters alone wrote."""
+    assert proto.line_moved(held(A), fresh) is moved, rule
