@@ -124,8 +124,10 @@ class Backoff:
 
 
 class JoinBackoff(Backoff):
-    """The step back of a join that lost its race: brief, its own (not the acquire's backoff,
-    which tests slow down to show that notices wake a waiter)."""
+    """How long a waiter steps back before it writes the line again after its join (or beat)
+    lost a race: jittered, growing to the poll interval, so that a herd of waiters that read
+    the same version does not write again all at once. Its own, not the acquire's backoff
+    (which tests slow down to show that notices wake a waiter)."""
 
 
 # -- store access: reads, writes and their unknown outcomes --------------------------------------
@@ -336,7 +338,7 @@ class Attempt:
     lining: proto.Lining | None = None
     #: A write of our claim was attempted: if we end without the lock, settle it.
     touched: bool = False
-    #: How long a join that lost its race steps back (made at the first such loss).
+    #: How long a waiter steps back before its next try to join (made at the first need).
     joins: JoinBackoff | None = None
 
     def until(self, state: LockState, mono: float) -> float:
@@ -350,6 +352,15 @@ class Attempt:
     def read(self, state: LockState) -> Flow[Seen]:
         mono = yield from now()
         return (yield from read(state, self.until(state, mono), self.bound(state, mono)))
+
+    def step_back(self, state: LockState, mono: float, *, beat: bool) -> None:
+        """Our join (or our entry's ``beat``) lost its race: our next try waits a step of
+        :class:`JoinBackoff` from ``mono``."""
+        lining = self.lining
+        assert lining is not None
+        self.joins = self.joins or JoinBackoff(state.poll_interval)
+        at = mono + self.joins.next()
+        self.lining = attrs.evolve(lining, due=at) if beat else attrs.evolve(lining, join_at=at)
 
 
 def acquire(
@@ -495,12 +506,13 @@ def take(
     )
     if not isinstance(result, Written):
         if step.outcome == "joined":
-            # Joins race each other and the holder's renewals and release: a herd of waiters
-            # joining at once must not keep the holder from writing. Step back, jittered, growing
-            # to the poll interval (a backoff of its own: a join seldom loses but in a herd).
-            if attempt.joins is None:
-                attempt.joins = JoinBackoff(state.poll_interval)
-            yield Sleep(attempt.joins.next())
+            # A herd of waiters: the next try of ours waits a step (a join, or a beat: our
+            # entry stays alive for its whole ttl, three beats), on a fresh read, while the
+            # lock, if freed meanwhile, is ours to take at once.
+            lined = seen.lease is not None and any(
+                e.entry_id == attempt.claim.lock_id for e in seen.lease.line
+            )
+            attempt.step_back(state, (yield from now()), beat=lined)
         return result  # lost a race: decide again on what is there now
     if step.outcome == "joined":
         assert attempt.lining is not None
@@ -556,6 +568,17 @@ def wait_to_retry(
             return True
         yield from leave(state, attempt, seen)
         return False
+    if step.reason == "full":
+        # The line is full: we poll, unlined, without writing, and a notice does not wake us
+        # (a release goes to the line's head; a herd woken with it would all read, and all
+        # join at the one free place).
+        pause = state.poll_interval * (0.5 + random.random())
+        if step.until is not None:
+            pause = min(pause, max(0.0, step.until - mono))
+        if deadline is not None:
+            pause = min(pause, max(0.0, deadline - mono))
+        yield Sleep(pause)
+        return None
     pause = attempt.delay.next()
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
@@ -759,7 +782,13 @@ def beat(state: LockState, holding: Holding) -> Flow[float | None]:
 
 
 def renew(state: LockState, holding: Holding) -> Flow[None]:
-    for _ in range(8):
+    """Write the next heartbeat, at once again each time it lost its race to waiters only
+    (:func:`_protocol.line_moved`); examine any other loss, up to 8 of them.
+
+    :raises StoreUnavailable: the store failed, or 8 renewals lost to other writers.
+    """
+    races = 0
+    while races < 8:
         if not holding.active:
             return
         started, wall = yield NOW
@@ -784,9 +813,25 @@ def renew(state: LockState, holding: Holding) -> Flow[None]:
                 holding.quiet_since = started
             yield Renewed(holding)
             return
+        if (yield from rebased(state, holding, result)):
+            continue
+        races += 1
         if not (yield from examine(state, holding, result)):
             return
     raise StoreUnavailable(f"{state.key!r}: renewal kept losing races")
+
+
+def rebased(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
+    """After a holder's write lost its race: if only waiters wrote (``_protocol.line_moved``),
+    take what was read as the holding's document (sighting the line's beats) and return True:
+    the write is to be made again at once on it, nothing else decided anew."""
+    if not proto.line_moved(holding.lease, seen.lease):
+        return False
+    assert seen.lease is not None and seen.version is not None
+    holding.lease, holding.version = seen.lease, seen.version
+    mono = yield from now()
+    state.sight_line(seen.lease, mono)
+    return True
 
 
 def renew_now(state: LockState, holding: Holding) -> Flow[None]:
@@ -918,6 +963,8 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
             nxt = result.lease
             state.seen = Seen(nxt, result.version)
         elif not proto.release_landed(result.lease, nxt):
+            if (yield from rebased(state, holding, result)):
+                continue  # only waiters wrote: the same release (or handover) again, at once
             if not (yield from examine(state, holding, result)):
                 raise_if_lost(state.key, holding)
                 return None

@@ -22,7 +22,6 @@ from typing import Literal
 import attrs
 
 from prioritylock._lease import (
-    MAX_HINT_CHARS,
     MAX_LINE,
     MAX_LINE_BYTES,
     OVERRIDE_PRIORITY,
@@ -57,6 +56,7 @@ __all__ = [
     "forced_free",
     "free_ident",
     "hinted",
+    "line_moved",
     "live",
     "pending_request_for",
     "release_landed",
@@ -248,11 +248,13 @@ def request_wait(waiting_timeout: float, cleanup_timeout: float) -> float:
 @attrs.frozen
 class Lining:
     """A blocking acquire of a fair lock (one that joins the line while it waits): where it
-    hears a hint (recorded in its entry, as given), and when its entry is next due for a beat
-    (None: not written in this acquire)."""
+    hears a hint (recorded in its entry, as given), when its entry is next due for a beat
+    (None: not written in this acquire), and when it may next try to join (None: at once; set
+    after a join lost its race, or the line was found full: ``_flows`` steps back)."""
 
     hint: str | None = None
     due: float | None = None
+    join_at: float | None = None
 
 
 @attrs.frozen
@@ -289,11 +291,12 @@ class Owned:
 @attrs.frozen
 class Wait:
     """Nothing to write now. ``until`` is when the state changes by itself (expiry, the end of
-    our request's wait), or None; ``reason`` is ``busy`` (held, we can't preempt) or
-    ``handover`` (our request is pending)."""
+    our request's wait), or None; ``reason`` is ``busy`` (held, we can't preempt),
+    ``handover`` (our request is pending) or ``full`` (we would join the line, but it is full:
+    we wait unlined)."""
 
     until: float | None
-    reason: Literal["busy", "handover"]
+    reason: Literal["busy", "handover", "full"]
 
 
 @attrs.frozen
@@ -417,7 +420,9 @@ def _wait_or_join(
 ) -> Step:
     """We can't take the lock yet: wait, joining the line first (or renewing our entry's beat
     when due) if we are a waiter that joins. A full line (:data:`MAX_LINE` live entries, or
-    :data:`MAX_LINE_BYTES`) is waited at unlined; we join when there is room."""
+    :data:`MAX_LINE_BYTES`) is waited at unlined (``full``); we join when there is room. A
+    waiter writes nothing but its own entry: its join, its beat (its leave: ``_flows.leave``),
+    and each only when due (``Lining``)."""
     if lining is None:
         return Wait(until, "busy")
     mine = next((e for e in lease.line if e.entry_id == me.lock_id), None)
@@ -428,17 +433,17 @@ def _wait_or_join(
         kept = tuple(beat if e is mine else e for e in lease.line if e is mine or e in rest)
         return Write(lease.rewritten(line=kept), create=False, outcome="joined")
     if len(rest) >= MAX_LINE:
-        return Wait(until, "busy")
-    # A hint no reader would accept is not recorded (the waiter then hears by polling).
-    hint = lining.hint if lining.hint is None or len(lining.hint) <= MAX_HINT_CHARS else None
-    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, hint)
+        return Wait(until, "full")
+    if lining.join_at is not None and now < lining.join_at:
+        return Wait(lining.join_at if until is None else min(until, lining.join_at), "busy")
+    entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, lining.hint)
     # After every entry of our priority or higher: the order in which the joins land.
     at = len(rest)
     while at > 0 and rest[at - 1].priority < me.priority:
         at -= 1
     line = (*rest[:at], entry, *rest[at:])
     if len(encode_line(line)) > MAX_LINE_BYTES:
-        return Wait(until, "busy")
+        return Wait(until, "full")
     return Write(lease.rewritten(line=line), create=False, outcome="joined")
 
 
@@ -481,6 +486,26 @@ def renewed(lease: Lease, wall: float, line: tuple[Entry, ...] | None = None) ->
     if line is None:
         return lease.rewritten(holder=holder)
     return lease.rewritten(holder=holder, line=line)
+
+
+def line_moved(base: Lease, fresh: Lease | None) -> bool:
+    """Whether a holder's write made on ``base`` lost its compare-and-swap to waiters only:
+    ``fresh``, read after the loss, differs from ``base`` at most in its line (joins, beats,
+    leaves) and nonce, its holder (heartbeat included), fence, request, event, fence reservation and
+    ``prior`` unchanged. Then nothing the holder decided on has changed: it writes the same
+    renewal, release or handover again at once on ``fresh``, without deciding anything anew
+    and without stepping back (docs/protocol.md, the line of waiters). Anything else (a
+    request, a takeover, a release proven landed) is examined as after any lost race."""
+    return (
+        fresh is not None
+        and fresh.holder == base.holder
+        and fresh.fence == base.fence
+        and fresh.requestor == base.requestor
+        and fresh.event == base.event
+        and fresh.reserve == base.reserve
+        and fresh.prior == base.prior
+        and fresh.schema == base.schema
+    )
 
 
 def released(lease: Lease, wall: float) -> Lease:

@@ -28,7 +28,7 @@ from prioritylock._effects import (
     Sleep,
 )
 from prioritylock._errors import ConditionFailed, PreemptionTimeout, StoreUnavailable
-from prioritylock._lease import Event, EventKind, Lease, encode
+from prioritylock._lease import Entry, Event, EventKind, Lease, encode
 from prioritylock._state import Holding, Released, Seen, Written
 from prioritylock.stores._base import Versioned
 
@@ -551,6 +551,60 @@ def test_release_that_cannot_land_ends_retries_later_and_raises() -> None:
     with pytest.raises(StoreUnavailable):
         drive(flows.release(st, held, cleanup_done=False), script)
     assert held.ended
+
+
+# -- the holder's writes against a busy line ------------------------------------------------------
+
+#: How many times waiters' writes (joins, beats, leaves) beat the holder's write in a row: more
+#: than the 8 lost races after which a renewal gives up.
+CHURN = 12
+
+
+def churned(base: Lease, k: int) -> Lease:
+    """``base`` after ``k`` waiters' writes: a line of ``k`` entries, a new nonce each time."""
+    line = tuple(Entry(f"w{i}", f"waiter-{i}", 6, 1.0, 10.0) for i in range(k))
+    return base.rewritten(line=line)
+
+
+def against_the_line(k: int, base: Lease, answer: object) -> list[Step]:
+    """A holder's write that loses to a waiter's write ``k`` times, each time made again at
+    once (no pause, nothing examined) on the version just read, then lands as ``answer``."""
+
+    def put_on(version: str) -> Any:
+        return lambda effect: isinstance(effect, Put) and effect.version == version
+
+    script: list[Step] = []
+    for i in range(k):
+        script.append(now(12.0))
+        script.append(Step(put_on(f"v{i + 1}"), ConditionFailed("jobs/a")))
+        script.append(Step(Read, doc(churned(base, i + 1), f"v{i + 2}")))
+        script.append(now(12.0))  # the line's beats sighted
+    return [*script, now(12.0), Step(put_on(f"v{k + 1}"), answer)]
+
+
+def test_a_renewal_that_lost_only_to_waiters_is_made_again_at_once() -> None:
+    st = state()
+    held = holding_of(MINE, st)
+    renewed = Step(lambda e: isinstance(e, Renewed) and e.holding is held)
+    script = [*against_the_line(CHURN, MINE, "landed"), renewed]
+    _, effects = drive(flows.renew(st, held), script)
+    sent = put_lease(last_put(effects))
+    assert sent.holder is not None and sent.holder.beat == 4  # one renewal, written 13 times
+    assert [e.entry_id for e in sent.line] == [f"w{i}" for i in range(CHURN)]
+    assert (held.version, held.deadline) == ("landed", 22.0)
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["release", "handover"])
+def test_a_release_that_lost_only_to_waiters_is_made_again_at_once(asked: bool) -> None:
+    st = state()
+    base = ASKED if asked else MINE
+    held = holding_of(base, st, request_seen=proto.Sighting("r", 11.0) if asked else None)
+    script = [now(12.0), *against_the_line(CHURN, base, "landed"), Step(End)]
+    result, effects = drive(flows.release(st, held, cleanup_done=False), script)
+    sent = put_lease(last_put(effects))
+    assert isinstance(result, Released) and result.handed_over is asked
+    assert (sent.holder is not None) is asked and len(sent.line) == CHURN
+    assert not any(isinstance(e, Sleep) for e in effects)
 
 
 # -- an abandoned acquire -------------------------------------------------------------------------

@@ -9,7 +9,7 @@ over at 109.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -17,7 +17,7 @@ from prioritylock import _protocol as proto
 from prioritylock._lease import MAX_LINE, Entry, Event, Lease
 from prioritylock._protocol import Lining, Sighting, Wait
 
-from ._fixtures import claim, holder, lease
+from ._fixtures import claim, holder, lease, requestor
 
 NOW, WALL, DRIFT = 100.0, 5000.0, 1.0
 
@@ -85,8 +85,10 @@ def joined(line: tuple[str, ...], beat: int = 0) -> Callable[[proto.Step], bool]
     return check
 
 
-def waits(until: float | None) -> Callable[[proto.Step], bool]:
-    return lambda s: s == Wait(until, "busy")
+def waits(
+    until: float | None, reason: Literal["busy", "full"] = "busy"
+) -> Callable[[proto.Step], bool]:
+    return lambda s: s == Wait(until, reason)
 
 
 A, B = entry("a"), entry("b")
@@ -162,7 +164,28 @@ RULES: list[tuple[str, dict[str, Any], Callable[[proto.Step], bool]]] = [
     (
         "held: a full line is waited at unlined",
         {"doc": held(*FULL), "lining": Lining()},
-        waits(106.0),
+        waits(106.0, "full"),
+    ),
+    # -- stepping back (a herd must not write at once)
+    (
+        "held: unlined, stepped back (a lost join, a full line): no join before its time",
+        {"doc": held(A), "lining": Lining(join_at=102.0)},
+        waits(102.0),
+    ),
+    (
+        "held: unlined, its step back over: it joins",
+        {"doc": held(A), "lining": Lining(join_at=102.0), "now": 102.0},
+        joined(("a", "me")),
+    ),
+    (
+        "held: lined, a step back is for joins only: its beat when due",
+        {"doc": held(entry("me")), "lining": Lining(None, 103.0, join_at=104.0), "now": 103.0},
+        joined(("me",), beat=1),
+    ),
+    (
+        "free: a stepped-back waiter takes a lock nobody is ahead for at once",
+        {"doc": free(), "lining": Lining(join_at=102.0)},
+        took(()),
     ),
 ]
 
@@ -173,3 +196,26 @@ def test_line_rule(
 ) -> None:
     got = step(**given)
     assert expected(got), f"{rule}: got {got!r}"
+
+
+MOVED: list[tuple[str, Lease | None, bool]] = [
+    ("a waiter joined", held(A).rewritten(line=(A, B)), True),
+    ("a waiter's beat", held(A).rewritten(line=(entry("a", beat=1),)), True),
+    ("a waiter left", held(A).rewritten(line=()), True),
+    ("rewritten, nothing else changed", held(A).rewritten(), True),
+    (
+        "the holder's heartbeat moved",
+        held(A).rewritten(holder=holder("h", priority=6, beat=4)),
+        False,
+    ),
+    ("a request came", held(A).rewritten(requestor=requestor()), False),
+    ("another fence", held(A).rewritten(fence=8), False),
+    ("released", held(A).rewritten(holder=None, event=Event("released", 2.0, "h")), False),
+    ("absent", None, False),
+]
+
+
+@pytest.mark.parametrize(("rule", "fresh", "moved"), MOVED, ids=[r[0] for r in MOVED])
+def test_a_holders_write_lost_only_to_the_line(rule: str, fresh: Lease | None, moved: bool) -> None:
+    """``line_moved``: the holder's write is made again at once only when waiters alone wrote."""
+    assert proto.line_moved(held(A), fresh) is moved, rule

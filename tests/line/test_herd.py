@@ -1,0 +1,134 @@
+"""Many waiters on one lock: the holder's writes come first, and the waiters beyond the line's
+room stay quiet (docs/protocol.md, the holder's writes come first)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+from prioritylock import LockBuilder
+from prioritylock import _protocol as proto
+from prioritylock._lease import Entry, Lease, decode, encode
+from prioritylock.stores import MemoryStore, ObjectStore
+from prioritylock.stores._delegate import DelegatingStore
+
+T = TypeVar("T")
+
+
+class Counting(DelegatingStore):
+    """Counts the reads and writes of the lock objects that use it; ``joins`` > 0: before each
+    of its next ``joins`` writes, a waiter's join lands first (written straight to ``inner``)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.reads = self.writes = self.joins = 0
+
+    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
+        if op.startswith("read"):
+            self.reads += 1
+        elif op.startswith("replace"):
+            self.writes += 1
+            if self.joins:
+                self.joins -= 1
+                found = self.inner.read(key)
+                assert found is not None
+                lease = decode(key, found.data, name=key)
+                joiner = Entry(f"w{len(lease.line)}", "joiner", 0, 1.0, 30.0)
+                self.inner.replace(
+                    key, encode(lease.rewritten(line=(*lease.line, joiner))), found.version
+                )
+        return call()
+
+
+def builder(store: ObjectStore, owner: str, poll: float = 0.05) -> LockBuilder:
+    return (
+        LockBuilder()
+        .store(store)
+        .path("jobs/herd")
+        .owner(owner)
+        .lease_timeout(30)
+        .poll_interval(poll)
+    )
+
+
+#: Waiters' joins that beat the holder's write, in a row: more than the 8 lost races after which
+#: a renewal gives up.
+JOINS = 12
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("write", ["renew", "unlock"])
+def test_the_holders_write_lands_however_many_joins_beat_it(write: str) -> None:
+    """Each join that lands first costs the holder's write one more attempt, made at once: the
+    13th lands (0.1 s)."""
+    inner = MemoryStore(f"herd-{time.time_ns()}")
+    store = Counting(inner)
+    holder = builder(store, "holder").build()
+    holder.lock()
+    store.joins, store.writes = JOINS, 0
+    started = time.monotonic()
+    getattr(holder, write)()
+    took = time.monotonic() - started
+    assert store.writes == JOINS + 1
+    assert took < 1.0, took  # no step back between the attempts (the store answers at once)
+    lease = document(inner)
+    assert lease is not None and len(lease.line) == JOINS  # the waiters' entries kept
+    assert (lease.holder is None) is (write == "unlock")
+    assert lease.holder is None or lease.holder.beat == 1
+
+
+@pytest.mark.timeout(20)
+def test_a_waiter_of_a_full_line_is_not_woken_by_releases(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line holds two; a third waiter finds it full and polls (every 2.5-7.5 s here)
+    without writing: the releases and takes in its process don't wake it (0.3 s)."""
+    monkeypatch.setattr(proto, "MAX_LINE", 2)
+
+    async def main() -> None:
+        inner = MemoryStore(f"herd-{time.time_ns()}")
+        holder = builder(inner, "holder").build_async()
+        await holder.lock()
+        lined = [builder(inner, f"w{i}").build_async() for i in range(2)]
+        waits = []
+        for lock in lined:
+            waits.append(asyncio.ensure_future(lock.lock(timeout=10)))
+            await until(lambda: lined_up(inner) == len(waits))
+        overflow = Counting(inner)
+        extra = builder(overflow, "extra", poll=5.0).build_async()
+        extra_wait = asyncio.ensure_future(extra.lock(timeout=10))
+        await until(lambda: overflow.reads > 0)
+        await asyncio.sleep(0)  # it decided, and sleeps
+        reads, writes = overflow.reads, overflow.writes
+        await holder.unlock()
+        for lock, wait in zip(lined, waits, strict=True):
+            await asyncio.wait_for(wait, 5)  # a release, a take: each wakes the lined waiters
+            await lock.unlock()
+        assert (overflow.reads, overflow.writes) == (reads, writes)
+        extra_wait.cancel()
+        await asyncio.gather(extra_wait, return_exceptions=True)
+        for lock in (holder, *lined, extra):
+            await lock.aclose()
+
+    asyncio.run(main())
+
+
+def document(store: ObjectStore) -> Lease | None:
+    """The lock's document (the only object in ``store``)."""
+    (key,) = store.list("")
+    found = store.read(key)
+    return None if found is None else decode(key, found.data, name=key)
+
+
+def lined_up(store: ObjectStore) -> int:
+    lease = document(store)
+    return 0 if lease is None else len(lease.line)
+
+
+async def until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < end, "timed out"
+        await asyncio.sleep(0.005)
