@@ -599,7 +599,7 @@ def test_a_release_that_lost_only_to_waiters_is_made_again_at_once(asked: bool) 
     st = state()
     base = ASKED if asked else MINE
     held = holding_of(base, st, request_seen=proto.Sighting("r", 11.0) if asked else None)
-    script = [now(12.0), *against_the_line(CHURN, base, "landed"), Step(End)]
+    script = [*against_the_line(CHURN, base, "landed"), Step(End)]
     result, effects = drive(flows.release(st, held, cleanup_done=False), script)
     sent = put_lease(last_put(effects))
     assert isinstance(result, Released) and result.handed_over is asked
