@@ -167,6 +167,8 @@ class LockBase(FlowRunner):
     def is_current_owner(self) -> bool:
         """Whether this object holds the lock now, judged on its own clock (no request)."""
         holding = self._st.holding
+        if holding is None or holding.ended:  # (every try_lock asks first): no clock to read
+            return False
         now = self._clock.monotonic()
         if lockstate.expired(holding, now):
             assert holding is not None
