@@ -34,6 +34,7 @@ under way is announced first, so a watch that hears it before its answer waits f
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import ssl
 import threading
@@ -440,7 +441,10 @@ class _Watch:
         with self._lock:
             response = self._response
         if response is not None:
-            response.shutdown()  # ends the blocked read at once
+            # Ends the blocked read at once; a connection already gone (ENOTCONN: a partition
+            # test's cut, a server that left) has ended it too.
+            with contextlib.suppress(OSError):
+                response.shutdown()
 
     def _run(self) -> None:
         pool = self._store._new_pool(1, None)  # a stream waits for its next event for ever
