@@ -329,7 +329,7 @@ class Attempt:
     lining: proto.Lining | None = None
     #: A write of our claim was attempted: if we end without the lock, settle it.
     touched: bool = False
-    #: How long a waiter steps back before its next try to join (made at the first need).
+    #: How long a join or beat that lost its race steps back (made at the first such loss).
     joins: JoinBackoff | None = None
 
     def until(self, state: LockState, mono: float) -> float:
