@@ -247,13 +247,11 @@ def request_wait(waiting_timeout: float, cleanup_timeout: float) -> float:
 @attrs.frozen
 class Lining:
     """A blocking acquire of a fair lock (one that joins the line while it waits): where it
-    hears a hint (recorded in its entry, as given), when its entry is next due for a beat
-    (None: not written in this acquire), and when it may next try to join (None: at once; set
-    when a join lost its race: ``_flows`` steps back)."""
+    hears a hint (recorded in its entry, as given), and when its entry is next due for a beat
+    (None: not written in this acquire)."""
 
     hint: str | None = None
     due: float | None = None
-    join_at: float | None = None
 
 
 @attrs.frozen
@@ -433,8 +431,6 @@ def _wait_or_join(
         return Write(lease.rewritten(line=kept), create=False, outcome="joined")
     if len(rest) >= MAX_LINE:
         return Wait(until, "full")
-    if lining.join_at is not None and now < lining.join_at:
-        return Wait(lining.join_at if until is None else min(until, lining.join_at), "busy")
     entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, lining.hint)
     # After every entry of our priority or higher: the order in which the joins land.
     at = len(rest)
