@@ -124,10 +124,10 @@ class Backoff:
 
 
 class JoinBackoff(Backoff):
-    """How long a waiter steps back before it writes the line again after its join (or beat)
-    lost a race: jittered, growing to the poll interval, so that a herd of waiters that read
-    the same version does not write again all at once. Its own, not the acquire's backoff
-    (which tests slow down to show that notices wake a waiter)."""
+    """How long a waiter steps back after its join (or beat) lost a race, before it writes
+    again on the version it read before the step: jittered, growing to the poll interval. Its
+    own, not the acquire's backoff (which tests slow down to show that notices wake a
+    waiter)."""
 
 
 # -- store access: reads, writes and their unknown outcomes --------------------------------------
@@ -338,7 +338,7 @@ class Attempt:
     lining: proto.Lining | None = None
     #: A write of our claim was attempted: if we end without the lock, settle it.
     touched: bool = False
-    #: How long a waiter steps back before its next try to join (made at the first need).
+    #: How long a join or beat that lost its race steps back (made at the first such loss).
     joins: JoinBackoff | None = None
 
     def until(self, state: LockState, mono: float) -> float:
@@ -352,15 +352,6 @@ class Attempt:
     def read(self, state: LockState) -> Flow[Seen]:
         mono = yield from now()
         return (yield from read(state, self.until(state, mono), self.bound(state, mono)))
-
-    def step_back(self, state: LockState, mono: float, *, beat: bool) -> None:
-        """Our join (or our entry's ``beat``) lost its race: our next try waits a step of
-        :class:`JoinBackoff` from ``mono``."""
-        lining = self.lining
-        assert lining is not None
-        self.joins = self.joins or JoinBackoff(state.poll_interval)
-        at = mono + self.joins.next()
-        self.lining = attrs.evolve(lining, due=at) if beat else attrs.evolve(lining, join_at=at)
 
 
 def acquire(
@@ -506,13 +497,12 @@ def take(
     )
     if not isinstance(result, Written):
         if step.outcome == "joined":
-            # A herd of waiters: the next try of ours waits a step (a join, or a beat: our
-            # entry stays alive for its whole ttl, three beats), on a fresh read, while the
-            # lock, if freed meanwhile, is ours to take at once.
-            lined = seen.lease is not None and any(
-                e.entry_id == attempt.claim.lock_id for e in seen.lease.line
-            )
-            attempt.step_back(state, (yield from now()), beat=lined)
+            # A herd of waiters: step back, then decide on what we read *before* it, so that
+            # our next join lands only if nobody wrote meanwhile (one loop's tasks that read
+            # afresh after the step kept landing joins, and the holder, or the head taking a
+            # freed lock, kept losing to them). The holder writes again at once: it comes first.
+            attempt.joins = attempt.joins or JoinBackoff(state.poll_interval)
+            yield Sleep(attempt.joins.next())
         return result  # lost a race: decide again on what is there now
     if step.outcome == "joined":
         assert attempt.lining is not None

@@ -248,13 +248,11 @@ def request_wait(waiting_timeout: float, cleanup_timeout: float) -> float:
 @attrs.frozen
 class Lining:
     """A blocking acquire of a fair lock (one that joins the line while it waits): where it
-    hears a hint (recorded in its entry, as given), when its entry is next due for a beat
-    (None: not written in this acquire), and when it may next try to join (None: at once; set
-    after a join lost its race, or the line was found full: ``_flows`` steps back)."""
+    hears a hint (recorded in its entry, as given), and when its entry is next due for a beat
+    (None: not written in this acquire)."""
 
     hint: str | None = None
     due: float | None = None
-    join_at: float | None = None
 
 
 @attrs.frozen
@@ -434,8 +432,6 @@ def _wait_or_join(
         return Write(lease.rewritten(line=kept), create=False, outcome="joined")
     if len(rest) >= MAX_LINE:
         return Wait(until, "full")
-    if lining.join_at is not None and now < lining.join_at:
-        return Wait(lining.join_at if until is None else min(until, lining.join_at), "busy")
     entry = Entry(me.lock_id, me.owner, me.priority, wall, me.lease_timeout, 0, lining.hint)
     # After every entry of our priority or higher: the order in which the joins land.
     at = len(rest)
@@ -491,11 +487,11 @@ def renewed(lease: Lease, wall: float, line: tuple[Entry, ...] | None = None) ->
 def line_moved(base: Lease, fresh: Lease | None) -> bool:
     """Whether a holder's write made on ``base`` lost its compare-and-swap to waiters only:
     ``fresh``, read after the loss, differs from ``base`` at most in its line (joins, beats,
-    leaves) and nonce, its holder (heartbeat included), fence, request, event, fence reservation and
-    ``prior`` unchanged. Then nothing the holder decided on has changed: it writes the same
-    renewal, release or handover again at once on ``fresh``, without deciding anything anew
-    and without stepping back (docs/protocol.md, the line of waiters). Anything else (a
-    request, a takeover, a release proven landed) is examined as after any lost race."""
+    leaves) and nonce; its holder (heartbeat included), fence, request, event, fence
+    reservation and ``prior`` are unchanged. Then nothing the holder decided on has changed:
+    it writes the same renewal, release or handover again at once on ``fresh``, deciding
+    nothing anew and without stepping back (docs/protocol.md, the line of waiters). Anything
+    else (a request, a takeover, a release proven landed) is examined as after any lost race."""
     return (
         fresh is not None
         and fresh.holder == base.holder

@@ -856,6 +856,11 @@ HINT_SCENARIOS = (
 )
 
 
+def _to_write(i: int, steps: int) -> tuple[Choice, ...]:
+    """Client ``i``'s operation, just started, runs ``steps`` steps: to its write."""
+    return (("step", i, "ok"),) * steps
+
+
 def _line_scenarios() -> tuple[Scenario, ...]:
     """The fair line: waiters joined behind a holder (a fair ``lock`` joins while it waits)."""
     b = Client("B", ("lock", "unlock"), fair=True)
@@ -911,6 +916,19 @@ def _line_scenarios() -> tuple[Scenario, ...]:
             "line_release_race",
             (Client("A", ("try_lock", "unlock")), b),
             (_HOLDS, ("start", 1, "op"), ("step", 1, "ok")),
+        ),
+        # Two joins race each other and the holder's release, all three written on the same
+        # version: a join that loses steps back; a release that loses to a join is made again
+        # at once on what it reads.
+        Scenario(
+            "line_join_race",
+            (Client("A", ("try_lock", "unlock")), b, c),
+            (
+                _HOLDS,
+                *(("start", 1, "op"), *_to_write(1, 4)),  # B's join, on what A wrote
+                *(("start", 2, "op"), *_to_write(2, 4)),  # C's join, on the same
+                *(("start", 0, "op"), *_to_write(0, 2)),  # A's release, on the same
+            ),
         ),
     )
 

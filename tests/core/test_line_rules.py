@@ -166,27 +166,6 @@ RULES: list[tuple[str, dict[str, Any], Callable[[proto.Step], bool]]] = [
         {"doc": held(*FULL), "lining": Lining()},
         waits(106.0, "full"),
     ),
-    # -- stepping back (a herd must not write at once)
-    (
-        "held: unlined, stepped back (a lost join, a full line): no join before its time",
-        {"doc": held(A), "lining": Lining(join_at=102.0)},
-        waits(102.0),
-    ),
-    (
-        "held: unlined, its step back over: it joins",
-        {"doc": held(A), "lining": Lining(join_at=102.0), "now": 102.0},
-        joined(("a", "me")),
-    ),
-    (
-        "held: lined, a step back is for joins only: its beat when due",
-        {"doc": held(entry("me")), "lining": Lining(None, 103.0, join_at=104.0), "now": 103.0},
-        joined(("me",), beat=1),
-    ),
-    (
-        "free: a stepped-back waiter takes a lock nobody is ahead for at once",
-        {"doc": free(), "lining": Lining(join_at=102.0)},
-        took(()),
-    ),
 ]
 
 
