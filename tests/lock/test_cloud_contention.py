@@ -43,7 +43,9 @@ PATH = "contention/one-lock"
 LEASE_TIMEOUT = 30.0
 POLL_INTERVAL = 0.03
 MAX_HOLD = 0.005  # seconds: each holder sleeps a random 1-5 ms (the workload, not synchronisation)
-MIN_ACQUISITIONS = 20
+# Progress, not speed (the contention benchmark measures speed): a livelock makes 0-2. Alone, 8
+# fair clients make 36-55 in the window on moto and Azurite; a CI worker at load 4-11 made 15-19.
+MIN_ACQUISITIONS = 10
 
 # Clients per store kind, and how long they race. SeaweedFS is slow under contention on one key
 # (docs: EMULATORS): fewer clients there.
