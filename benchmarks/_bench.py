@@ -191,27 +191,28 @@ def local_stores(b: Bench) -> list[tuple[str, str, StoreKind, str]]:
     return stores
 
 
-# -- store wrappers: what the lock does with its store, the lock none the wiser -------------------
-# Both are DelegatingStores: they keep the inner store's ``stats`` and ``capabilities``, so
-# request counts and the lock's choices are those of the bare store.
+# -- store wrappers: DelegatingStores (the bare store's stats, capabilities and lock choices) --
 
 
 class StoreTimer(DelegatingStore):
-    """Adds up the time this thread spends inside store calls, so a lock operation's time
-    splits into the store's and the library's own."""
+    """Adds up the time spent in its store calls on any thread (a lock makes a network store's
+    on worker threads): an operation's time, one at a time, splits into the store's and ours."""
 
-    _local = threading.local()
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self._spent, self._spent_lock = 0, threading.Lock()
 
     def spent_ns(self) -> int:
-        """Time this thread has spent inside store calls so far."""
-        return int(getattr(self._local, "spent", 0))
+        """Time spent inside this store's calls so far."""
+        return self._spent
 
     def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
         t0 = time.perf_counter_ns()
         try:
             return call()
         finally:
-            self._local.spent = self.spent_ns() + time.perf_counter_ns() - t0
+            with self._spent_lock:
+                self._spent += time.perf_counter_ns() - t0
 
 
 #: The tally's name for each kind of request.

@@ -6,14 +6,18 @@ wrong median or an interleaving that runs one variant first would skew every tab
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from prioritylock.stores import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,3 +117,21 @@ def test_machine_info_names_the_commit_and_scratch_filesystem(
     assert facts["tmp_dir"] == str(tmp_path)
     assert "filesystem" in facts
     assert "tmp_dir" not in harness.machine_info()
+
+
+@pytest.mark.timeout(30)
+def test_the_store_timer_counts_calls_made_on_other_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lock makes a network store's calls on worker threads: the cloud section's split of an
+    operation's time (the store's, the library's) must count them (it counted only the calling
+    thread's, so on network stores the library's own time was never sampled)."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    bench = importlib.import_module("_bench")
+    timer = bench.StoreTimer(MemoryStore())
+    worker = threading.Thread(target=timer.read, args=("a/key",))
+    worker.start()
+    worker.join(10)
+    assert timer.spent_ns() > 0
