@@ -32,13 +32,23 @@ covered() {
 if ! covered; then
   # pip warns about this machine's extra index locations on every package: keep the log readable.
   quiet() { "$@" 2> >(grep -v '^WARNING: Location' >&2); }
-  # Dependency groups need pip 25.1 or newer.
-  quiet "$venv/bin/python" -m pip install --quiet --upgrade 'pip>=25.1'
   spec="$root"
   [ -n "$extras" ] && spec="$root[$extras]"
   args=(-e "$spec")
   [ -n "$group" ] && args+=(--group "$root/pyproject.toml:$group")
-  quiet "$venv/bin/python" -m pip install --quiet "${args[@]}"
+  # uv installs the same pins as pip (the same `pip freeze`) in a tenth of the time (12 s vs
+  # 166 s for dev,all at load 3: pip's minutes were most of the CI run's set-up). uv reads no
+  # pip.conf: PIP_FIND_LINKS is passed on. Where uv can't be had or fails, pip does it all.
+  links=()
+  for dir in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$dir"); done
+  if ! { quiet "$venv/bin/python" -m pip install --quiet uv &&
+    "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" "${links[@]}" "${args[@]}" \
+      'pip>=25.1'; }  # the pip the other scripts use (scripts/build-image), as pip's path leaves it
+  then
+    # Dependency groups need pip 25.1 or newer.
+    quiet "$venv/bin/python" -m pip install --quiet --upgrade 'pip>=25.1'
+    quiet "$venv/bin/python" -m pip install --quiet "${args[@]}"
+  fi
   touch "$stamp"
 fi
 export PATH="$venv/bin:$PATH"
