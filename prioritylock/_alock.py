@@ -225,9 +225,9 @@ class LoopRunner(FlowRunner):
     def _new_waiter(self) -> Waiter:
         return LoopWaiter(self)
 
-    async def _pause(self, seconds: float) -> bool:
+    async def _pause(self, seconds: float, woken: bool = True) -> bool:
         """Wait between attempts without holding the guard, woken early by a notice (a release
-        in this process). True when the wait is to end (this object was closed)."""
+        in this process) if ``woken``. True when the wait is to end (this object was closed)."""
         wake = self._armed
         if self._closed:
             return True
@@ -236,13 +236,20 @@ class LoopRunner(FlowRunner):
         guard.release()
         try:
             event = wake.event if isinstance(wake, LoopWaiter) else None
+            if event is not None and event.is_set() and not woken:
+                event.clear()  # a notice, not for us
             if event is None or event.is_set():
                 await self._sleep(0 if event is not None else seconds)
             elif self._fake:
                 await self._sleep(seconds)
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), seconds)  # aclose() sets it too
+                end = asyncio.get_running_loop().time() + seconds
+                while (left := end - asyncio.get_running_loop().time()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(event.wait(), left)  # aclose() sets it too
+                    if woken or self._closed:
+                        break
+                    event.clear()  # a notice, not for us: wait on
             self._armed = NOTICES.arm_at(self._place, LoopWaiter(self))
         finally:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it

@@ -149,10 +149,13 @@ ARM = Arm()
 @attrs.frozen
 class Pause(Waits):
     """Wait between attempts to acquire: up to ``seconds``, or until a release in this process
-    wakes us (if armed); then arm again. Other calls on the lock may run meanwhile. Result:
-    True when the wait is to end now (cancelled, or the lock object closed)."""
+    wakes us (if armed and ``woken``); then arm again. Other calls on the lock may run
+    meanwhile. Result: True when the wait is to end now (cancelled, or the lock object closed),
+    ``woken`` or not."""
 
     seconds: float
+    #: False: a notice does not end the wait (a full line's waiter polls: ``_flows``).
+    woken: bool = True
 
 
 @attrs.frozen

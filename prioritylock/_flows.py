@@ -558,23 +558,16 @@ def wait_to_retry(
             return True
         yield from leave(state, attempt, seen)
         return False
-    if step.reason == "full":
-        # The line is full: we poll, unlined, without writing, and a notice does not wake us
-        # (a release goes to the line's head; a herd woken with it would all read, and all
-        # join at the one free place).
-        pause = state.poll_interval * (0.5 + random.random())
-        if step.until is not None:
-            pause = min(pause, max(0.0, step.until - mono))
-        if deadline is not None:
-            pause = min(pause, max(0.0, deadline - mono))
-        yield Sleep(pause)
-        return None
-    pause = attempt.delay.next()
+    # The line is full: we poll, unlined, without writing, and a notice does not wake us (a
+    # release goes to the line's head; a herd woken with it would all read, and all join at the
+    # one free place). Closing the lock object or cancelling still ends the wait at once.
+    full = step.reason == "full"
+    pause = state.poll_interval * (0.5 + random.random()) if full else attempt.delay.next()
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
     if deadline is not None:
         pause = min(pause, max(0.0, deadline - mono))
-    if (yield Pause(pause)):
+    if (yield Pause(pause, woken=not full)):
         # The caller gave up (cancelled, or closed the lock object): take our request back,
         # and if the lock came to us meanwhile, let it go again.
         if mine is not None and (yield from withdraw(state, attempt, seen)):

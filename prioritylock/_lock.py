@@ -103,9 +103,10 @@ class ThreadRunner(FlowRunner):
     def _new_waiter(self) -> Waiter:
         return ThreadWaiter(self)
 
-    def _pause(self, seconds: float) -> bool:
+    def _pause(self, seconds: float, woken: bool = True) -> bool:
         """Wait between attempts without holding ``_io``, woken early by a notice (a release in
-        this process). True when the wait is to end: cancelled, or this object closed."""
+        this process) if ``woken``. True when the wait is to end: cancelled, or this object
+        closed."""
         wake = self._armed
         cancel = self._cancel
         if self._closed or (cancel is not None and cancel.is_set()):
@@ -114,18 +115,24 @@ class ThreadRunner(FlowRunner):
         try:
             event = None if not isinstance(wake, ThreadWaiter) else wake.event
             end = self._clock.monotonic() + seconds
-            # Two things can end this wait: a notice (wake) and the caller's event. A thread
-            # waits on one event, so with a cancel event the wait goes in short slices.
+            # Three things can end this wait: a notice (wake, if woken), close() (which sets the
+            # event too) and the caller's event. A thread waits on one event, so with a cancel
+            # event the wait goes in short slices.
             while not self._closed and not (cancel is not None and cancel.is_set()):
                 left = end - self._clock.monotonic()
-                if left <= 0 or (event is not None and event.is_set()):
+                if left <= 0:
                     break
+                if event is not None and event.is_set():
+                    if woken:
+                        break
+                    event.clear()  # a notice, not for us: wait on
+                    continue  # close() marks the object closed before it sets the event
                 step = left if cancel is None else min(left, _CANCEL_SLICE)
                 if event is None:
                     self._clock.sleep(step)
                 else:
                     self._clock.wait(event, step)  # close() sets it too
-                if cancel is None:
+                if cancel is None and (woken or event is None):
                     break
             self._armed = NOTICES.arm_at(self._place, ThreadWaiter(self))
         finally:

@@ -318,7 +318,7 @@ class FlowRunner:
             case effects.Sleep():
                 return self._sleep(effect.seconds)
             case effects.Pause():
-                return self._pause(effect.seconds)
+                return self._pause(effect.seconds, effect.woken)
             case effects.Arm():
                 self._armed = NOTICES.arm_at(self._place, self._new_waiter())
             case effects.Hint(hints=hints):
@@ -430,9 +430,9 @@ class FlowRunner:
     def _sleep(self, seconds: float) -> Any:
         raise NotImplementedError
 
-    def _pause(self, seconds: float) -> Any:
-        """Wait between attempts to acquire, woken early by a notice; answers whether the wait
-        is to end (cancelled, or this object closed)."""
+    def _pause(self, seconds: float, woken: bool = True) -> Any:
+        """Wait between attempts to acquire, woken early by a notice (if ``woken``); answers
+        whether the wait is to end (cancelled, or this object closed)."""
         raise NotImplementedError
 
     def _new_waiter(self) -> Waiter:

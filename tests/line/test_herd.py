@@ -4,13 +4,15 @@ room stay quiet (docs/protocol.md, the holder's writes come first)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
 
-from prioritylock import LockBuilder
+from prioritylock import LockBuilder, LockCancelled
 from prioritylock import _protocol as proto
 from prioritylock._lease import Entry, Lease, decode, encode
 from prioritylock.stores import MemoryStore, ObjectStore
@@ -113,6 +115,75 @@ def test_a_waiter_of_a_full_line_is_not_woken_by_releases(monkeypatch: pytest.Mo
             await lock.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("how", ["close", "cancel", "aclose"])
+def test_a_full_lines_waiter_stops_at_once_when_closed_or_cancelled(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full line's waiter polls (every 2.5-7.5 s here) unwoken by releases, but closing its
+    lock object or cancelling its wait ends the wait at once, with nothing claimed (0.2 s)."""
+    monkeypatch.setattr(proto, "MAX_LINE", 1)
+    inner = MemoryStore(f"herd-{time.time_ns()}")
+    holder = builder(inner, "holder").build()
+    holder.lock()
+    lined = builder(inner, "lined").build()
+
+    def wait_in_line() -> None:
+        with contextlib.suppress(LockCancelled):  # closed at the end
+            lined.lock(10)
+
+    lined_wait = threading.Thread(target=wait_in_line)
+    lined_wait.start()
+    deadline = time.monotonic() + 5
+    while lined_up(inner) != 1:
+        assert time.monotonic() < deadline, "the first waiter never joined"
+        time.sleep(0.005)
+    overflow = Counting(inner)
+    extra = builder(overflow, "extra", poll=5.0)
+    if how == "aclose":
+
+        async def main() -> float:
+            lock = extra.build_async()
+            wait = asyncio.ensure_future(lock.lock(timeout=10))
+            await until(lambda: overflow.reads > 0)
+            started = time.monotonic()
+            await lock.aclose()
+            with pytest.raises(LockCancelled):
+                await asyncio.wait_for(wait, 5)
+            return time.monotonic() - started
+
+        took = asyncio.run(main())
+    else:
+        lock, cancel = extra.build(), threading.Event()
+        raised: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                lock.lock(10, cancel=cancel)
+            except BaseException as exc:  # handed to the test thread
+                raised.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        deadline = time.monotonic() + 5
+        while overflow.reads == 0:
+            assert time.monotonic() < deadline, "the extra waiter never read"
+            time.sleep(0.005)
+        started = time.monotonic()
+        if how == "close":
+            lock.close()
+        else:
+            cancel.set()
+        waiter.join(5)
+        took = time.monotonic() - started
+        assert len(raised) == 1 and isinstance(raised[0], LockCancelled), raised
+    assert took < 1.0, took  # not at its next poll (2.5 s at the soonest) or its deadline
+    assert overflow.writes == 0 and lined_up(inner) == 1  # it never wrote: nothing claimed
+    lined.close()
+    lined_wait.join(5)
+    holder.close()
 
 
 def document(store: ObjectStore) -> Lease | None:
