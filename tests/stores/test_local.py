@@ -216,8 +216,7 @@ def _in_place_writer(
 def _hold_lock(directory: str, key: str, conn: Connection) -> None:
     """Take ``key``'s write lock, say so, and keep it until killed (or the test hangs up)."""
     store = LocalStore(directory)
-    lock_path = _local._key_paths(store.directory, key)[1]
-    with store._locked(key, lock_path, "hold"), contextlib.suppress(EOFError):
+    with store._locked(key, "hold"), contextlib.suppress(EOFError):
         conn.send_bytes(b"locked")
         conn.recv_bytes()  # never comes: the test kills us
 
@@ -950,6 +949,25 @@ def test_removed_store_directory_gives_access_errors(store: LocalStore, director
     directory.write_text("now a file")
     with pytest.raises(StoreAccessError):
         store.read("k")
+
+
+def test_lock_directory_removed_between_writes_is_recreated(
+    store: LocalStore, directory: Path
+) -> None:
+    """Every write opens its key's lock file anew: one whose directory was removed by hand
+    (between two writes, or two reads that wait for a write) is made again."""
+    version = store.replace("k", b"y", store.create("k", b"x"))
+    for call in ("replace", "read under the lock", "nowait"):
+        shutil.rmtree(directory / ".locks")
+        if call == "replace":
+            version = store.replace("k", b"z", version)
+        elif call == "nowait":
+            version = store._try_nowait("replace_unsynced", "k", b"w", version)  # type: ignore[assignment]
+        else:
+            with store._locked("k", "read"):
+                pass
+        assert len(list((directory / ".locks").iterdir())) == 1, call
+    assert store.read("k") == Versioned(b"w", version)
 
 
 def test_permission_error_is_an_access_error(

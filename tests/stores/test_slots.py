@@ -159,3 +159,48 @@ def test_an_unfinished_write_above_the_current_slot_is_taken_first() -> None:
     assert free_slot(_current(0, older), kept=None) == 1
     empty: list[Slot | _slots.Torn | None] = [_slot(5, 0), None, _slot(6, 2)]
     assert free_slot(_current(0, empty), kept=None) == 2
+
+
+_HEADS = st.one_of(
+    st.none(),  # never written
+    st.just(TORN),
+    st.tuples(st.integers(1, 9), st.booleans()),  # a whole header: seq, synced
+)
+
+
+def _head(slot: tuple[int, bool] | _slots.Torn | None, position: int) -> bytes:
+    if slot is None:
+        return EMPTY_SLOT
+    if slot is TORN:
+        return pack_slot(5, VERSION, b"torn", synced=False)[: SLOT_BYTES - 1] + b"\xff"
+    assert isinstance(slot, tuple)
+    seq, synced = slot
+    return pack_slot(seq, bytes([position]) * 16, b"data %d" % seq, synced=synced)[:SLOT_BYTES]
+
+
+@given(
+    heads=st.lists(_HEADS, min_size=SLOTS, max_size=SLOTS),
+    record=st.integers(0, 9),
+    position=st.integers(0, SLOTS - 1),
+    seq=st.integers(1, 10),
+    synced=st.booleans(),
+)
+def test_a_layout_after_a_write_is_the_one_parsed_from_its_bytes(
+    heads: list[tuple[int, bool] | _slots.Torn | None],
+    record: int,
+    position: int,
+    seq: int,
+    synced: bool,
+) -> None:
+    """What a LocalStore remembers of its own write (``after_write``) is exactly what parsing
+    the file's new headers gives, whatever the file held before: its next write trusts it."""
+    raw = (pack_record(record), *(_head(slot, at) for at, slot in enumerate(heads)))
+    before = _slots.layout(raw, MIN_CAPACITY)
+    slot, blob = _slots.packed_slot(seq, position, b"\x07" * 16, b"new", synced=synced)
+    after_record = seq if synced else record
+    written = list(raw)
+    written[1 + position] = blob[:SLOT_BYTES]
+    written[0] = pack_record(after_record)
+    assert _slots.after_write(before, slot, blob[:SLOT_BYTES], after_record) == _slots.layout(
+        tuple(written), MIN_CAPACITY
+    )
