@@ -116,7 +116,6 @@ from prioritylock.stores._slots import (
     Current,
     FormatError,
     Layout,
-    Slot,
     after_write,
     capacity_for,
     header_capacity,
@@ -191,9 +190,7 @@ _UNSETTLED: Final = _Unsettled.UNSETTLED
 
 def _raw_headers(fd: int, buf: bytes, capacity: int) -> tuple[bytes, ...]:
     """The record's bytes and each slot header's (by position): from ``buf`` (the file's first
-    bytes) where it holds them (a small object's file: all of them), else read."""
-    if capacity == MIN_CAPACITY and len(buf) == FIRST_READ:
-        return (buf[_RECORD], buf[_HEAD_0], buf[_HEAD_1], buf[_HEAD_2])
+    bytes) where it holds them, else read."""
     raw = [buf[_RECORD]]
     for start in range(BLOCK, BLOCK + SLOTS * capacity, capacity):
         end = start + SLOT_BYTES
@@ -555,7 +552,11 @@ class LocalStore:
         try:
             buf = os.pread(fd, FIRST_READ, 0)
             capacity = MIN_CAPACITY if buf.startswith(SMALL_HEADER) else self._capacity(key, buf)
-            raw = _raw_headers(fd, buf, capacity)
+            raw: tuple[bytes, ...]
+            if capacity == MIN_CAPACITY and len(buf) == FIRST_READ:  # a small object's file
+                raw = (buf[_RECORD], buf[_HEAD_0], buf[_HEAD_1], buf[_HEAD_2])
+            else:
+                raw = _raw_headers(fd, buf, capacity)
             parsed = self._left.get(key)
             if parsed is None or parsed.raw != raw or parsed.capacity != capacity:
                 parsed = _parsed(raw, capacity)
@@ -573,7 +574,9 @@ class LocalStore:
                     # when the read began, and ``known`` came from a write that had finished:
                     # the object is at ``known``. Its data isn't needed.
                     return NOT_MODIFIED
-                data = self._slot_data(fd, buf, slot, capacity)
+                start = BLOCK + slot.position * capacity + SLOT_BYTES  # slot_offset(), inline
+                end = start + slot.length
+                data = buf[start:end] if end <= len(buf) else os.pread(fd, slot.length, start)
                 if zlib.crc32(data) == slot.data_crc:
                     if version == known:
                         return NOT_MODIFIED
@@ -591,15 +594,6 @@ class LocalStore:
             f"its newest synced write (sequence {record}) fails its checksum; reading the"
             " slot before it would roll the object back",
         )
-
-    @staticmethod
-    def _slot_data(fd: int, buf: bytes, slot: Slot, capacity: int) -> bytes:
-        """The data of ``slot``: from ``buf`` (the file's first bytes) if it holds it."""
-        start = slot_offset(slot.position, capacity) + SLOT_BYTES
-        end = start + slot.length
-        if end <= len(buf):
-            return buf[start:end]
-        return os.pread(fd, slot.length, start)
 
     def _capacity(self, key: str, buf: bytes) -> int:
         """The slot capacity from the file's header.
@@ -707,9 +701,9 @@ class LocalStore:
         if where.kept > record and self._durable:
             self._move_record(key, fd, where.kept, wait=wait)
             record = where.kept
-        slot, packed = packed_slot(seq, where.free, version, data, synced=synced)
-        blob = memoryview(packed)
-        offset = slot_offset(where.free, current.capacity)
+        slot, head = packed_slot(seq, where.free, version, data, synced=synced)
+        offset = BLOCK + where.free * current.capacity  # slot_offset(), inline
+        blob = memoryview(head + data)
         try:
             while blob:  # a short write (a full disk) leaves a slot that fails its checksum
                 written = os.pwrite(fd, blob, offset)
@@ -732,7 +726,7 @@ class LocalStore:
         if before is not None:  # what the next read or write of the key will find
             if len(self._left) >= _LEFT_KEYS:
                 self._left.clear()
-            self._left[key] = after_write(before, slot, packed[:SLOT_BYTES], record)
+            self._left[key] = after_write(before, slot, head, record)
 
     def _move_record(self, key: str, fd: int, kept: int, *, wait: bool = True) -> None:
         """Move the record to ``kept``, a slot flagged synced that is newer than the record.

@@ -96,6 +96,7 @@ class Plan(NamedTuple):
     """Where a write over the current slot goes (:func:`plan`)."""
 
     kept: int  # the newest synced write's sequence number; above the record: a record to repair
+    at: int | None  # the slot that holds it, if one does
     free: int  # the slot the write overwrites
 
 
@@ -147,17 +148,21 @@ def slot_offset(index: int, capacity: int) -> int:
 
 
 def pack_slot(seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    return packed_slot(seq, 0, version, data, synced=synced)[1]
+    return packed_slot(seq, 0, version, data, synced=synced)[1] + data
 
 
 def packed_slot(
     seq: int, position: int, version: bytes, data: bytes, *, synced: bool
 ) -> tuple[Slot, bytes]:
-    """A slot holding ``data`` at ``position``: its header, and its bytes (header, then data)."""
+    """A slot holding ``data`` at ``position``: its header, and the header's bytes (the data
+    follows them)."""
     crc = zlib.crc32(data)
-    head = SLOT.pack(seq, len(data), version, crc, SYNCED if synced else 0, 0)[:SLOT_CHECKED]
-    blob = head + zlib.crc32(head).to_bytes(4, "little") + data
-    return Slot(seq, position, version, len(data), crc, synced), blob
+    head = _SLOT_CHECKED.pack(seq, len(data), version, crc, SYNCED if synced else 0)
+    return Slot(seq, position, version, len(data), crc, synced), head + _CRC.pack(zlib.crc32(head))
+
+
+_SLOT_CHECKED = struct.Struct(SLOT.format[:-1])  # the slot header less its own crc32
+_CRC = struct.Struct("<I")
 
 
 def pack_record(seq: int) -> bytes:
@@ -242,7 +247,7 @@ def plan(slots: Sequence[Slot | Torn | None], record: int, top: Slot) -> Plan:
         if isinstance(slot, Slot) and slot.seq == kept:
             at = slot.position
             break
-    return Plan(kept, _free(slots, top, at))
+    return Plan(kept, at, _free(slots, top, at))
 
 
 def parse_slot(raw: bytes, index: int, capacity: int) -> Slot | Torn | None:
@@ -271,6 +276,30 @@ def after_write(before: Layout, slot: Slot, head: bytes, record: int) -> Layout:
         raw[0] = pack_record(record)
     slots = list(before.slots)
     slots[slot.position] = slot
+    where, written = before.plan, before.written
+    if (
+        where is not None
+        and len(written) == SLOTS
+        and slot.position == where.free
+        and slot.seq == written[0].seq + 1
+        and (
+            record == slot.seq if slot.synced else record == where.kept and record <= written[0].seq
+        )
+    ):
+        # A writer's usual write: every slot whole, the new one over the plan's free slot, one
+        # above the newest; the record at the newest synced write (a durable writer moves it
+        # there, a store with durable=False has neither) and not above the newest. Then plan()
+        # would find: kept, the synced write or the same as before; free, the slot neither
+        # newest nor kept.
+        top, third = written[0], written[1 if written[2].position == slot.position else 2]
+        if slot.synced:
+            after = Plan(slot.seq, slot.position, third.position)
+        else:
+            free = top.position if where.at == third.position else third.position
+            after = Plan(where.kept, where.at, free)
+        return Layout(
+            tuple(raw), before.capacity, record, tuple(slots), [slot, top, third], True, after
+        )
     return _layout(tuple(raw), before.capacity, record, tuple(slots))
 
 

@@ -204,3 +204,35 @@ def test_a_layout_after_a_write_is_the_one_parsed_from_its_bytes(
     assert _slots.after_write(before, slot, blob[:SLOT_BYTES], after_record) == _slots.layout(
         tuple(written), MIN_CAPACITY
     )
+
+
+@given(
+    heads=st.lists(_HEADS, min_size=SLOTS, max_size=SLOTS),
+    record=st.integers(0, 9),
+    durable=st.booleans(),
+    writes=st.lists(st.booleans(), max_size=8),  # each write: synced or not
+)
+def test_a_writers_run_of_layouts_is_the_one_parsed_from_its_bytes(
+    heads: list[tuple[int, bool] | _slots.Torn | None],
+    record: int,
+    durable: bool,
+    writes: list[bool],
+) -> None:
+    """Writes as a LocalStore makes them, one after another over the newest slot where the plan
+    says, the record moved as it moves it: every remembered layout is the parsed one."""
+    raw = [pack_record(record), *(_head(slot, at) for at, slot in enumerate(heads))]
+    known = _slots.layout(tuple(raw), MIN_CAPACITY)
+    for serial, synced in enumerate(writes):
+        where = known.plan
+        if where is None:
+            return
+        record = known.record or 0
+        if durable and where.kept > record:
+            record = where.kept
+        seq = known.written[0].seq + 1
+        slot, blob = _slots.packed_slot(seq, where.free, b"%16d" % serial, b"w", synced=synced)
+        record = seq if synced else record
+        raw[1 + where.free] = blob[:SLOT_BYTES]
+        raw[0] = pack_record(record)
+        known = _slots.after_write(known, slot, blob[:SLOT_BYTES], record)
+        assert known == _slots.layout(tuple(raw), MIN_CAPACITY)
