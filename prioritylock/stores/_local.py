@@ -703,12 +703,14 @@ class LocalStore:
             record = where.kept
         slot, head = packed_slot(seq, where.free, version, data, synced=synced)
         offset = BLOCK + where.free * current.capacity  # slot_offset(), inline
-        blob = memoryview(head + data)
+        blob = head + data
         try:
-            while blob:  # a short write (a full disk) leaves a slot that fails its checksum
-                written = os.pwrite(fd, blob, offset)
-                blob = blob[written:]
+            written = os.pwrite(fd, blob, offset)
+            rest = memoryview(blob)[written:]
+            while rest:  # a short write (a full disk) leaves a slot that fails its checksum
                 offset += written
+                written = os.pwrite(fd, rest, offset)
+                rest = rest[written:]
         except OSError as exc:
             raise self._error(exc, "replace", key) from exc
         if synced:
