@@ -206,10 +206,10 @@ _HEAD_0, _HEAD_1, _HEAD_2 = (
 # Readers mostly find the headers the read before found (a watched lease changes a few times a
 # minute): parsed once per distinct bytes. A process's own writes leave what they wrote in
 # ``LocalStore._left`` instead, so its next write parses nothing.
-_parsed = functools.lru_cache(maxsize=4096)(layout)
+_parsed = functools.lru_cache(maxsize=2048)(layout)
 
 #: Keys whose last write by this store a LocalStore remembers; past it, it forgets them all.
-_LEFT_KEYS = 4096
+_LEFT_KEYS = 2048
 
 
 def _unlock(fd: int, stripe: threading.Lock) -> None:
