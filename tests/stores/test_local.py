@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.synchronize
@@ -968,6 +969,29 @@ def test_lock_directory_removed_between_writes_is_recreated(
                 pass
         assert len(list((directory / ".locks").iterdir())) == 1, call
     assert store.read("k") == Versioned(b"w", version)
+
+
+def test_lock_file_opens_read_only_for_a_reader_without_write_access(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process with read access alone can still wait out a write in flight: its shared flock
+    is taken on the lock file opened read-only (the permissions are modelled: tests run as
+    root)."""
+    version = store.create("k", b"x")
+    real_open = os.open
+    opened: list[int] = []
+
+    def read_only(path: str, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if "/.locks/" in str(path):
+            if flags & (os.O_RDWR | os.O_CREAT):
+                raise PermissionError(errno.EACCES, "Permission denied", path)
+            opened.append(flags)
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with store._locked("k", "read", fcntl.LOCK_SH):
+        assert opened == [os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW]
+    assert store.read("k") == Versioned(b"x", version)
 
 
 def test_permission_error_is_an_access_error(
