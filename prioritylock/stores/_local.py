@@ -47,6 +47,13 @@ fence) back. Only synced writes move the record, so damage to a newest slot writ
 by a store with ``durable=False``) reads as the slot before it. Checksums are CRC-32: a torn slot
 passes with a chance of 2**-32 per read that meets one.
 
+**Parsing once.** A file's record and slot headers are parsed into a ``Layout`` (which slots are
+whole, the newest, where the next write goes) once per distinct bytes: a store remembers what its
+own last write of each key left (``LocalStore._left``), and readers share a cache. Every read and
+write still reads the headers and compares their bytes; a file changed since, by anyone, has
+other bytes (every write has a new version), so it is parsed again. The current slot's data is
+checked against its checksum every time.
+
 **Without waiting** (``LocalStore._try_nowait``, for the asyncio lock's event loop): the same
 operations, except that the key's lock is only tried (the stripe lock and ``flock`` with
 ``LOCK_NB``), and a call that would wait for it, or that must sync (a create or synced replace or
@@ -73,7 +80,7 @@ import threading
 import time
 import urllib.parse
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from prioritylock._errors import (
@@ -99,23 +106,24 @@ from prioritylock.stores._log import logged
 from prioritylock.stores._slots import (
     BLOCK,
     FIRST_READ,
+    MIN_CAPACITY,
+    RECORD,
     RECORD_AT,
     SLOT_BYTES,
     SLOTS,
-    TORN,
+    SMALL_HEADER,
     VERSION_BYTES,
     Current,
     FormatError,
-    Slot,
-    Torn,
+    Layout,
+    after_write,
     capacity_for,
-    free_slot,
     header_capacity,
+    layout,
     new_file,
     pack_record,
-    pack_slot,
-    parse_record,
-    parse_slot,
+    packed_slot,
+    plan,
     slot_offset,
 )
 from prioritylock.stores._url import file_url, redact_url
@@ -129,6 +137,9 @@ _LOCKS = ".locks"
 # A segment becomes a file name "SEG.obj.tmp"; most filesystems cap names at 255 bytes.
 _MAX_SEGMENT_BYTES = 255 - len(_OBJ + _TMP)
 _ACCESS_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_LOCK_FILE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+_OBJECT_FLAGS = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW  # a writer's, the key's lock held
+_READ_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 # -- the object file ----------------------------------------------------------------------------
 
@@ -177,37 +188,36 @@ class _Unsettled(enum.Enum):
 _UNSETTLED: Final = _Unsettled.UNSETTLED
 
 
-def _read_slots(fd: int, buf: bytes, capacity: int) -> list[Slot | Torn | None]:
-    """Every slot's header, by position: from ``buf`` (the file's first bytes) where it holds
-    them, else read."""
-    slots: list[Slot | Torn | None] = []
-    start = BLOCK
-    for position in range(SLOTS):
+def _raw_headers(fd: int, buf: bytes, capacity: int) -> tuple[bytes, ...]:
+    """The record's bytes and each slot header's (by position): from ``buf`` (the file's first
+    bytes) where it holds them, else read."""
+    raw = [buf[_RECORD]]
+    for start in range(BLOCK, BLOCK + SLOTS * capacity, capacity):
         end = start + SLOT_BYTES
-        raw = buf[start:end] if end <= len(buf) else os.pread(fd, SLOT_BYTES, start)
-        slots.append(parse_slot(raw, position, capacity))
-        start += capacity
-    return slots
+        raw.append(buf[start:end] if end <= len(buf) else os.pread(fd, SLOT_BYTES, start))
+    return tuple(raw)
 
 
-class _KeyLock:
-    """``LocalStore._locked``'s context manager: a class, not a generator (every write takes
-    one; a generator context manager cost a few microseconds more)."""
+_RECORD = slice(RECORD_AT, RECORD_AT + RECORD.size)
+_HEAD_0, _HEAD_1, _HEAD_2 = (
+    slice(offset, offset + SLOT_BYTES) for offset in range(BLOCK, FIRST_READ, MIN_CAPACITY)
+)
 
-    __slots__ = ("_fd", "_how", "_store", "_stripe")
+# Readers mostly find the headers the read before found (a watched lease changes a few times a
+# minute): parsed once per distinct bytes. A process's own writes leave what they wrote in
+# ``LocalStore._left`` instead, so its next write parses nothing.
+_parsed = functools.lru_cache(maxsize=2048)(layout)
 
-    def __init__(self, store: LocalStore, how: tuple[str, str, str, int, bool]) -> None:
-        self._store = store
-        self._how = how  # _lock_key's arguments
+#: Keys whose last write by this store a LocalStore remembers; past it, it forgets them all.
+_LEFT_KEYS = 2048
 
-    def __enter__(self) -> None:
-        self._stripe, self._fd = self._store._lock_key(*self._how)
 
-    def __exit__(self, *exc_info: object) -> None:
-        try:
-            os.close(self._fd)  # releases the flock
-        finally:
-            self._stripe.release()
+def _unlock(fd: int, stripe: threading.Lock) -> None:
+    """Release a key's lock taken by :meth:`LocalStore._lock`."""
+    try:
+        os.close(fd)  # releases the flock
+    finally:
+        stripe.release()
 
 
 class LocalStore:
@@ -263,6 +273,9 @@ class LocalStore:
         self._durable = bool(durable)
         self._namespace = "file:" + os.path.realpath(self._root)
         self._stats = StoreStats()
+        # What this store's last write of a key left in its file (the key's lock held):
+        # its next write (or read) then finds those bytes and parses nothing.
+        self._left: dict[str, Layout] = {}
         try:
             os.makedirs(self._locks_dir, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
@@ -400,7 +413,7 @@ class LocalStore:
 
         :raises ConfigError: invalid key.
         """
-        path, _ = _key_paths(self._root, key)
+        path, _, _ = _key_paths(self._root, key)
         where = (self._namespace, key)
         return _notices.watch(self._root, where, path, lambda: self._peek(key, path), callback)
 
@@ -429,20 +442,20 @@ class LocalStore:
     # -- the operations, each ``wait``-ing (counted at the start) or not (see _try_nowait) --
 
     def _get(self, key: str, known: str | None, *, wait: bool = True) -> ReadResult:
-        path, lock_path = _key_paths(self._root, key)
+        path, _, _ = _key_paths(self._root, key)
         if wait:
             self._stats.count("reads")
-        found = self._read(key, path, lock_path, known, wait=wait)
+        found = self._read(key, path, known, wait=wait)
         if found is NOT_MODIFIED:
             self._stats.count_not_modified()
             return NOT_MODIFIED
         return None if found is None else Versioned(found.data, found.version)
 
     def _create(self, key: str, data: bytes, *, wait: bool = True) -> str:
-        path, lock_path = _key_paths(self._root, key)
+        path, _, _ = _key_paths(self._root, key)
         if wait:
             self._stats.count("creates")
-        with self._locked(key, lock_path, "create", wait=wait):
+        with self._locked(key, "create", wait=wait):
             if self._locked_current(key, path, "create") is not None:
                 raise ConditionFailed(key, "already exists")
             version = _new_version()
@@ -451,10 +464,10 @@ class LocalStore:
         return version.hex()
 
     def _delete(self, key: str, version: str, *, wait: bool = True) -> None:
-        path, lock_path = _key_paths(self._root, key)
+        path, _, _ = _key_paths(self._root, key)
         if wait:
             self._stats.count("deletes")
-        with self._locked(key, lock_path, "delete", wait=wait):
+        with self._locked(key, "delete", wait=wait):
             current = self._locked_current(key, path, "delete")
             if current is None:
                 raise ConditionFailed(key, "absent")
@@ -477,7 +490,7 @@ class LocalStore:
     # -- reading ----------------------------------------------------------------------------
 
     def _read(
-        self, key: str, path: str, lock_path: str, known: str | None, *, wait: bool = True
+        self, key: str, path: str, known: str | None, *, wait: bool = True
     ) -> Current | NotModified | None:
         """The object (or ``NOT_MODIFIED`` if it is at ``known``), or ``None`` when absent.
 
@@ -488,7 +501,7 @@ class LocalStore:
             found = self._read_once(key, path, known, locked=False)
             if found is not _UNSETTLED:
                 return found
-        with self._locked(key, lock_path, "read", fcntl.LOCK_SH, wait=wait):
+        with self._locked(key, "read", fcntl.LOCK_SH, wait=wait):
             found = self._read_once(key, path, known, locked=True)
         assert found is not _UNSETTLED
         return found
@@ -497,7 +510,7 @@ class LocalStore:
         self, key: str, path: str, known: str | None, *, locked: bool
     ) -> Current | NotModified | _Unsettled | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError as exc:
             self._check_root(exc, "read", key)
             return None
@@ -511,7 +524,7 @@ class LocalStore:
     def _locked_current(self, key: str, path: str, op: str) -> Current | None:
         """The object's document, or ``None`` when absent (the key's lock held)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError as exc:
             self._check_root(exc, op, key)
             return None
@@ -538,16 +551,21 @@ class LocalStore:
         """
         try:
             buf = os.pread(fd, FIRST_READ, 0)
-            capacity = self._capacity(key, buf)
-            slots = _read_slots(fd, buf, capacity)
-            record = parse_record(buf)
-            if not locked and (record is None or TORN in slots):
+            capacity = MIN_CAPACITY if buf.startswith(SMALL_HEADER) else self._capacity(key, buf)
+            raw: tuple[bytes, ...]
+            if capacity == MIN_CAPACITY and len(buf) == FIRST_READ:  # a small object's file
+                raw = (buf[_RECORD], buf[_HEAD_0], buf[_HEAD_1], buf[_HEAD_2])
+            else:
+                raw = _raw_headers(fd, buf, capacity)
+            parsed = self._left.get(key)
+            if parsed is None or parsed.raw != raw or parsed.capacity != capacity:
+                parsed = _parsed(raw, capacity)
+            record = parsed.record
+            if not locked and not parsed.settled:
                 return _UNSETTLED
             if record is None:
                 raise self._damaged(key, "its record fails its checksum")
-            written = [slot for slot in slots if isinstance(slot, Slot)]
-            written.sort(reverse=True)
-            for slot in written:
+            for slot in parsed.written:
                 if slot.seq < record:
                     break  # a synced write is damaged: never read an older one instead
                 version = slot.version.hex()
@@ -556,33 +574,26 @@ class LocalStore:
                     # when the read began, and ``known`` came from a write that had finished:
                     # the object is at ``known``. Its data isn't needed.
                     return NOT_MODIFIED
-                data = self._slot_data(fd, buf, slot, capacity)
+                start = BLOCK + slot.position * capacity + SLOT_BYTES  # slot_offset(), inline
+                end = start + slot.length
+                data = buf[start:end] if end <= len(buf) else os.pread(fd, slot.length, start)
                 if zlib.crc32(data) == slot.data_crc:
                     if version == known:
                         return NOT_MODIFIED
-                    return Current(slot, capacity, data, slots, record)
+                    return Current(slot, capacity, data, parsed.slots, record, parsed)
                 if not locked:
                     return _UNSETTLED  # its data may still be arriving
         except OSError as exc:
             raise self._error(exc, op, key) from exc
         if not locked:
             return _UNSETTLED
-        if not written:
+        if not parsed.written:
             raise self._damaged(key, "none of its slots holds a whole document")
         raise self._damaged(
             key,
             f"its newest synced write (sequence {record}) fails its checksum; reading the"
             " slot before it would roll the object back",
         )
-
-    @staticmethod
-    def _slot_data(fd: int, buf: bytes, slot: Slot, capacity: int) -> bytes:
-        """The data of ``slot``: from ``buf`` (the file's first bytes) if it holds it."""
-        start = slot_offset(slot.position, capacity) + SLOT_BYTES
-        end = start + slot.length
-        if end <= len(buf):
-            return buf[start:end]
-        return os.pread(fd, slot.length, start)
 
     def _capacity(self, key: str, buf: bytes) -> int:
         """The slot capacity from the file's header.
@@ -620,12 +631,13 @@ class LocalStore:
     def _replace(
         self, key: str, data: bytes, version: str, *, synced: bool, wait: bool = True
     ) -> str:
-        path, lock_path = _key_paths(self._root, key)
+        path, lock_path, stripe = _key_paths(self._root, key)
         if wait:
             self._stats.count("replaces")
-        with self._locked(key, lock_path, "replace", wait=wait):
+        lock = self._lock(key, lock_path, stripe, "replace", wait=wait)
+        try:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+                fd = os.open(path, _OBJECT_FLAGS)
             except FileNotFoundError as exc:
                 self._check_root(exc, "replace", key)
                 raise ConditionFailed(key, "absent") from None
@@ -637,7 +649,8 @@ class LocalStore:
                 if current.version != version:
                     raise ConditionFailed(key, "version changed")
                 new_version = _new_version()
-                _notices.OWN.wrote((self._namespace, key), version, new_version.hex())
+                written = new_version.hex()
+                _notices.OWN.wrote((self._namespace, key), version, written)
                 seq = current.slot.seq + 1
                 if SLOT_BYTES + len(data) <= current.capacity:
                     self._write_slot(
@@ -656,7 +669,9 @@ class LocalStore:
                     self._write_file(key, path, "replace", seq=seq, version=new_version, data=data)
             finally:
                 os.close(fd)
-        return new_version.hex()
+        finally:
+            _unlock(lock, stripe)
+        return written
 
     def _write_slot(
         self,
@@ -678,60 +693,62 @@ class LocalStore:
         whole and a slot whose checksums fail) nor the kept slot (so a power loss leaves the
         newest synced write whole).
         """
-        position = free_slot(current, self._kept_slot(key, fd, current, wait=wait))
-        blob = memoryview(pack_slot(seq, version, data, synced=synced))
-        offset = slot_offset(position, current.capacity)
+        before = current.layout
+        where = before.plan if before is not None and current.slot is before.written[0] else None
+        if where is None:
+            where = plan(current.slots, current.record, current.slot)
+        record = current.record
+        if where.kept > record and self._durable:
+            self._move_record(key, fd, where.kept, wait=wait)
+            record = where.kept
+        slot, head = packed_slot(seq, where.free, version, data, synced=synced)
+        offset = BLOCK + where.free * current.capacity  # slot_offset(), inline
+        blob = head + data
         try:
-            while blob:  # a short write (a full disk) leaves a slot that fails its checksum
-                written = os.pwrite(fd, blob, offset)
-                blob = blob[written:]
+            written = os.pwrite(fd, blob, offset)
+            rest = memoryview(blob)[written:]
+            while rest:  # a short write (a full disk) leaves a slot that fails its checksum
                 offset += written
+                written = os.pwrite(fd, rest, offset)
+                rest = rest[written:]
         except OSError as exc:
             raise self._error(exc, "replace", key) from exc
-        if not synced:
-            return
-        try:
-            os.fdatasync(fd)
-            # Only now: a record naming a write that is not on disk yet would, after a power
-            # loss, make the slot before it look damaged. Written without a sync of its own: the
-            # next synced write's fdatasync takes it along; until then it may lag (see
-            # _kept_slot).
-            os.pwrite(fd, pack_record(seq), RECORD_AT)
-        except OSError as exc:
-            # The slot is whole in the page cache: readers may already see it.
-            raise self._error(exc, "replace", key, outcome_unknown=True) from exc
-
-    def _kept_slot(self, key: str, fd: int, current: Current, *, wait: bool = True) -> int | None:
-        """The position of the newest synced write, which no write may overwrite: the slot the
-        record names. ``None`` if no whole slot holds it (``durable=False``, or damage).
-
-        A slot flagged synced that is newer than the record is a synced write whose record
-        update never happened (its writer was killed, maybe before its sync, or a power loss
-        took the update): a durable store syncs the file before anything is overwritten, so
-        that slot is on disk, and moves the record to it. (A flagged slot up to the current one
-        is whole: a synced write is on disk before any later write is made, by its own sync or
-        by this one.)
-
-        :raises StoreUnavailable: that sync failed; nothing was written.
-        :raises _WouldBlock: that sync is needed and not ``wait``; nothing was written.
-        """
-        top = current.slot.seq  # a slot above it is a write that never finished
-        kept = current.record
-        for slot in current.slots:
-            if isinstance(slot, Slot) and slot.synced and kept < slot.seq <= top:
-                kept = slot.seq
-        if kept > current.record and self._durable:
-            if not wait:
-                raise _WouldBlock
+        if synced:
             try:
                 os.fdatasync(fd)
-                os.pwrite(fd, pack_record(kept), RECORD_AT)
+                # Only now: a record naming a write that is not on disk yet would, after a power
+                # loss, make the slot before it look damaged. Written without a sync of its own:
+                # the next synced write's fdatasync takes it along; until then it may lag (see
+                # _move_record).
+                os.pwrite(fd, pack_record(seq), RECORD_AT)
             except OSError as exc:
-                raise self._error(exc, "replace", key) from exc
-        for slot in current.slots:
-            if isinstance(slot, Slot) and slot.seq == kept:
-                return slot.position
-        return None
+                # The slot is whole in the page cache: readers may already see it.
+                raise self._error(exc, "replace", key, outcome_unknown=True) from exc
+            record = seq
+        if before is not None:  # what the next read or write of the key will find
+            if len(self._left) >= _LEFT_KEYS:
+                self._left.clear()
+            self._left[key] = after_write(before, slot, head, record)
+
+    def _move_record(self, key: str, fd: int, kept: int, *, wait: bool = True) -> None:
+        """Move the record to ``kept``, a slot flagged synced that is newer than the record.
+
+        That is a synced write whose record update never happened (its writer was killed, maybe
+        before its sync, or a power loss took the update): a durable store syncs the file before
+        anything is overwritten, so that slot is on disk, and moves the record to it. (A flagged
+        slot up to the current one is whole: a synced write is on disk before any later write is
+        made, by its own sync or by this one.) Which slot is kept is :func:`plan`'s rule.
+
+        :raises StoreUnavailable: that sync failed; nothing was written.
+        :raises _WouldBlock: not ``wait``; nothing was written.
+        """
+        if not wait:
+            raise _WouldBlock
+        try:
+            os.fdatasync(fd)
+            os.pwrite(fd, pack_record(kept), RECORD_AT)
+        except OSError as exc:
+            raise self._error(exc, "replace", key) from exc
 
     def _write_file(
         self, key: str, path: str, op: str, *, seq: int, version: bytes, data: bytes
@@ -798,63 +815,102 @@ class LocalStore:
 
     # -- locking ----------------------------------------------------------------------------
 
+    @contextlib.contextmanager
     def _locked(
-        self, key: str, lock_path: str, op: str, mode: int = fcntl.LOCK_EX, *, wait: bool = True
-    ) -> _KeyLock:
-        """Hold ``key``'s lock (``with self._locked(...):``): this process's stripe lock, then
-        ``flock`` on its lock file, exclusive for a write (``mode``), shared for a read that must
-        not meet a write in flight. Not ``wait``: raise :class:`_WouldBlock` at once where
-        either is held by another.
+        self, key: str, op: str, mode: int = fcntl.LOCK_EX, *, wait: bool = True
+    ) -> Iterator[None]:
+        """Hold ``key``'s lock (``with self._locked(...):``): :meth:`_lock` and
+        :func:`_unlock` around the block."""
+        _, lock_path, stripe = _key_paths(self._root, key)
+        fd = self._lock(key, lock_path, stripe, op, mode=mode, wait=wait)
+        try:
+            yield
+        finally:
+            _unlock(fd, stripe)
+
+    def _lock(
+        self,
+        key: str,
+        lock_path: str,
+        stripe: threading.Lock,
+        op: str,
+        *,
+        mode: int = fcntl.LOCK_EX,
+        wait: bool = True,
+    ) -> int:
+        """Take ``key``'s lock: this process's ``stripe`` lock, then ``flock`` on its lock file
+        (``lock_path``), exclusive for a write (``mode``), shared for a read that must not meet
+        a write in flight. Returns the lock file's descriptor; :func:`_unlock` releases both.
+        Not ``wait``: raise :class:`_WouldBlock` at once where either is held by another.
 
         The flock dies with the process (SIGKILL included), so a killed writer never leaves the
         key locked; the lock file itself stays, empty, and is reused. Each call opens its own file
         description: flock belongs to it, so two calls never share (or convert) one lock.
         """
-        return _KeyLock(self, (key, lock_path, op, mode, wait))
-
-    def _lock_key(
-        self, key: str, lock_path: str, op: str, mode: int, wait: bool
-    ) -> tuple[threading.Lock, int]:
-        """:meth:`_locked`'s acquisition: the stripe lock held and the lock file's descriptor,
-        flocked."""
-        deadline = time.monotonic() + self._lock_timeout
-        stripe = _STRIPES[hash((self._root, key)) % len(_STRIPES)]
-        if not wait:
-            if not stripe.acquire(blocking=False):
+        deadline = None  # read only when something is held by another
+        if not stripe.acquire(blocking=False):
+            if not wait:
                 raise _WouldBlock
-        elif not stripe.acquire(timeout=self._lock_timeout):
-            raise self._lock_timed_out(op, key)
+            deadline = time.monotonic() + self._lock_timeout
+            if not stripe.acquire(timeout=self._lock_timeout):
+                raise self._lock_timed_out(op, key)
         try:
-            fd = self._open_lock_file(lock_path, key, op)
             try:
-                delay = 0.0002
-                while True:
-                    try:
-                        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                        return stripe, fd
-                    except BlockingIOError:
-                        # Another process writes this key: it holds the lock for one write.
-                        if not wait:
-                            raise _WouldBlock from None
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            raise self._lock_timed_out(op, key) from None
-                        time.sleep(min(delay, remaining))
-                        delay = min(delay * 2, 0.005)
-                    except OSError as exc:
-                        raise self._error(exc, op, key) from exc
-            except BaseException:
-                os.close(fd)
-                raise
+                fd = os.open(lock_path, _LOCK_FILE_FLAGS, 0o666)
+            except OSError as exc:
+                fd = self._open_lock_file(exc, lock_path, key, op)
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except OSError as exc:
+                self._flock_refused(fd, exc, key, op, mode=mode, wait=wait, deadline=deadline)
         except BaseException:
             stripe.release()
             raise
+        return fd
 
-    def _open_lock_file(self, path: str, key: str, op: str) -> int:
-        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    def _flock_refused(
+        self,
+        fd: int,
+        exc: OSError,
+        key: str,
+        op: str,
+        *,
+        mode: int,
+        wait: bool,
+        deadline: float | None,
+    ) -> None:
+        """:meth:`_lock`'s flock on ``fd`` failed with ``exc``: take it once another process
+        lets it go (polling; it holds it for one write), by ``deadline`` (or ``lock_timeout``
+        from now). If it can't be had, close ``fd`` and raise."""
         try:
-            return os.open(path, flags, 0o666)
-        except FileNotFoundError as exc:
+            if not isinstance(exc, BlockingIOError):
+                raise self._error(exc, op, key) from exc
+            if not wait:
+                raise _WouldBlock from None
+            if deadline is None:
+                deadline = time.monotonic() + self._lock_timeout
+            delay = 0.0002
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._lock_timed_out(op, key) from None
+                time.sleep(min(delay, remaining))
+                delay = min(delay * 2, 0.005)
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    continue
+                except OSError as again:
+                    raise self._error(again, op, key) from again
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _open_lock_file(self, exc: OSError, path: str, key: str, op: str) -> int:
+        """The lock file's descriptor, after opening it for writing failed with ``exc``."""
+        flags = _LOCK_FILE_FLAGS
+        if isinstance(exc, FileNotFoundError):
             # The lock directory was removed by hand; recreate it if the store is still there.
             self._check_root(exc, op, key)
             try:
@@ -862,14 +918,13 @@ class LocalStore:
                 return os.open(path, flags, 0o666)
             except OSError as again:
                 raise self._error(again, op, key) from again
-        except PermissionError:
+        if isinstance(exc, PermissionError):
             # A reader with read access only: a shared flock needs no more.
             try:
-                return os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+                return os.open(path, _READ_FLAGS)
             except OSError as again:
                 raise self._error(again, op, key) from again
-        except OSError as exc:
-            raise self._error(exc, op, key) from exc
+        raise self._error(exc, op, key) from exc
 
     def _lock_timed_out(self, op: str, key: str) -> StoreUnavailable:
         return StoreUnavailable(
@@ -949,8 +1004,8 @@ _QUICK: Final[dict[str, tuple[str, bool, Callable[..., object]]]] = {
 }
 
 
-def _key_paths(root: str, key: str) -> tuple[str, str]:
-    """The object file and lock file of ``key`` in the store at ``root``.
+def _key_paths(root: str, key: str) -> tuple[str, str, threading.Lock]:
+    """The object file and lock file of ``key`` in the store at ``root``, and its stripe lock.
 
     :raises ConfigError: invalid key, or a segment too long for a file name.
     """
@@ -960,7 +1015,7 @@ def _key_paths(root: str, key: str) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=65536)
-def _cached_key_paths(root: str, key: str) -> tuple[str, str]:
+def _cached_key_paths(root: str, key: str) -> tuple[str, str, threading.Lock]:
     """Segments become ``SEG.d`` directories, the last ``SEG.obj``; the lock file is named by the
     key's SHA-256. Invalid keys are not cached: they raise every time.
     """
@@ -975,7 +1030,7 @@ def _cached_key_paths(root: str, key: str) -> tuple[str, str]:
     *parents, leaf = segments
     path = os.path.join(root, *(p + _DIR for p in parents), leaf + _OBJ)
     lock = os.path.join(root, _LOCKS, hashlib.sha256(key.encode("utf-8")).hexdigest())
-    return path, lock
+    return path, lock, _STRIPES[hash((root, key)) % len(_STRIPES)]
 
 
 def _visit(

@@ -40,7 +40,9 @@ class OwnWrites:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._logs: dict[tuple[str, str], tuple[int, collections.deque[tuple[str, str]]]] = {}
-        self._last: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
+        # Oldest first: a key written moves to the end. Each write of a key holds its lock, so
+        # only the trimming (under ``_lock``) meets another thread's change of the same entry.
+        self._last: dict[tuple[str, str], str] = {}
 
     def start(self, where: tuple[str, str]) -> None:
         with self._lock:
@@ -57,14 +59,18 @@ class OwnWrites:
 
     def wrote(self, where: tuple[str, str], before: str, after: str) -> None:
         entry = self._logs.get(where)  # the keys watched keep a log
-        with self._lock:
-            if entry is not None:
+        if entry is not None:
+            with self._lock:
                 entry[1].append((before, after))
-            # Every key: the last write, for a watch that begins after it (a holder's).
-            self._last[where] = after
-            self._last.move_to_end(where)
-            if len(self._last) > self._KEYS:
-                self._last.popitem(last=False)
+        # Every key: the last write, for a watch that begins after it (a holder's). Every write
+        # of a store passes here: no lock taken but to forget the oldest keys.
+        last = self._last
+        last.pop(where, None)
+        last[where] = after
+        if len(last) > self._KEYS:
+            with self._lock:
+                for old in list(last)[: len(last) - self._KEYS]:
+                    last.pop(old, None)
 
     def made(self, where: tuple[str, str], version: str) -> bool:
         """Whether ``version`` (not absent) is one this process wrote."""
@@ -96,7 +102,7 @@ class OwnWrites:
         """In a forked child: the parent's writes are another process's."""
         self._lock = threading.Lock()
         self._logs = {}
-        self._last = collections.OrderedDict()
+        self._last = {}
 
 
 OWN = OwnWrites()

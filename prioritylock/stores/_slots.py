@@ -27,8 +27,10 @@ __all__ = [
     "EMPTY_SLOT",
     "FIRST_READ",
     "HEADER",
+    "Layout",
     "MIN_CAPACITY",
     "RECORD",
+    "Plan",
     "RECORD_AT",
     "SLOT",
     "SLOTS",
@@ -41,15 +43,19 @@ __all__ = [
     "FormatError",
     "Slot",
     "Torn",
+    "after_write",
     "capacity_for",
     "free_slot",
     "header_capacity",
+    "layout",
     "new_file",
     "pack_header",
     "pack_record",
     "pack_slot",
+    "packed_slot",
     "parse_record",
     "parse_slot",
+    "plan",
     "slot_offset",
 ]
 
@@ -86,6 +92,14 @@ class Slot(NamedTuple):
     synced: bool  # written by a synced write (flag 1)
 
 
+class Plan(NamedTuple):
+    """Where a write over the current slot goes (:func:`plan`)."""
+
+    kept: int  # the newest synced write's sequence number; above the record: a record to repair
+    at: int | None  # the slot that holds it, if one does
+    free: int  # the slot the write overwrites
+
+
 class Current(NamedTuple):
     """The object's document: the valid slot with the highest sequence number; and, for a
     writer, every slot's header and the record."""
@@ -95,6 +109,7 @@ class Current(NamedTuple):
     data: bytes
     slots: Sequence[Slot | Torn | None]  # by position
     record: int  # the newest synced write's sequence number
+    layout: Layout | None = None  # the file's headers it was read from, if known
 
     @property
     def version(self) -> str:
@@ -110,6 +125,18 @@ class Torn(enum.Enum):
 TORN: Final = Torn.TORN
 
 
+class Layout(NamedTuple):
+    """A file's record and slot headers: their bytes and what they say (:func:`layout`)."""
+
+    raw: tuple[bytes, ...]  # the record's bytes, then each slot header's, by position
+    capacity: int
+    record: int | None  # the newest synced write's sequence number; None: fails its checksum
+    slots: tuple[Slot | Torn | None, ...]  # by position
+    written: Sequence[Slot]  # the whole headers, newest first
+    settled: bool  # the record and every header pass their checksums
+    plan: Plan | None  # where a write goes if the newest whole header is the current slot
+
+
 def capacity_for(length: int) -> int:
     """Slot capacity for a document of ``length`` bytes: room to grow to twice its size."""
     need = 2 * (SLOT_BYTES + length)
@@ -121,9 +148,21 @@ def slot_offset(index: int, capacity: int) -> int:
 
 
 def pack_slot(seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    flags = SYNCED if synced else 0
-    head = SLOT.pack(seq, len(data), version, zlib.crc32(data), flags, 0)[:SLOT_CHECKED]
-    return head + zlib.crc32(head).to_bytes(4, "little") + data
+    return packed_slot(seq, 0, version, data, synced=synced)[1] + data
+
+
+def packed_slot(
+    seq: int, position: int, version: bytes, data: bytes, *, synced: bool
+) -> tuple[Slot, bytes]:
+    """A slot holding ``data`` at ``position``: its header, and the header's bytes (the data
+    follows them)."""
+    crc = zlib.crc32(data)
+    head = _SLOT_CHECKED.pack(seq, len(data), version, crc, SYNCED if synced else 0)
+    return Slot(seq, position, version, len(data), crc, synced), head + _CRC.pack(zlib.crc32(head))
+
+
+_SLOT_CHECKED = struct.Struct(SLOT.format[:-1])  # the slot header less its own crc32
+_CRC = struct.Struct("<I")
 
 
 def pack_record(seq: int) -> bytes:
@@ -152,11 +191,16 @@ SMALL_HEADER = pack_header(MIN_CAPACITY)  # most files': no need to check it fie
 def parse_record(buf: bytes) -> int | None:
     """The newest synced write's sequence number in the file's first bytes ``buf``, ``None`` if
     damaged."""
-    record = buf[RECORD_AT : RECORD_AT + RECORD.size]
-    if len(record) < RECORD.size:
+    return _record(buf[RECORD_AT : RECORD_AT + RECORD.size])
+
+
+@functools.lru_cache(maxsize=1024)  # a file's record changes only with a synced write
+def _record(raw: bytes) -> int | None:
+    """The record's own bytes, parsed; ``None`` if damaged (or cut short)."""
+    if len(raw) < RECORD.size:
         return None
-    synced, crc = RECORD.unpack(record)
-    return int(synced) if crc == zlib.crc32(record[:8]) else None
+    synced, crc = RECORD.unpack(raw)
+    return int(synced) if crc == zlib.crc32(raw[:8]) else None
 
 
 def free_slot(current: Current, kept: int | None) -> int:
@@ -165,26 +209,47 @@ def free_slot(current: Current, kept: int | None) -> int:
     cut short; the lowest, so that the new write's sequence number, one above the current, is
     never left on two slots), then a slot never written or torn, then the older.
     """
-    top = current.slot
-    taken = (top.position, kept)
-    free, best = -1, (3, 0)
-    for position, slot in enumerate(current.slots):
+    return _free(current.slots, current.slot, kept)
+
+
+def _free(slots: Sequence[Slot | Torn | None], top: Slot, kept: int | None) -> int:
+    taken, free, best = (top.position, kept), -1, _RANKS
+    for position, slot in enumerate(slots):
         if position in taken:
             continue
         if not isinstance(slot, Slot):
-            rank = (1, 0)
+            rank = _RANKS // 2  # never written, or torn
         elif slot.seq > top.seq:
-            rank = (0, slot.seq)
+            rank = slot.seq  # a write that never finished
         else:
-            rank = (2, slot.seq)
+            rank = _RANKS // 2 + slot.seq  # an older write
         if rank < best:
             free, best = position, rank
     return free
 
 
-# Every read parses every slot header, and most find the same headers as the read before: a
-# cache of this pure function makes that a dict lookup (about 0.5 µs instead of 2).
-@functools.lru_cache(maxsize=8192)
+_RANKS = 1 << 66  # free_slot's order as one number: sequence numbers are below 2**64
+
+
+def plan(slots: Sequence[Slot | Torn | None], record: int, top: Slot) -> Plan:
+    """Where a write goes when ``top`` is the current slot and ``record`` the record: the newest
+    synced write, which no write may overwrite, and the free slot (:func:`free_slot`).
+
+    The newest synced write is the one the record names, or a slot flagged synced above it, up to
+    the current one: a synced write whose record update never happened (the writer must then
+    move the record to it first; see ``LocalStore._move_record``).
+    """
+    kept, at = record, None
+    for slot in slots:
+        if isinstance(slot, Slot) and slot.synced and kept < slot.seq <= top.seq:
+            kept = slot.seq
+    for slot in slots:
+        if isinstance(slot, Slot) and slot.seq == kept:
+            at = slot.position
+            break
+    return Plan(kept, at, _free(slots, top, at))
+
+
 def parse_slot(raw: bytes, index: int, capacity: int) -> Slot | Torn | None:
     """The slot header ``raw``: a :class:`Slot`, ``None`` if never written, or torn."""
     if len(raw) < SLOT_BYTES:
@@ -193,6 +258,58 @@ def parse_slot(raw: bytes, index: int, capacity: int) -> Slot | Torn | None:
     if crc != zlib.crc32(raw[:SLOT_CHECKED]) or length > capacity - SLOT_BYTES or not seq:
         return None if raw == EMPTY_SLOT else TORN
     return Slot(seq, index, version, length, data_crc, (flags & SYNCED) != 0)
+
+
+def layout(raw: tuple[bytes, ...], capacity: int) -> Layout:
+    """The file whose record's bytes and slot headers' bytes (by position; past the end of a
+    short file, fewer) are ``raw``, with slots of ``capacity``."""
+    slots = tuple([parse_slot(head, at, capacity) for at, head in enumerate(raw[1:])])
+    return _layout(raw, capacity, _record(raw[0]), slots)
+
+
+def after_write(before: Layout, slot: Slot, head: bytes, record: int) -> Layout:
+    """The file of ``before`` once ``slot`` (whose header's bytes are ``head``) was written and
+    the record holds ``record``: what :func:`layout` would parse from it, without parsing."""
+    raw = list(before.raw)
+    raw[1 + slot.position] = head
+    if record != before.record:
+        raw[0] = pack_record(record)
+    slots = list(before.slots)
+    slots[slot.position] = slot
+    where, written = before.plan, before.written
+    if (
+        where is not None
+        and len(written) == SLOTS
+        and slot.position == where.free
+        and slot.seq == written[0].seq + 1
+        and (
+            record == slot.seq if slot.synced else record == where.kept and record <= written[0].seq
+        )
+    ):
+        # A writer's usual write: every slot whole, the new one over the plan's free slot, one
+        # above the newest; the record at the newest synced write (a durable writer moves it
+        # there, a store with durable=False has neither) and not above the newest. Then plan()
+        # would find: kept, the synced write or the same as before; free, the slot neither
+        # newest nor kept.
+        top, third = written[0], written[1 if written[2].position == slot.position else 2]
+        if slot.synced:
+            after = Plan(slot.seq, slot.position, third.position)
+        else:
+            free = top.position if where.at == third.position else third.position
+            after = Plan(where.kept, where.at, free)
+        return Layout(
+            tuple(raw), before.capacity, record, tuple(slots), [slot, top, third], True, after
+        )
+    return _layout(tuple(raw), before.capacity, record, tuple(slots))
+
+
+def _layout(
+    raw: tuple[bytes, ...], capacity: int, record: int | None, slots: tuple[Slot | Torn | None, ...]
+) -> Layout:
+    written = sorted([slot for slot in slots if isinstance(slot, Slot)], reverse=True)
+    settled = record is not None and TORN not in slots
+    where = None if record is None or not written else plan(slots, record, written[0])
+    return Layout(raw, capacity, record, slots, written, settled, where)
 
 
 class FormatError(Exception):

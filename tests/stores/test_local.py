@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import multiprocessing
 import multiprocessing.context
 import multiprocessing.synchronize
@@ -216,8 +217,7 @@ def _in_place_writer(
 def _hold_lock(directory: str, key: str, conn: Connection) -> None:
     """Take ``key``'s write lock, say so, and keep it until killed (or the test hangs up)."""
     store = LocalStore(directory)
-    lock_path = _local._key_paths(store.directory, key)[1]
-    with store._locked(key, lock_path, "hold"), contextlib.suppress(EOFError):
+    with store._locked(key, "hold"), contextlib.suppress(EOFError):
         conn.send_bytes(b"locked")
         conn.recv_bytes()  # never comes: the test kills us
 
@@ -950,6 +950,48 @@ def test_removed_store_directory_gives_access_errors(store: LocalStore, director
     directory.write_text("now a file")
     with pytest.raises(StoreAccessError):
         store.read("k")
+
+
+def test_lock_directory_removed_between_writes_is_recreated(
+    store: LocalStore, directory: Path
+) -> None:
+    """Every write opens its key's lock file anew: one whose directory was removed by hand
+    (between two writes, or two reads that wait for a write) is made again."""
+    version = store.replace("k", b"y", store.create("k", b"x"))
+    for call in ("replace", "read under the lock", "nowait"):
+        shutil.rmtree(directory / ".locks")
+        if call == "replace":
+            version = store.replace("k", b"z", version)
+        elif call == "nowait":
+            version = store._try_nowait("replace_unsynced", "k", b"w", version)  # type: ignore[assignment]
+        else:
+            with store._locked("k", "read"):
+                pass
+        assert len(list((directory / ".locks").iterdir())) == 1, call
+    assert store.read("k") == Versioned(b"w", version)
+
+
+def test_lock_file_opens_read_only_for_a_reader_without_write_access(
+    store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process with read access alone can still wait out a write in flight: its shared flock
+    is taken on the lock file opened read-only (the permissions are modelled: tests run as
+    root)."""
+    version = store.create("k", b"x")
+    real_open = os.open
+    opened: list[int] = []
+
+    def read_only(path: str, flags: int, mode: int = 0o777, **kwargs: Any) -> int:
+        if "/.locks/" in str(path):
+            if flags & (os.O_RDWR | os.O_CREAT):
+                raise PermissionError(errno.EACCES, "Permission denied", path)
+            opened.append(flags)
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with store._locked("k", "read", fcntl.LOCK_SH):
+        assert opened == [os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW]
+    assert store.read("k") == Versioned(b"x", version)
 
 
 def test_permission_error_is_an_access_error(

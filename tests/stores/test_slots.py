@@ -159,3 +159,80 @@ def test_an_unfinished_write_above_the_current_slot_is_taken_first() -> None:
     assert free_slot(_current(0, older), kept=None) == 1
     empty: list[Slot | _slots.Torn | None] = [_slot(5, 0), None, _slot(6, 2)]
     assert free_slot(_current(0, empty), kept=None) == 2
+
+
+_HEADS = st.one_of(
+    st.none(),  # never written
+    st.just(TORN),
+    st.tuples(st.integers(1, 9), st.booleans()),  # a whole header: seq, synced
+)
+
+
+def _head(slot: tuple[int, bool] | _slots.Torn | None, position: int) -> bytes:
+    if slot is None:
+        return EMPTY_SLOT
+    if slot is TORN:
+        return pack_slot(5, VERSION, b"torn", synced=False)[: SLOT_BYTES - 1] + b"\xff"
+    assert isinstance(slot, tuple)
+    seq, synced = slot
+    return pack_slot(seq, bytes([position]) * 16, b"data %d" % seq, synced=synced)[:SLOT_BYTES]
+
+
+@given(
+    heads=st.lists(_HEADS, min_size=SLOTS, max_size=SLOTS),
+    record=st.integers(0, 9),
+    position=st.integers(0, SLOTS - 1),
+    seq=st.integers(1, 10),
+    synced=st.booleans(),
+)
+def test_a_layout_after_a_write_is_the_one_parsed_from_its_bytes(
+    heads: list[tuple[int, bool] | _slots.Torn | None],
+    record: int,
+    position: int,
+    seq: int,
+    synced: bool,
+) -> None:
+    """What a LocalStore remembers of its own write (``after_write``) is exactly what parsing
+    the file's new headers gives, whatever the file held before: its next write trusts it."""
+    raw = (pack_record(record), *(_head(slot, at) for at, slot in enumerate(heads)))
+    before = _slots.layout(raw, MIN_CAPACITY)
+    slot, blob = _slots.packed_slot(seq, position, b"\x07" * 16, b"new", synced=synced)
+    after_record = seq if synced else record
+    written = list(raw)
+    written[1 + position] = blob[:SLOT_BYTES]
+    written[0] = pack_record(after_record)
+    assert _slots.after_write(before, slot, blob[:SLOT_BYTES], after_record) == _slots.layout(
+        tuple(written), MIN_CAPACITY
+    )
+
+
+@given(
+    heads=st.lists(_HEADS, min_size=SLOTS, max_size=SLOTS),
+    record=st.integers(0, 9),
+    durable=st.booleans(),
+    writes=st.lists(st.booleans(), max_size=8),  # each write: synced or not
+)
+def test_a_writers_run_of_layouts_is_the_one_parsed_from_its_bytes(
+    heads: list[tuple[int, bool] | _slots.Torn | None],
+    record: int,
+    durable: bool,
+    writes: list[bool],
+) -> None:
+    """Writes as a LocalStore makes them, one after another over the newest slot where the plan
+    says, the record moved as it moves it: every remembered layout is the parsed one."""
+    raw = [pack_record(record), *(_head(slot, at) for at, slot in enumerate(heads))]
+    known = _slots.layout(tuple(raw), MIN_CAPACITY)
+    for serial, synced in enumerate(writes):
+        where = known.plan
+        if where is None:
+            return
+        record = known.record or 0
+        if durable and where.kept > record:
+            record = where.kept
+        seq = known.written[0].seq + 1
+        slot, blob = _slots.packed_slot(seq, where.free, b"%16d" % serial, b"w", synced=synced)
+        record = seq if synced else record
+        raw[1 + where.free] = blob[:SLOT_BYTES]
+        raw[0] = pack_record(record)
+        known = _slots.after_write(known, slot, blob[:SLOT_BYTES], record)
+        assert known == _slots.layout(tuple(raw), MIN_CAPACITY)
