@@ -143,6 +143,7 @@ class LoopRunner(FlowRunner):
         self._route = route_for(self._store)
         # Every call made inline, in microseconds: performed at once, never awaited (``_run``).
         self._inline = isinstance(self._route, InlineRoute)
+        self._straight = self._inline
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
         self._inflight: asyncio.Future[Any] | None = None
@@ -438,7 +439,8 @@ class AsyncLock(LoopRunner, LockBase):
     # -- acquiring ---------------------------------------------------------------------------------
 
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
-        with self._acquisition():
+        self._begin_acquire()  # (``_acquisition()``, spelled out: two calls the less)
+        try:
             lock_id = new_lock_id()
             guard = self._guard()
             try:
@@ -460,6 +462,8 @@ class AsyncLock(LoopRunner, LockBase):
             except asyncio.CancelledError:
                 await shielded(self._abandon(lock_id))
                 raise
+        finally:
+            self._acquiring = False
         return got
 
     async def _unlock_if_held(self) -> None:

@@ -268,6 +268,8 @@ class LockBase(FlowRunner):
             case effects.Now():  # the commonest effect: done here, not handed on
                 return self._clock.monotonic(), self._clock.time()
             case effects.Put(request=False) | effects.Read():  # the next commonest: straight on
+                if self._straight:
+                    return self._call_straight(effect)
                 return self._store_call(self._calls.of(effect))
             case effects.Waits() | effects.Arm() | effects.Hint():  # the rest of effects.Shared
                 return self._perform_shared(effect)

@@ -48,6 +48,7 @@ class ThreadRunner(FlowRunner):
         self._hb = scheduler or default_scheduler()
         self._io = threading.RLock()
         self._cancel = None
+        self._straight = not self._calls.bounded  # ``_store_call`` would make them here too
 
     def _run(self, flow: Generator[Any, Any, T]) -> T:
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
@@ -244,7 +245,8 @@ class Lock(ThreadRunner, LockBase):
         """
         with self._io:
             released = self._run(self._release_flow())
-        self._announce(self._released_news(released))
+        if released is not None and (news := self._released_news(released)) is not None:
+            self._announce(news)
 
     def info(self) -> LockInfo | None:
         """The lease as stored now (one read), or None if the lock was never taken.
@@ -317,7 +319,8 @@ class Lock(ThreadRunner, LockBase):
     def _acquire(
         self, *, blocking: bool, deadline: float | None, cancel: threading.Event | None
     ) -> bool:
-        with self._acquisition():
+        self._begin_acquire()  # (``_acquisition()``, spelled out: two calls the less)
+        try:
             with self._io:
                 self._cancel = cancel
                 try:
@@ -328,8 +331,10 @@ class Lock(ThreadRunner, LockBase):
                 # Closed (or cancelled) while the last write was on its way: never hold on.
                 self._unlock_if_held()
                 raise self._cancelled()
-        if got:
-            self._announce(self._acquired_news())
+        finally:
+            self._acquiring = False
+        if got and (news := self._acquired_news()) is not None:
+            self._announce(news)
         return got
 
     def _unlock_if_held(self) -> None:

@@ -72,7 +72,7 @@ class Injector:
         lock._perform = self._perform_and_cancel  # type: ignore[method-assign]
         # An in-process store's calls are made inline, never awaited (no task can be cancelled
         # there): await them here too, so that a cancellation lands at each.
-        lock._inline = False
+        lock._inline = lock._straight = False
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         self._victim = asyncio.current_task()
