@@ -150,6 +150,10 @@ class LockBase(FlowRunner):
         self._cfg = config
         self._st = new_state(config)
         self._beat_name = f"lease {self._key}"  # the heartbeat's name, on every acquire
+        #: The heartbeat of the current (or, once kept, the last) holding, and how many
+        #: holdings in a row were brief (see ``_end_heartbeat``).
+        self._beating: _Beat | None = None
+        self._brief = 0
         # Other processes can write this document: its acquisitions record a hint (``_hints``).
         self._hinted = config.store.capabilities.shared_across_processes
 
@@ -279,7 +283,7 @@ class LockBase(FlowRunner):
                 self._lose(holding, reason, force=force)
             case effects.End(holding=holding):
                 # The release (or handover) write told the others (``_after_write``).
-                self._stop_heartbeat(holding)
+                self._end_heartbeat(holding)
             case effects.Renewed(holding=holding):
                 if signals.renewed.receivers:
                     self._tell(News(signals.renewed, {"fence": holding.fence}))
@@ -323,28 +327,42 @@ class LockBase(FlowRunner):
         )
 
     def _hold(self, hold: effects.Hold) -> None:
-        """Schedule the holding's heartbeat (renew and watch), and hear notices for it."""
+        """Schedule the holding's heartbeat (renew and watch), and hear notices for it. A
+        heartbeat kept past the last holding (``_end_heartbeat``) is the new one's: its run due
+        for the last holding comes first (brought forward if need be) and goes on from there."""
         holding = hold.holding
         # A write to the document by another lock of the process (a request, an override, a
         # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
         # The store's own notices (another process's writes) may wait for the first heartbeat,
         # GRACE from now, when this process holds the document in quick bursts (``_wake``).
         now = self._clock.monotonic()
-        beat = _Beat(self, holding, hold.tolerance)
+        beat = self._beating
+        if beat is None or beat.entry is None:
+            beat = self._beating = _Beat(self, holding, hold.tolerance, now)
+        else:
+            beat.holding, beat.tolerance, beat.started = holding, hold.tolerance, now
         watching = holding.watching = NOTICES.watch_at(self._place, self, beat.poke, started=now)
         due, tolerance = hold.due, hold.tolerance
         if not watching.fed:
             # On a grid of GRACE, so that a burst of holdings shares the scheduler's wakeups.
             due, tolerance = min(due, math.ceil((now + GRACE) / GRACE) * GRACE), GRACE
-        holding.entry = self._schedule(
-            self._task(beat),
-            due,
-            self._beat_name,
-            # An in-process store answers in microseconds: run its heartbeat on the scheduler's
-            # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
-            inline=self._st.inline,
-            tolerance=tolerance,
-        )
+        entry = beat.entry
+        if entry is None:
+            entry = beat.entry = self._schedule(
+                self._task(beat),
+                due,
+                self._beat_name,
+                # An in-process store answers in microseconds: run its heartbeat on the
+                # scheduler's own thread (or inside the loop's runner) rather than pay a
+                # hand-off per renewal.
+                inline=self._st.inline,
+                tolerance=tolerance,
+            )
+        else:
+            entry.tolerance = tolerance
+            if due < entry.when:
+                self._bring_forward(entry, due)
+        holding.entry = entry
 
     def _beat(self, holding: lockstate.Holding, tolerance: float) -> effects.Flow[float | None]:
         """The holding's heartbeat; the first run of one whose store notices were deferred
@@ -368,14 +386,36 @@ class LockBase(FlowRunner):
         if entry is not None and holding.active:
             self._bring_forward(entry)
 
-    def _stop_heartbeat(self, holding: lockstate.Holding) -> None:
+    def _end_heartbeat(self, holding: lockstate.Holding) -> None:
+        """The holding was released: stop its heartbeat. A lock object that takes and releases
+        the lock in quick bursts (:data:`KEEP_STREAK` holdings in a row that ended within
+        ``_wake.GRACE`` of their start) keeps the heartbeat's scheduled run for its next
+        holding rather than cancel it and schedule another: the run, if it comes first, finds
+        the holding over and ends there (``_Beat.__call__``)."""
+        beat, now = self._beating, self._clock.monotonic()
+        if beat is None or beat.holding is not holding or now - beat.started >= GRACE:
+            self._brief = 0
+        elif self._brief < KEEP_STREAK:
+            self._brief += 1
+        else:
+            self._stop_heartbeat(holding, now, keep=True)
+            return
+        self._stop_heartbeat(holding, now)
+
+    def _stop_heartbeat(
+        self, holding: lockstate.Holding, now: float | None = None, *, keep: bool = False
+    ) -> None:
         if self._hinted:
             HINTS.forget(holding.lock_id)
-        if holding.entry is not None:
+        beat = self._beating
+        if beat is not None and beat.holding is holding and not keep:
+            self._beating = None
+            beat.entry = None
+        if holding.entry is not None and not keep:
             self._unschedule(holding.entry)
         watching, holding.watching = holding.watching, None
         if watching is not None:
-            NOTICES.unwatch(watching, self._clock.monotonic())
+            NOTICES.unwatch(watching, self._clock.monotonic() if now is None else now)
 
     def _lose(self, holding: lockstate.Holding, reason: str, *, force: bool = False) -> None:
         """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
@@ -475,18 +515,31 @@ class LockBase(FlowRunner):
         raise NotImplementedError
 
 
+#: Brief holdings in a row after which a lock object keeps its heartbeat's run scheduled
+#: past a release (``LockBase._end_heartbeat``).
+KEEP_STREAK = 3
+
+
 class _Beat:
     """A holding's heartbeat flow and the callback of its notices: one small object, not a
     chain of closures. A process may hold 100,000 leases, and every full collection of the
-    garbage collector walks what each keeps."""
+    garbage collector walks what each keeps. A lock object that holds in quick bursts keeps it
+    for its next holding (``LockBase._end_heartbeat``): ``entry`` is its scheduled run while
+    the scheduler keeps one (read and set under the lock object's guard, as the run is)."""
 
-    __slots__ = ("holding", "lock", "tolerance")
+    __slots__ = ("entry", "holding", "lock", "started", "tolerance")
 
-    def __init__(self, lock: LockBase, holding: lockstate.Holding, tolerance: float) -> None:
-        self.lock, self.holding, self.tolerance = lock, holding, tolerance
+    def __init__(
+        self, lock: LockBase, holding: lockstate.Holding, tolerance: float, started: float
+    ) -> None:
+        self.lock, self.holding, self.tolerance, self.started = lock, holding, tolerance, started
+        self.entry: Any = None
 
     def __call__(self) -> effects.Flow[float | None]:
-        return self.lock._beat(self.holding, self.tolerance)
+        holding = self.holding
+        if not holding.active:
+            self.entry = None  # kept past its holding: this run is its last
+        return self.lock._beat(holding, self.tolerance)
 
     def poke(self, stamp: Stamp | None = None) -> None:
         self.lock._poke(self.holding, stamp)

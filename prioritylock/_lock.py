@@ -146,8 +146,8 @@ class ThreadRunner(FlowRunner):
     def _unschedule(self, entry: ScheduledTask) -> None:
         self._hb.cancel(entry)
 
-    def _bring_forward(self, entry: ScheduledTask) -> None:
-        self._hb.reschedule(entry, self._clock.monotonic())
+    def _bring_forward(self, entry: ScheduledTask, when: float | None = None) -> None:
+        self._hb.reschedule(entry, self._clock.monotonic() if when is None else when)
 
     def _tell(self, news: News) -> None:
         self._hb.dispatch(lambda: self._tell_now(news))

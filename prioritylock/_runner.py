@@ -492,8 +492,9 @@ class FlowRunner:
     def _unschedule(self, entry: Any) -> None:
         raise NotImplementedError
 
-    def _bring_forward(self, entry: Any) -> None:
-        """Run the scheduled heartbeat ``entry`` now (called from any thread)."""
+    def _bring_forward(self, entry: Any, when: float | None = None) -> None:
+        """Run the scheduled heartbeat ``entry`` now, or at ``when`` if sooner than planned
+        (called from any thread)."""
         raise NotImplementedError
 
     def _tell(self, news: News) -> None:
