@@ -477,7 +477,7 @@ class AsyncLock(LoopRunner, LockBase):
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
         self._begin_acquire()  # (``_acquisition()``, spelled out: two calls the less)
         try:
-            lock_id = new_lock_id()
+            lock_id, got = new_lock_id(), False
             guard = self._guard()
             try:
                 await guard.acquire()
@@ -486,6 +486,8 @@ class AsyncLock(LoopRunner, LockBase):
                     got = await self._run(self._acquire_flow(lock_id, blocking, deadline))
                 finally:
                     self._armed = None
+                    if not got:
+                        self._acquire_ended(lock_id)
                     if self._guard_held:
                         self._guard_held = False
                         guard.release()

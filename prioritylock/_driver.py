@@ -485,25 +485,16 @@ class LockBase(FlowRunner):
         self, lock_id: str, blocking: bool, deadline: float | None
     ) -> effects.Flow[bool]:
         """The acquire, hinted (``_hints``) from before its first write until it ends without
-        the lock, or its holding ends (:meth:`_stop_heartbeat`); a lock that is never hinted
-        runs the core's flow itself, without this generator's layer on its hot path."""
-        if not self._hinted:
-            return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
-        return self._hinted_acquire(lock_id, blocking, deadline)
+        the lock (the driver then calls :meth:`_acquire_ended`), or its holding ends
+        (:meth:`_stop_heartbeat`)."""
+        hint = HINTS.hint_for(lock_id, self._place.where) if self._hinted else None
+        return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline, hint=hint)
 
-    def _hinted_acquire(
-        self, lock_id: str, blocking: bool, deadline: float | None
-    ) -> effects.Flow[bool]:
-        hint = HINTS.hint_for(lock_id, self._place.where)
-        got = False
-        try:
-            got = yield from flows.acquire(
-                self._st, lock_id, blocking=blocking, deadline=deadline, hint=hint
-            )
-            return got
-        finally:
-            if hint is not None and not got:
-                HINTS.forget(lock_id)
+    def _acquire_ended(self, lock_id: str) -> None:
+        """The acquire ``lock_id`` ended without the lock (returned False, raised, or was
+        cancelled): its hint means nothing from now on."""
+        if self._hinted:
+            HINTS.forget(lock_id)
 
     def _line_length(self) -> int:
         """How many waiters the lock's line showed at this object's last read or write (the

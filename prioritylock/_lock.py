@@ -320,13 +320,16 @@ class Lock(ThreadRunner, LockBase):
         self, *, blocking: bool, deadline: float | None, cancel: threading.Event | None
     ) -> bool:
         self._begin_acquire()  # (``_acquisition()``, spelled out: two calls the less)
+        lock_id, got = new_lock_id(), False
         try:
             with self._io:
                 self._cancel = cancel
                 try:
-                    got = self._run(self._acquire_flow(new_lock_id(), blocking, deadline))
+                    got = self._run(self._acquire_flow(lock_id, blocking, deadline))
                 finally:
                     self._armed = self._cancel = None
+                    if not got:
+                        self._acquire_ended(lock_id)
             if got and (self._closed or (cancel is not None and cancel.is_set())):
                 # Closed (or cancelled) while the last write was on its way: never hold on.
                 self._unlock_if_held()
