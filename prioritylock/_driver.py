@@ -44,7 +44,7 @@ from prioritylock._runner import (
     send,
     when_all_done,
 )
-from prioritylock._wake import GRACE, NOTICES, Stamp
+from prioritylock._wake import GRACE, NOTICES, Stamp, Watching
 from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
 
 __all__ = [
@@ -341,7 +341,10 @@ class LockBase(FlowRunner):
             beat = self._beating = _Beat(self, holding, hold.tolerance, now)
         else:
             beat.holding, beat.tolerance, beat.started = holding, hold.tolerance, now
-        watching = holding.watching = NOTICES.watch_at(self._place, self, beat.poke, started=now)
+        watching, beat.watching = beat.watching, None  # kept with the heartbeat, if it was
+        if watching is None:
+            watching = NOTICES.watch_at(self._place, self, beat.poke, started=now)
+        holding.watching = watching
         due, tolerance = hold.due, hold.tolerance
         if not watching.fed:
             # On a grid of GRACE, so that a burst of holdings shares the scheduler's wakeups.
@@ -408,12 +411,21 @@ class LockBase(FlowRunner):
         if self._hinted:
             HINTS.forget(holding.lock_id)
         beat = self._beating
-        if beat is not None and beat.holding is holding and not keep:
+        watching, holding.watching = holding.watching, None
+        if keep:
+            assert beat is not None
+            if self._place.feed is None:
+                # Its notice interest too, where no store subscription rides on it (a store
+                # that notices changes itself would keep reading our own writes' events).
+                beat.watching, watching = watching, None
+        elif beat is not None and beat.holding is holding:
             self._beating = None
             beat.entry = None
+            if beat.watching is not None:
+                NOTICES.unwatch(beat.watching)
+                beat.watching = None
         if holding.entry is not None and not keep:
             self._unschedule(holding.entry)
-        watching, holding.watching = holding.watching, None
         if watching is not None:
             NOTICES.unwatch(watching, self._clock.monotonic() if now is None else now)
 
@@ -518,18 +530,23 @@ class _Beat:
     for its next holding (``LockBase._end_heartbeat``): ``entry`` is its scheduled run while
     the scheduler keeps one (read and set under the lock object's guard, as the run is)."""
 
-    __slots__ = ("entry", "holding", "lock", "started", "tolerance")
+    __slots__ = ("entry", "holding", "lock", "started", "tolerance", "watching")
 
     def __init__(
         self, lock: LockBase, holding: lockstate.Holding, tolerance: float, started: float
     ) -> None:
         self.lock, self.holding, self.tolerance, self.started = lock, holding, tolerance, started
         self.entry: Any = None
+        #: The holder's notice interest, kept with it for the next holding (``_wake``).
+        self.watching: Watching | None = None
 
     def __call__(self) -> effects.Flow[float | None]:
         holding = self.holding
         if not holding.active:
             self.entry = None  # kept past its holding: this run is its last
+            if self.watching is not None:
+                NOTICES.unwatch(self.watching)
+                self.watching = None
         return self.lock._beat(holding, self.tolerance)
 
     def poke(self, stamp: Stamp | None = None) -> None:

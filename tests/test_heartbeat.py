@@ -85,3 +85,20 @@ def test_a_heartbeat_kept_past_brief_holdings_still_renews_the_next(ran_out: boo
         renewals.add(info.renewed_at)
     assert len(renewals) >= 3 * cfg.lease_timeout / cfg.renew_interval - 2
     lock.unlock()
+
+
+def test_a_holder_after_brief_holdings_hears_another_locks_write_at_once() -> None:
+    """The kept heartbeat keeps its notice interest too (an in-process store): a force unlock
+    by another lock object of the process brings the new holding's watch forward, with no time
+    passing, and the holder learns it lost the lock."""
+    clock = FakeClock()
+    hb = Heartbeat(clock, threaded=False)
+    store = MemoryStore("kept-notices")
+    lock = make(store, clock=clock, heartbeat=hb)
+    for _ in range(10):
+        assert lock.try_lock()
+        lock.unlock()
+    assert lock.try_lock()
+    make(store, owner="operator", clock=clock, heartbeat=hb).force_unlock("test")
+    hb.run_due()  # due at once: the notice brought it forward
+    assert not lock.is_current_owner()
