@@ -344,6 +344,8 @@ class LockBase(FlowRunner):
         watching, beat.watching = beat.watching, None  # kept with the heartbeat, if it was
         if watching is None:
             watching = NOTICES.watch_at(self._place, self, beat.poke, started=now)
+        else:
+            watching.started = now
         holding.watching = watching
         due, tolerance = hold.due, hold.tolerance
         if not watching.fed:
@@ -414,9 +416,14 @@ class LockBase(FlowRunner):
         watching, holding.watching = holding.watching, None
         if keep:
             assert beat is not None
-            if self._place.feed is None:
-                # Its notice interest too, where no store subscription rides on it (a store
-                # that notices changes itself would keep reading our own writes' events).
+            if (
+                watching is not None
+                and not watching.heard
+                and not (watching.fed and self._place.feed)
+            ):
+                # Its notice interest too, unless a notice reached it (the next holding then
+                # subscribes at once: ``_wake``) or a store subscription rides on it (a store
+                # that notices changes itself would go on reading our own writes' events).
                 beat.watching, watching = watching, None
         elif beat is not None and beat.holding is holding:
             self._beating = None
