@@ -43,6 +43,8 @@ from prioritylock.stores._base import (
     ObjectStore,
     UnsyncedWriter,
 )
+from prioritylock.stores._log import log as _store_log
+from prioritylock.stores._log import unlogged
 
 __all__ = [
     "MIN_WAIT",
@@ -112,7 +114,7 @@ class StoreCall:
 class StoreCalls:
     """The store methods a lock object's ``Read`` and ``Put`` effects call, chosen once."""
 
-    __slots__ = ("bounded", "key", "reader", "store", "unsynced")
+    __slots__ = ("bounded", "key", "plain", "reader", "store", "unsynced")
 
     def __init__(self, store: ObjectStore, key: str, clock: Clock) -> None:
         self.store: ObjectStore = store
@@ -123,6 +125,13 @@ class StoreCalls:
         # this machine (memory, a local directory) are called straight, without a hand-off. A
         # fake clock's seconds are not ones a driver can wait for.
         self.bounded = store.capabilities.shared_across_hosts and not isinstance(clock, FakeClock)
+        # The methods without their DEBUG logging, called while it is off (``_log.unlogged``).
+        self.plain: dict[str, Callable[..., Any]] = {}
+        for op in ("read", "read_if_changed", "create", "replace", "replace_unsynced"):
+            method = getattr(store, op, None)
+            raw = None if method is None else unlogged(method)
+            if raw is not None:
+                self.plain[op] = raw
 
     def pick(
         self, effect: effects.Read | effects.Put
@@ -130,25 +139,23 @@ class StoreCalls:
         """The store method ``effect`` calls (its name, what the asyncio routes pass to a store's
         quick or native path), and the arguments."""
         key = self.key
+        fn: Callable[..., Any]
+        args: tuple[Any, ...]
         match effect:
             case effects.Read(known=str(known)) if self.reader is not None:
-                return "read_if_changed", self.reader.read_if_changed, (key, known)
+                op, fn, args = "read_if_changed", self.reader.read_if_changed, (key, known)
             case effects.Read():
-                return "read", self.store.read, (key,)
+                op, fn, args = "read", self.store.read, (key,)
             case effects.Put(create=True):
-                return "create", self.store.create, (key, effect.data)
+                op, fn, args = "create", self.store.create, (key, effect.data)
             case effects.Put(unsynced=True) if self.unsynced is not None:
-                return (
-                    "replace_unsynced",
-                    self.unsynced.replace_unsynced,
-                    (
-                        key,
-                        effect.data,
-                        effect.version,
-                    ),
-                )
+                fn = self.unsynced.replace_unsynced
+                op, args = "replace_unsynced", (key, effect.data, effect.version)
             case effects.Put():
-                return "replace", self.store.replace, (key, effect.data, effect.version)
+                op, fn, args = "replace", self.store.replace, (key, effect.data, effect.version)
+        if self.plain and not _store_log.isEnabledFor(logging.DEBUG):
+            fn = self.plain.get(op, fn)
+        return op, fn, args
 
     def of(self, effect: effects.Read | effects.Put, sent: float | None = None) -> StoreCall:
         """The call ``effect`` turns into (``sent``: a request write's send time)."""
