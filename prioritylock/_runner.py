@@ -20,6 +20,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Executor, Future
+from types import MethodType
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
@@ -125,13 +126,9 @@ class StoreCalls:
         # this machine (memory, a local directory) are called straight, without a hand-off. A
         # fake clock's seconds are not ones a driver can wait for.
         self.bounded = store.capabilities.shared_across_hosts and not isinstance(clock, FakeClock)
-        # The methods without their DEBUG logging, called while it is off (``_log.unlogged``).
-        self.plain: dict[str, Callable[..., Any]] = {}
-        for op in ("read", "read_if_changed", "create", "replace", "replace_unsynced"):
-            method = getattr(store, op, None)
-            raw = None if method is None else unlogged(method)
-            if raw is not None:
-                self.plain[op] = raw
+        # The methods without their DEBUG logging, called while it is off (``_log.unlogged``):
+        # one table per store class, shared (a lease holds nothing more for the collector).
+        self.plain = _plain_methods(type(store))
 
     def pick(
         self, effect: effects.Read | effects.Put
@@ -139,23 +136,22 @@ class StoreCalls:
         """The store method ``effect`` calls (its name, what the asyncio routes pass to a store's
         quick or native path), and the arguments."""
         key = self.key
-        fn: Callable[..., Any]
         args: tuple[Any, ...]
         match effect:
             case effects.Read(known=str(known)) if self.reader is not None:
-                op, fn, args = "read_if_changed", self.reader.read_if_changed, (key, known)
+                op, args = "read_if_changed", (key, known)
             case effects.Read():
-                op, fn, args = "read", self.store.read, (key,)
+                op, args = "read", (key,)
             case effects.Put(create=True):
-                op, fn, args = "create", self.store.create, (key, effect.data)
+                op, args = "create", (key, effect.data)
             case effects.Put(unsynced=True) if self.unsynced is not None:
-                fn = self.unsynced.replace_unsynced
                 op, args = "replace_unsynced", (key, effect.data, effect.version)
             case effects.Put():
-                op, fn, args = "replace", self.store.replace, (key, effect.data, effect.version)
-        if self.plain and not _store_log.isEnabledFor(logging.DEBUG):
-            fn = self.plain.get(op, fn)
-        return op, fn, args
+                op, args = "replace", (key, effect.data, effect.version)
+        raw = self.plain.get(op)
+        if raw is not None and not _store_log.isEnabledFor(logging.DEBUG):
+            return op, MethodType(raw, self.store), args
+        return op, getattr(self.store, op), args
 
     def of(self, effect: effects.Read | effects.Put, sent: float | None = None) -> StoreCall:
         """The call ``effect`` turns into (``sent``: a request write's send time)."""
@@ -164,6 +160,19 @@ class StoreCalls:
         if isinstance(effect, effects.Read):
             return StoreCall(op, fn, args, by=by)
         return StoreCall(op, fn, args, notify=not effect.quiet, by=by, write=True, sent=sent)
+
+
+_plain: dict[type, dict[str, Callable[..., Any]]] = {}
+
+
+def _plain_methods(cls: type) -> dict[str, Callable[..., Any]]:
+    """The store class's methods a lock calls, without their DEBUG logging, by name."""
+    plain = _plain.get(cls)
+    if plain is None:
+        ops = ("read", "read_if_changed", "create", "replace", "replace_unsynced")
+        found = {op: unlogged(getattr(cls, op, None)) for op in ops}
+        plain = _plain[cls] = {op: raw for op, raw in found.items() if raw is not None}
+    return plain
 
 
 class CallPool(Executor):

@@ -47,15 +47,13 @@ def logged(op: str) -> Callable[[_F], _F]:
     return decorate
 
 
-def unlogged(method: Callable[..., Any]) -> Callable[..., Any] | None:
-    """The bound store method ``method`` without its DEBUG logging (:func:`logged`), for a
-    caller that checks ``log.isEnabledFor(logging.DEBUG)`` itself and calls it straight when
-    logging is off (a frame the less per request); None if it logs nothing."""
-    raw = getattr(getattr(method, "__func__", None), "__unlogged__", None)
-    if raw is None:
-        return None
-    bound: Callable[..., Any] = raw.__get__(getattr(method, "__self__", None))
-    return bound
+def unlogged(method: object) -> Callable[..., Any] | None:
+    """The store method ``method`` (a class's function) without its DEBUG logging
+    (:func:`logged`), for a caller that checks ``log.isEnabledFor(logging.DEBUG)`` itself and
+    calls it straight when logging is off (a frame the less per request); None if it logs
+    nothing."""
+    raw: Callable[..., Any] | None = getattr(method, "__unlogged__", None)
+    return raw
 
 
 def describe_error(error: PriorityLockError) -> str:
