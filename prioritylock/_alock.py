@@ -143,6 +143,7 @@ class LoopRunner(FlowRunner):
         self._route = route_for(self._store)
         # Every call made inline, in microseconds: performed at once, never awaited (``_run``).
         self._inline = isinstance(self._route, InlineRoute)
+        self._straight = self._inline
         self._io: asyncio.Lock | None = None
         self._guard_held = False  # acquire() holds the guard (its pauses let go of it)
         self._inflight: asyncio.Future[Any] | None = None
@@ -158,8 +159,12 @@ class LoopRunner(FlowRunner):
             self._scheduler = loop_scheduler(self._clock)
         return self._scheduler
 
-    async def _run(self, flow: Generator[Any, Any, T]) -> T:
-        """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go."""
+    async def _run(
+        self, flow: Generator[Any, Any, T], cancelled: list[BaseException] | None = None
+    ) -> T:
+        """Drive ``flow`` to its end on this loop. The caller holds the guard; pauses let go.
+        ``cancelled``: the flow goes on to its end through a cancellation of the task (an
+        effect it awaited counts as done), which is put there for the caller to raise."""
         stepper = FlowRun(flow)
         inline = self._inline  # its store calls are made at once (``_store_call``): not awaited
         try:
@@ -173,6 +178,10 @@ class LoopRunner(FlowRunner):
                         stepper.value = self._perform_effect(effect)
                 except Exception as exc:
                     stepper.error = exc
+                except asyncio.CancelledError as exc:
+                    if cancelled is None:
+                        raise
+                    cancelled.append(exc)
         finally:
             flow.close()
         return stepper.result
@@ -271,10 +280,15 @@ class LoopRunner(FlowRunner):
     def _unschedule(self, entry: ScheduledAsyncTask) -> None:
         self._sched().cancel(entry)
 
-    def _bring_forward(self, entry: ScheduledAsyncTask) -> None:
+    def _bring_forward(self, entry: ScheduledAsyncTask, when: float | None = None) -> None:
         scheduler, loop = self._sched(), self._loop
         if loop is not None:
-            on_loop(loop, lambda: scheduler.reschedule(entry, self._clock.monotonic()))
+            clock = self._clock
+
+            def run() -> None:  # (the clock read on the loop: now, when the loop gets to it)
+                scheduler.reschedule(entry, clock.monotonic() if when is None else when)
+
+            on_loop(loop, run)
 
     def _tell(self, news: News) -> None:
         """Tell receivers and the listener now: plain callables run at once on the loop (they
@@ -369,12 +383,35 @@ class AsyncLock(LoopRunner, LockBase):
         :raises StoreUnavailable: the release could not land within the store timeout; it is
             retried in the background until it lands or the lease is no longer ours.
         """
-        await shielded(self._unlock())
+        guard = self._guard()
+        if self._inline and self._cfg.listener is None and not guard.locked():
+            await self._unlock_here(guard)
+        else:
+            await shielded(self._unlock())
+
+    async def _unlock_here(self, guard: asyncio.Lock) -> None:
+        """:meth:`_unlock` without the task ``shielded`` runs it in (and its two turns of the
+        loop), where nothing in it waits: the guard free, every store call made inline, no
+        listener to await. Only a pause between attempts on a failing store can; the release
+        goes on through a cancellation there, and the caller is told of it at the end, as
+        ``shielded`` does."""
+        cancelled: list[BaseException] = []
+        try:
+            async with guard:  # (free: taken without waiting)
+                outcome = await self._run(self._release_flow(), cancelled)
+            if outcome is not None and (news := self._released_news(outcome)) is not None:
+                await self._announce(news)  # receivers only: nothing awaited
+        except Exception:
+            if not cancelled:
+                raise
+        if cancelled:
+            raise cancelled[0]
 
     async def _unlock(self) -> None:
         async with self._guard():
             outcome = await self._run(self._release_flow())
-        await self._announce(self._released_news(outcome))
+        if outcome is not None and (news := self._released_news(outcome)) is not None:
+            await self._announce(news)  # (no coroutine made when nobody listens)
 
     async def info(self) -> LockInfo | None:
         """The lease as stored now (one read), or None if the lock was never taken.
@@ -445,8 +482,9 @@ class AsyncLock(LoopRunner, LockBase):
     # -- acquiring ---------------------------------------------------------------------------------
 
     async def _acquire(self, *, blocking: bool, deadline: float | None) -> bool:
-        with self._acquisition():
-            lock_id = new_lock_id()
+        self._begin_acquire()  # (``_acquisition()``, spelled out: two calls the less)
+        try:
+            lock_id, got = new_lock_id(), False
             guard = self._guard()
             try:
                 await guard.acquire()
@@ -455,6 +493,8 @@ class AsyncLock(LoopRunner, LockBase):
                     got = await self._run(self._acquire_flow(lock_id, blocking, deadline))
                 finally:
                     self._armed = None
+                    if not got:
+                        self._acquire_ended(lock_id)
                     if self._guard_held:
                         self._guard_held = False
                         guard.release()
@@ -462,11 +502,13 @@ class AsyncLock(LoopRunner, LockBase):
                     # Closed while the last write was on its way: never hold on.
                     await self._unlock_if_held()
                     raise self._cancelled()
-                if got:
-                    await self._announce(self._acquired_news())
+                if got and (news := self._acquired_news()) is not None:
+                    await self._announce(news)  # (no coroutine made when nobody listens)
             except asyncio.CancelledError:
                 await shielded(self._abandon(lock_id))
                 raise
+        finally:
+            self._acquiring = False
         return got
 
     async def _unlock_if_held(self) -> None:

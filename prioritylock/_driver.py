@@ -44,7 +44,7 @@ from prioritylock._runner import (
     send,
     when_all_done,
 )
-from prioritylock._wake import GRACE, NOTICES, Stamp
+from prioritylock._wake import GRACE, NOTICES, Stamp, Watching
 from prioritylock.stores._base import ConditionalReader, UnsyncedWriter
 
 __all__ = [
@@ -150,6 +150,10 @@ class LockBase(FlowRunner):
         self._cfg = config
         self._st = new_state(config)
         self._beat_name = f"lease {self._key}"  # the heartbeat's name, on every acquire
+        #: The heartbeat of the current (or, once kept, the last) holding, and how many
+        #: holdings in a row were brief (see ``_end_heartbeat``).
+        self._beating: _Beat | None = None
+        self._brief = 0
         # Other processes can write this document: its acquisitions record a hint (``_hints``).
         self._hinted = config.store.capabilities.shared_across_processes
 
@@ -268,6 +272,8 @@ class LockBase(FlowRunner):
             case effects.Now():  # the commonest effect: done here, not handed on
                 return self._clock.monotonic(), self._clock.time()
             case effects.Put(request=False) | effects.Read():  # the next commonest: straight on
+                if self._straight:
+                    return self._call_straight(effect)
                 return self._store_call(self._calls.of(effect))
             case effects.Waits() | effects.Arm() | effects.Hint():  # the rest of effects.Shared
                 return self._perform_shared(effect)
@@ -277,7 +283,7 @@ class LockBase(FlowRunner):
                 self._lose(holding, reason, force=force)
             case effects.End(holding=holding):
                 # The release (or handover) write told the others (``_after_write``).
-                self._stop_heartbeat(holding)
+                self._end_heartbeat(holding)
             case effects.Renewed(holding=holding):
                 if signals.renewed.receivers:
                     self._tell(News(signals.renewed, {"fence": holding.fence}))
@@ -321,28 +327,47 @@ class LockBase(FlowRunner):
         )
 
     def _hold(self, hold: effects.Hold) -> None:
-        """Schedule the holding's heartbeat (renew and watch), and hear notices for it."""
+        """Schedule the holding's heartbeat (renew and watch), and hear notices for it. A
+        heartbeat kept past the last holding (``_end_heartbeat``) is the new one's: its run due
+        for the last holding comes first (brought forward if need be) and goes on from there."""
         holding = hold.holding
         # A write to the document by another lock of the process (a request, an override, a
         # force unlock) brings the watch forward: the holder hears it now, not at next_watch.
         # The store's own notices (another process's writes) may wait for the first heartbeat,
         # GRACE from now, when this process holds the document in quick bursts (``_wake``).
         now = self._clock.monotonic()
-        beat = _Beat(self, holding, hold.tolerance)
-        watching = holding.watching = NOTICES.watch_at(self._place, self, beat.poke, started=now)
+        beat = self._beating
+        if beat is None or beat.entry is None:
+            beat = self._beating = _Beat(self, holding, hold.tolerance, now)
+        else:
+            beat.holding, beat.tolerance, beat.started = holding, hold.tolerance, now
+        watching, beat.watching = beat.watching, None  # kept with the heartbeat, if it was
+        if watching is None:
+            watching = NOTICES.watch_at(self._place, self, beat.poke, started=now)
+        else:
+            watching.started = now
+        holding.watching = watching
         due, tolerance = hold.due, hold.tolerance
         if not watching.fed:
             # On a grid of GRACE, so that a burst of holdings shares the scheduler's wakeups.
             due, tolerance = min(due, math.ceil((now + GRACE) / GRACE) * GRACE), GRACE
-        holding.entry = self._schedule(
-            self._task(beat),
-            due,
-            self._beat_name,
-            # An in-process store answers in microseconds: run its heartbeat on the scheduler's
-            # own thread (or inside the loop's runner) rather than pay a hand-off per renewal.
-            inline=self._st.inline,
-            tolerance=tolerance,
-        )
+        entry = beat.entry
+        if entry is None:
+            entry = beat.entry = self._schedule(
+                self._task(beat),
+                due,
+                self._beat_name,
+                # An in-process store answers in microseconds: run its heartbeat on the
+                # scheduler's own thread (or inside the loop's runner) rather than pay a
+                # hand-off per renewal.
+                inline=self._st.inline,
+                tolerance=tolerance,
+            )
+        else:
+            entry.tolerance = tolerance
+            if due < entry.when:
+                self._bring_forward(entry, due)
+        holding.entry = entry
 
     def _beat(self, holding: lockstate.Holding, tolerance: float) -> effects.Flow[float | None]:
         """The holding's heartbeat; the first run of one whose store notices were deferred
@@ -366,14 +391,50 @@ class LockBase(FlowRunner):
         if entry is not None and holding.active:
             self._bring_forward(entry)
 
-    def _stop_heartbeat(self, holding: lockstate.Holding) -> None:
+    def _end_heartbeat(self, holding: lockstate.Holding) -> None:
+        """The holding was released: stop its heartbeat. A lock object that takes and releases
+        the lock in quick bursts (:data:`KEEP_STREAK` holdings in a row that ended within
+        ``_wake.GRACE`` of their start) keeps the heartbeat's scheduled run for its next
+        holding rather than cancel it and schedule another: the run, if it comes first, finds
+        the holding over and ends there (``_Beat.__call__``)."""
+        beat, now = self._beating, self._clock.monotonic()
+        if beat is None or beat.holding is not holding or now - beat.started >= GRACE:
+            self._brief = 0
+        elif self._brief < KEEP_STREAK:
+            self._brief += 1
+        else:
+            self._stop_heartbeat(holding, now, keep=True)
+            return
+        self._stop_heartbeat(holding, now)
+
+    def _stop_heartbeat(
+        self, holding: lockstate.Holding, now: float | None = None, *, keep: bool = False
+    ) -> None:
         if self._hinted:
             HINTS.forget(holding.lock_id)
-        if holding.entry is not None:
-            self._unschedule(holding.entry)
+        beat = self._beating
         watching, holding.watching = holding.watching, None
+        if keep:
+            assert beat is not None
+            if (
+                watching is not None
+                and not watching.heard
+                and not (watching.fed and self._place.feed)
+            ):
+                # Its notice interest too, unless a notice reached it (the next holding then
+                # subscribes at once: ``_wake``) or a store subscription rides on it (a store
+                # that notices changes itself would go on reading our own writes' events).
+                beat.watching, watching = watching, None
+        elif beat is not None and beat.holding is holding:
+            self._beating = None
+            beat.entry = None
+            if beat.watching is not None:
+                NOTICES.unwatch(beat.watching)
+                beat.watching = None
+        if holding.entry is not None and not keep:
+            self._unschedule(holding.entry)
         if watching is not None:
-            NOTICES.unwatch(watching, self._clock.monotonic())
+            NOTICES.unwatch(watching, self._clock.monotonic() if now is None else now)
 
     def _lose(self, holding: lockstate.Holding, reason: str, *, force: bool = False) -> None:
         """Mark a holding lost, once, and tell the listener and the lock_lost receivers."""
@@ -443,25 +504,16 @@ class LockBase(FlowRunner):
         self, lock_id: str, blocking: bool, deadline: float | None
     ) -> effects.Flow[bool]:
         """The acquire, hinted (``_hints``) from before its first write until it ends without
-        the lock, or its holding ends (:meth:`_stop_heartbeat`); a lock that is never hinted
-        runs the core's flow itself, without this generator's layer on its hot path."""
-        if not self._hinted:
-            return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline)
-        return self._hinted_acquire(lock_id, blocking, deadline)
+        the lock (the driver then calls :meth:`_acquire_ended`), or its holding ends
+        (:meth:`_stop_heartbeat`)."""
+        hint = HINTS.hint_for(lock_id, self._place.where) if self._hinted else None
+        return flows.acquire(self._st, lock_id, blocking=blocking, deadline=deadline, hint=hint)
 
-    def _hinted_acquire(
-        self, lock_id: str, blocking: bool, deadline: float | None
-    ) -> effects.Flow[bool]:
-        hint = HINTS.hint_for(lock_id, self._place.where)
-        got = False
-        try:
-            got = yield from flows.acquire(
-                self._st, lock_id, blocking=blocking, deadline=deadline, hint=hint
-            )
-            return got
-        finally:
-            if hint is not None and not got:
-                HINTS.forget(lock_id)
+    def _acquire_ended(self, lock_id: str) -> None:
+        """The acquire ``lock_id`` ended without the lock (returned False, raised, or was
+        cancelled): its hint means nothing from now on."""
+        if self._hinted:
+            HINTS.forget(lock_id)
 
     def _line_length(self) -> int:
         """How many waiters the lock's line showed at this object's last read or write (the
@@ -473,18 +525,36 @@ class LockBase(FlowRunner):
         raise NotImplementedError
 
 
+#: Brief holdings in a row after which a lock object keeps its heartbeat's run scheduled
+#: past a release (``LockBase._end_heartbeat``).
+KEEP_STREAK = 3
+
+
 class _Beat:
     """A holding's heartbeat flow and the callback of its notices: one small object, not a
     chain of closures. A process may hold 100,000 leases, and every full collection of the
-    garbage collector walks what each keeps."""
+    garbage collector walks what each keeps. A lock object that holds in quick bursts keeps it
+    for its next holding (``LockBase._end_heartbeat``): ``entry`` is its scheduled run while
+    the scheduler keeps one (read and set under the lock object's guard, as the run is)."""
 
-    __slots__ = ("holding", "lock", "tolerance")
+    __slots__ = ("entry", "holding", "lock", "started", "tolerance", "watching")
 
-    def __init__(self, lock: LockBase, holding: lockstate.Holding, tolerance: float) -> None:
-        self.lock, self.holding, self.tolerance = lock, holding, tolerance
+    def __init__(
+        self, lock: LockBase, holding: lockstate.Holding, tolerance: float, started: float
+    ) -> None:
+        self.lock, self.holding, self.tolerance, self.started = lock, holding, tolerance, started
+        self.entry: Any = None
+        #: The holder's notice interest, kept with it for the next holding (``_wake``).
+        self.watching: Watching | None = None
 
     def __call__(self) -> effects.Flow[float | None]:
-        return self.lock._beat(self.holding, self.tolerance)
+        holding = self.holding
+        if not holding.active:
+            self.entry = None  # kept past its holding: this run is its last
+            if self.watching is not None:
+                NOTICES.unwatch(self.watching)
+                self.watching = None
+        return self.lock._beat(holding, self.tolerance)
 
     def poke(self, stamp: Stamp | None = None) -> None:
         self.lock._poke(self.holding, stamp)

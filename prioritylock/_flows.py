@@ -234,15 +234,48 @@ def _wrote(state: LockState, lease: Lease, version: str) -> Written:
     return Written(lease, version)
 
 
+def _landed_at(
+    state: LockState, lease: Lease, version: str, replaced: Lease | None, me: str | None
+) -> tuple[Written, Hint | None]:
+    """Our write of ``lease`` landed as ``version``: what was written, and the hint to send
+    whom it concerns (None: nobody)."""
+    hints = () if replaced is None else proto.hinted(replaced, lease, me)
+    return _wrote(state, lease, version), Hint(hints) if hints else None
+
+
 def _landed(
     state: LockState, lease: Lease, version: str, replaced: Lease | None, me: str | None
 ) -> Flow[Written]:
-    """Our write of ``lease`` landed as ``version``: hint whom it concerns."""
-    if replaced is not None:
-        hints = proto.hinted(replaced, lease, me)
-        if hints:
-            yield Hint(hints)
-    return _wrote(state, lease, version)
+    """:func:`_landed_at`, with its hint sent."""
+    written, hint = _landed_at(state, lease, version, replaced, me)
+    if hint is not None:
+        yield hint
+    return written
+
+
+def _put(
+    state: LockState,
+    lease: Lease,
+    version: str | None,
+    *,
+    create: bool,
+    by: float,
+    quiet: bool = False,
+    request: bool = False,
+) -> tuple[Lease, Put]:
+    """The first attempt of a conditional write of ``lease`` (see :func:`write`): the lease as
+    written (on a store that can skip the sync, with its fence reservation set:
+    ``_reserve.plan_write``) and the effect that writes it."""
+    unsynced = False
+    if state.unsynced:
+        # Unsynced only when the version we replace is the one we last saw; when unsure, sync.
+        base = state.seen
+        known = base.lease if not create and base is not None and base.version == version else None
+        lease, unsynced = plan_write(lease, known, state.boot)
+    creating = create or version is None
+    data = encode(lease)
+    put = Put(data, None if creating else version, creating, unsynced, quiet, by, request)
+    return lease, put
 
 
 def write(
@@ -267,53 +300,69 @@ def write(
     ``replaced``: the lease the write replaces, written by the acquisition ``me`` (None: an
     operator): once the write landed, the parties it concerns are hinted (``_protocol.hinted``).
 
-    Unknown outcomes are settled by reading back and looking for our nonce.
+    Unknown outcomes are settled by reading back and looking for our nonce (:func:`settle`).
+    The uncontended acquire and the release spell these lines out (a generator layer the less
+    on every cycle): the first attempt (:func:`_put`), its outcome settled by :func:`settle` if
+    it failed, else :func:`_landed_at`.
     """
-    unsynced = False
-    if state.unsynced:
-        # Unsynced only when the version we replace is the one we last saw; when unsure, sync.
-        base = state.seen
-        known = base.lease if not create and base is not None and base.version == version else None
-        lease, unsynced = plan_write(lease, known, state.boot)
-    data = encode(lease)
-    backoff: Backoff | None = None  # made at the first failure (most writes have none)
-    creating = create or version is None
     by = deadline if bound is None else bound
-    while True:
-        try:
-            new_version = yield Put(
-                data,
-                None if creating else version,
-                creating,
-                unsynced,
-                quiet=quiet,
-                by=by,
-                request=request,
+    lease, put = _put(state, lease, version, create=create, by=by, quiet=quiet, request=request)
+    try:
+        new_version = yield put
+    except (ConditionFailed, StoreUnavailable) as exc:
+        return (
+            yield from settle(
+                state, lease, version, put, exc, deadline=deadline, replaced=replaced, me=me
             )
-            # ``_landed``, spelled out for the commonest outcome: a generator the less.
-            hints = () if replaced is None else proto.hinted(replaced, lease, me)
-            if hints:
-                yield Hint(hints)
-            return _wrote(state, lease, new_version)
-        except ConditionFailed:
+        )
+    written, hint = _landed_at(state, lease, new_version, replaced, me)
+    if hint is not None:
+        yield hint
+    return written
+
+
+def settle(
+    state: LockState,
+    lease: Lease,
+    version: str | None,
+    put: Put,
+    error: ConditionFailed | StoreUnavailable,
+    *,
+    deadline: float,
+    replaced: Lease | None,
+    me: str | None,
+) -> Flow[Written | Seen]:
+    """The attempt ``put`` of a write of ``lease`` over ``version`` failed with ``error``:
+    settle its outcome by reading back (our nonce there: it landed), and write again while it
+    surely did not land (the document unchanged after a store error), until ``deadline``.
+    Returns what :func:`write` returns."""
+    backoff: Backoff | None = None  # made at the first failure (most writes have none)
+    by = deadline if put.by is None else put.by
+    while True:
+        if isinstance(error, ConditionFailed):
             fresh = yield from read(state, deadline, by)
             if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
                 assert fresh.version is not None
                 # The 412 answered a retry of it.
                 return (yield from _landed(state, lease, fresh.version, replaced, me))
             return fresh
-        except StoreUnavailable:
-            mono, _wall = yield NOW
-            if mono >= deadline:
-                raise
-            backoff = backoff or Backoff(1.0, start=0.02)
-            yield Sleep(min(backoff.next(), max(0.0, deadline - mono)))
-            fresh = yield from read(state, deadline, by)
-            if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
-                assert fresh.version is not None
-                return (yield from _landed(state, lease, fresh.version, replaced, me))
-            if fresh.version != version:
-                return fresh  # unchanged means it did not land: try again; else re-decide
+        mono, _wall = yield NOW
+        if mono >= deadline:
+            raise error
+        backoff = backoff or Backoff(1.0, start=0.02)
+        yield Sleep(min(backoff.next(), max(0.0, deadline - mono)))
+        fresh = yield from read(state, deadline, by)
+        if fresh.lease is not None and fresh.lease.nonce == lease.nonce:
+            assert fresh.version is not None
+            return (yield from _landed(state, lease, fresh.version, replaced, me))
+        if fresh.version != version:
+            return fresh  # unchanged means it did not land: try again; else re-decide
+        try:
+            new_version = yield put
+        except (ConditionFailed, StoreUnavailable) as exc:
+            error = exc
+            continue
+        return (yield from _landed(state, lease, new_version, replaced, me))
 
 
 # -- acquiring ---------------------------------------------------------------------------------
@@ -369,8 +418,12 @@ def acquire(
     line (recording ``hint``, where it hears hints) and renews its entry every renew interval
     while it waits; it leaves the line when it takes the lock or stops waiting.
 
-    Each round decides on what was read (:func:`decide`), then does what was decided: a write
-    (:func:`take`), a confirmation of a handover, or a wait (:func:`wait_to_retry`).
+    Each round reads the clock once and decides on what was read (:func:`decide`), then does
+    what was decided: a write (:func:`take`), a confirmation of a handover, or a wait
+    (:func:`wait_to_retry`). The first round's commonest outcome (a free lock taken: one clock
+    read, one write, the holding) runs here without a generator layer; anything else (another
+    step, a write that did not land, a store error) goes on in :func:`_acquire` where that
+    round would have been.
 
     Deadlines: every store operation (retries and the request in flight included) ends by the
     store timeout from its start or by ``deadline``, whichever comes first (:func:`limit`); a
@@ -396,7 +449,41 @@ def acquire(
         lining=proto.Lining(hint) if blocking and state.fair else None,
     )
     try:
-        return (yield from _acquire(state, attempt))
+        # Be woken by a release that lands after our read. A try_lock waits only for a
+        # handover: it arms when it first has to wait (costing at most one short first pause).
+        if blocking:
+            yield ARM
+        seen = state.seen if state.seen is not None else (yield from attempt.read(state))
+        mono, wall = yield NOW
+        step = decide(state, attempt, seen, mono, wall)
+        if not isinstance(step, proto.Write) or step.outcome != "acquired":
+            return (yield from _acquire(state, attempt, seen, step, mono))
+        # ``take`` and ``write``, spelled out for a free lock taken at the first attempt.
+        attempt.cached = False  # the store checked the version; what comes back is fresh
+        attempt.touched = True
+        until, by = attempt.until(state, mono), attempt.bound(state, mono)
+        lease, put = _put(state, step.lease, seen.version, create=step.create, by=by)
+        try:
+            version = yield put
+        except (ConditionFailed, StoreUnavailable) as exc:
+            result = yield from settle(
+                state,
+                lease,
+                seen.version,
+                put,
+                exc,
+                deadline=until,
+                replaced=seen.lease,
+                me=lock_id,
+            )
+            if not isinstance(result, Written):
+                return (yield from _acquire(state, attempt, result))  # lost a race: decide again
+        else:
+            result, sent = _landed_at(state, lease, version, seen.lease, lock_id)
+            if sent is not None:
+                yield sent
+        yield become_holder(state, attempt.claim, result.lease, result.version, mono)
+        return True
     except StoreUnavailable as exc:
         if attempt.touched:
             yield Unsettled(lock_id)
@@ -407,43 +494,46 @@ def acquire(
         ) from exc
 
 
-def _acquire(state: LockState, attempt: Attempt) -> Flow[bool]:
-    blocking = attempt.blocking
-    # Be woken by a release that lands after our read. A try_lock waits only for a handover: it
-    # arms when it first has to wait (costing at most one short first pause).
-    if blocking:
-        yield ARM
-    seen = state.seen if state.seen is not None else (yield from attempt.read(state))
+def _acquire(
+    state: LockState,
+    attempt: Attempt,
+    seen: Seen,
+    step: proto.Step | None = None,
+    mono: float = 0.0,
+) -> Flow[bool]:
+    """The rounds of :func:`acquire` after its first, from the document ``seen``, on which
+    ``step`` was decided at ``mono`` (None: decide on it first)."""
     while True:
-        step = yield from decide(state, attempt, seen)
+        if step is None:
+            mono, wall = yield NOW
+            step = decide(state, attempt, seen, mono, wall)
         if isinstance(step, proto.Write):
             attempt.cached = False  # the store checked the version; what comes back is fresh
             attempt.touched = True
-            taken = yield from take(state, attempt, step, seen)
+            taken = yield from take(state, attempt, step, seen, mono)
             if taken is True:
                 return True
             seen = taken
-            continue
-        if attempt.cached:
+        elif attempt.cached:
             attempt.cached = False
             seen = yield from attempt.read(state)
-            continue
-        if isinstance(step, proto.Owned):
+        elif isinstance(step, proto.Owned):
             attempt.touched = True
             confirmed = yield from confirm_handover(state, attempt, seen)
             if confirmed is None:
                 return True
             seen = confirmed
-            continue
-        ended = yield from wait_to_retry(state, attempt, step, seen)
-        if ended is not None:
-            return ended
-        seen = yield from attempt.read(state)
+        else:
+            ended = yield from wait_to_retry(state, attempt, step, seen)
+            if ended is not None:
+                return ended
+            seen = yield from attempt.read(state)
+        step = None
 
 
-def decide(state: LockState, attempt: Attempt, seen: Seen) -> Flow[proto.Step]:
-    """What to do next on the lease as ``seen`` (the decision is ``_protocol``'s)."""
-    mono, wall = yield NOW
+def decide(state: LockState, attempt: Attempt, seen: Seen, mono: float, wall: float) -> proto.Step:
+    """What to do next on the lease as ``seen``, the clock read at ``mono`` and ``wall`` (the
+    decision is ``_protocol``'s; what was sighted is kept in ``state``)."""
     state.sight(seen.lease, mono)
     return proto.acquire_step(
         seen.lease,
@@ -463,10 +553,11 @@ def decide(state: LockState, attempt: Attempt, seen: Seen) -> Flow[proto.Step]:
 
 
 def take(
-    state: LockState, attempt: Attempt, step: proto.Write, seen: Seen
+    state: LockState, attempt: Attempt, step: proto.Write, seen: Seen, started: float
 ) -> Flow[Seen | Literal[True]]:
-    """Write what :func:`decide` chose. True once we hold the lock; else the document to
-    decide on again (ours as written, or what beat us to it).
+    """Write what :func:`decide` chose at ``started`` (the write's deadlines count from there,
+    and a holding's lease clock). True once we hold the lock; else the document to decide on
+    again (ours as written, or what beat us to it).
 
     :raises PreemptionTimeout: a try_lock's request ran out and was withdrawn.
     """
@@ -480,7 +571,7 @@ def take(
         # land, and counts its cleanup window from that read; then we write.
         yield Hint((early,))
         yield Sleep(proto.EARLY_HINT_GAP)
-    started = yield from now()
+        started = yield from now()
     until, bound = attempt.until(state, started), attempt.bound(state, started)
     result = yield from write(
         state,
@@ -509,7 +600,7 @@ def take(
         attempt.lining = proto.Lining(attempt.lining.hint, started + state.renew_interval)
         return Seen(result.lease, result.version)
     if step.outcome == "acquired":
-        yield from become_holder(state, attempt.claim, result.lease, result.version, started)
+        yield become_holder(state, attempt.claim, result.lease, result.version, started)
         return True
     if step.outcome == "requested":
         assert step.lease.holder is not None
@@ -590,7 +681,7 @@ def confirm_handover(state: LockState, attempt: Attempt, seen: Seen) -> Flow[See
     result = yield from write(state, beat, seen.version, create=False, deadline=until, bound=bound)
     if not isinstance(result, Written):
         return result
-    yield from become_holder(state, attempt.claim, result.lease, result.version, started)
+    yield become_holder(state, attempt.claim, result.lease, result.version, started)
     return None
 
 
@@ -649,7 +740,9 @@ def leave(state: LockState, attempt: Attempt, seen: Seen) -> Flow[None]:
 
 def become_holder(
     state: LockState, claim: proto.Claim, lease: Lease, version: str, started: float
-) -> Flow[Holding]:
+) -> Hold:
+    """We hold the lock (``lease``, written as ``version`` by a write that started at
+    ``started``): the holding, kept in ``state``; returns the ``Hold`` to yield."""
     holding = Holding(
         lock_id=claim.lock_id,
         lease=lease,
@@ -673,8 +766,7 @@ def become_holder(
             how,
         )
     tolerance = heartbeat_tolerance(state.watch_interval, state.renew_interval)
-    yield Hold(holding, min(holding.next_renew, holding.next_watch), tolerance)
-    return holding
+    return Hold(holding, min(holding.next_renew, holding.next_watch), tolerance)
 
 
 def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
@@ -927,16 +1019,27 @@ def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[R
             request_seen=holding.request_seen,
             boot=state.boot,
         )
+        replaced, version = holding.lease, holding.version
         try:
-            result = yield from write(
-                state,
-                nxt,
-                holding.version,
-                create=False,
-                deadline=deadline,
-                replaced=holding.lease,
-                me=holding.lock_id,
-            )
+            # ``write``, spelled out: a generator layer the less on every release.
+            nxt, put = _put(state, nxt, version, create=False, by=deadline)
+            try:
+                landed = yield put
+            except (ConditionFailed, StoreUnavailable) as exc:
+                result = yield from settle(
+                    state,
+                    nxt,
+                    version,
+                    put,
+                    exc,
+                    deadline=deadline,
+                    replaced=replaced,
+                    me=holding.lock_id,
+                )
+            else:
+                result, sent = _landed_at(state, nxt, landed, replaced, holding.lock_id)
+                if sent is not None:
+                    yield sent
         except StoreUnavailable:
             holding.ended = True
             yield End(holding)

@@ -9,8 +9,7 @@ Times in the document are wall-clock seconds for people to read; no decision res
 
 from __future__ import annotations
 
-import binascii
-import hashlib
+import base64
 import itertools
 import json
 import math
@@ -111,35 +110,46 @@ def new_nonce() -> str:
 
 
 def _reseed_nonces() -> None:
-    global _nonce_prefix, _nonce_counter, _id_hash, _id_counter
+    global _nonce_prefix, _nonce_counter
     _nonce_prefix = secrets.token_hex(12) + "-"
     _nonce_counter = itertools.count(1)
-    _id_hash = hashlib.blake2b(key=secrets.token_bytes(32), digest_size=24)
-    _id_counter = itertools.count(1)
+    _ids.clear()  # a forked child never hands out its parent's ids
 
 
 _nonce_prefix = ""
 _nonce_counter = itertools.count(1)
-_id_hash = hashlib.blake2b(digest_size=24)  # keyed (per process) by _reseed_nonces
-_id_counter = itertools.count(1)
-_URLSAFE = bytes.maketrans(b"+/", b"-_")
+#: Lock ids made ahead, from one system call per :data:`_ID_BATCH` (``new_lock_id``).
+_ids: list[str] = []
+_ID_BATCH = 256
 _reseed_nonces()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reseed_nonces)
 
 
 def new_lock_id() -> str:
-    """A fresh, unguessable lock id (192 bits) for one acquisition.
+    """A fresh, unguessable lock id (192 bits) for one acquisition: 24 bytes from the system's
+    random source (``os.urandom``), in unpadded URL-safe base64 (32 characters).
 
-    A keyed BLAKE2b of a counter under a 256-bit per-process secret key: a pseudorandom
-    function, so ids can't be guessed without the key, at no system call per id.
+    Each id is its own random bytes, so no id says anything of another. They are drawn
+    :data:`_ID_BATCH` at a time (one system call, one base64 pass: 24 bytes make exactly 32
+    characters, so the batch's text is the ids side by side), a third of the cost of one
+    id per call; a forked child draws its own.
     """
-    h = _id_hash.copy()  # the key set up once, not per id
-    h.update(next(_id_counter).to_bytes(8, "little"))
-    return binascii.b2a_base64(h.digest(), newline=False).translate(_URLSAFE).decode()
+    try:
+        return _ids.pop()  # (atomic: threads that share the batch never share an id)
+    except IndexError:
+        text = base64.urlsafe_b64encode(os.urandom(24 * _ID_BATCH)).decode()
+        _ids.extend([text[at : at + 32] for at in range(0, 32 * _ID_BATCH, 32)])
+        return _ids.pop()
 
 
-@attrs.frozen
+# _made: the classes made on every acquire and release (``Holder``, ``Event``, ``Lease``) are
+# slotted ``attrs.define``, not frozen: a frozen class sets each field through
+# ``object.__setattr__`` (a ten-field ``Lease`` cost 2.6 µs against 0.9). Nothing changes a lease
+# once made (``Lease.rewritten`` makes a new one); being mutable, they are not hashable.
+
+
+@attrs.define  # made on every cycle: see _made
 class Holder:
     """Who holds the lock, on what terms (Helix's LockInfo holder fields)."""
 
@@ -176,7 +186,7 @@ class Requestor:
     hint: str | None = None
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _made
 class Event:
     """The last change of holder or request: kept so break-glass paths stay on record."""
 
@@ -217,7 +227,7 @@ class Reserve:
     boot: str
 
 
-@attrs.frozen
+@attrs.define  # made on every cycle: see _made
 class Lease:
     """One lease document."""
 

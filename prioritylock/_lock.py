@@ -48,6 +48,7 @@ class ThreadRunner(FlowRunner):
         self._hb = scheduler or default_scheduler()
         self._io = threading.RLock()
         self._cancel = None
+        self._straight = not self._calls.bounded  # ``_store_call`` would make them here too
 
     def _run(self, flow: Generator[Any, Any, T]) -> T:
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
@@ -152,8 +153,8 @@ class ThreadRunner(FlowRunner):
     def _unschedule(self, entry: ScheduledTask) -> None:
         self._hb.cancel(entry)
 
-    def _bring_forward(self, entry: ScheduledTask) -> None:
-        self._hb.reschedule(entry, self._clock.monotonic())
+    def _bring_forward(self, entry: ScheduledTask, when: float | None = None) -> None:
+        self._hb.reschedule(entry, self._clock.monotonic() if when is None else when)
 
     def _tell(self, news: News) -> None:
         self._hb.dispatch(lambda: self._tell_now(news))
@@ -251,7 +252,8 @@ class Lock(ThreadRunner, LockBase):
         """
         with self._io:
             released = self._run(self._release_flow())
-        self._announce(self._released_news(released))
+        if released is not None and (news := self._released_news(released)) is not None:
+            self._announce(news)
 
     def info(self) -> LockInfo | None:
         """The lease as stored now (one read), or None if the lock was never taken.
@@ -324,19 +326,25 @@ class Lock(ThreadRunner, LockBase):
     def _acquire(
         self, *, blocking: bool, deadline: float | None, cancel: threading.Event | None
     ) -> bool:
-        with self._acquisition():
+        self._begin_acquire()  # (``_acquisition()``, spelled out: two calls the less)
+        lock_id, got = new_lock_id(), False
+        try:
             with self._io:
                 self._cancel = cancel
                 try:
-                    got = self._run(self._acquire_flow(new_lock_id(), blocking, deadline))
+                    got = self._run(self._acquire_flow(lock_id, blocking, deadline))
                 finally:
                     self._armed = self._cancel = None
+                    if not got:
+                        self._acquire_ended(lock_id)
             if got and (self._closed or (cancel is not None and cancel.is_set())):
                 # Closed (or cancelled) while the last write was on its way: never hold on.
                 self._unlock_if_held()
                 raise self._cancelled()
-        if got:
-            self._announce(self._acquired_news())
+        finally:
+            self._acquiring = False
+        if got and (news := self._acquired_news()) is not None:
+            self._announce(news)
         return got
 
     def _unlock_if_held(self) -> None:

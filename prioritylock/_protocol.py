@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 
-@attrs.frozen
+@attrs.define  # made on every acquire: not frozen (see _lease's _made)
 class Claim:
     """What a client asks for when it tries to take the lock."""
 
@@ -127,7 +127,7 @@ class Claim:
         )
 
 
-@attrs.frozen
+@attrs.define  # made on every acquire: not frozen (see _lease's _made)
 class Sighting:
     """When this client first saw something (a heartbeat, a request), on its own clock."""
 
@@ -267,7 +267,7 @@ class MyRequest:
 # -- steps -------------------------------------------------------------------------------------
 
 
-@attrs.frozen
+@attrs.define  # made on every acquire: not frozen (see _lease's _made)
 class Write:
     """Write ``lease`` (create it when ``create``); ``outcome`` says what a success means.
 

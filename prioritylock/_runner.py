@@ -20,6 +20,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Executor, Future
+from types import MethodType
 from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
@@ -43,6 +44,8 @@ from prioritylock.stores._base import (
     ObjectStore,
     UnsyncedWriter,
 )
+from prioritylock.stores._log import log as _store_log
+from prioritylock.stores._log import unlogged
 
 __all__ = [
     "MIN_WAIT",
@@ -112,7 +115,7 @@ class StoreCall:
 class StoreCalls:
     """The store methods a lock object's ``Read`` and ``Put`` effects call, chosen once."""
 
-    __slots__ = ("bounded", "key", "reader", "store", "unsynced")
+    __slots__ = ("bounded", "key", "plain", "reader", "store", "unsynced")
 
     def __init__(self, store: ObjectStore, key: str, clock: Clock) -> None:
         self.store: ObjectStore = store
@@ -123,27 +126,53 @@ class StoreCalls:
         # this machine (memory, a local directory) are called straight, without a hand-off. A
         # fake clock's seconds are not ones a driver can wait for.
         self.bounded = store.capabilities.shared_across_hosts and not isinstance(clock, FakeClock)
+        # The methods without their DEBUG logging, called while it is off (``_log.unlogged``):
+        # one table per store class, shared (a lease holds nothing more for the collector).
+        self.plain = _plain_methods(type(store))
 
-    def of(self, effect: effects.Read | effects.Put, sent: float | None = None) -> StoreCall:
-        """The call ``effect`` turns into (``sent``: a request write's send time)."""
+    def pick(
+        self, effect: effects.Read | effects.Put
+    ) -> tuple[str, Callable[..., Any], tuple[Any, ...]]:
+        """The store method ``effect`` calls (its name, what the asyncio routes pass to a store's
+        quick or native path), and the arguments."""
         key = self.key
-        by = effect.by if self.bounded else None
-        fn: Callable[..., Any]
         args: tuple[Any, ...]
         match effect:
             case effects.Read(known=str(known)) if self.reader is not None:
-                read = self.reader.read_if_changed
-                return StoreCall("read_if_changed", read, (key, known), by=by)
+                op, args = "read_if_changed", (key, known)
             case effects.Read():
-                return StoreCall("read", self.store.read, (key,), by=by)
+                op, args = "read", (key,)
             case effects.Put(create=True):
-                op, fn, args = "create", self.store.create, (key, effect.data)
+                op, args = "create", (key, effect.data)
             case effects.Put(unsynced=True) if self.unsynced is not None:
-                fn = self.unsynced.replace_unsynced
                 op, args = "replace_unsynced", (key, effect.data, effect.version)
             case effects.Put():
-                op, fn, args = "replace", self.store.replace, (key, effect.data, effect.version)
+                op, args = "replace", (key, effect.data, effect.version)
+        raw = self.plain.get(op)
+        if raw is not None and not _store_log.isEnabledFor(logging.DEBUG):
+            return op, MethodType(raw, self.store), args
+        return op, getattr(self.store, op), args
+
+    def of(self, effect: effects.Read | effects.Put, sent: float | None = None) -> StoreCall:
+        """The call ``effect`` turns into (``sent``: a request write's send time)."""
+        op, fn, args = self.pick(effect)
+        by = effect.by if self.bounded else None
+        if isinstance(effect, effects.Read):
+            return StoreCall(op, fn, args, by=by)
         return StoreCall(op, fn, args, notify=not effect.quiet, by=by, write=True, sent=sent)
+
+
+_plain: dict[type, dict[str, Callable[..., Any]]] = {}
+
+
+def _plain_methods(cls: type) -> dict[str, Callable[..., Any]]:
+    """The store class's methods a lock calls, without their DEBUG logging, by name."""
+    plain = _plain.get(cls)
+    if plain is None:
+        ops = ("read", "read_if_changed", "create", "replace", "replace_unsynced")
+        found = {op: unlogged(getattr(cls, op, None)) for op in ops}
+        plain = _plain[cls] = {op: raw for op, raw in found.items() if raw is not None}
+    return plain
 
 
 class CallPool(Executor):
@@ -253,17 +282,7 @@ class _Acquisition:
         self._runner = runner
 
     def __enter__(self) -> None:
-        runner = self._runner
-        with runner._flags_lock:  # one process-wide lock, held for an instant
-            if runner._acquiring:
-                # One lock object is one client: two callers acquiring with it would share its
-                # state. Every store behaves the same here.
-                who = runner._who
-                raise LockHeld(
-                    f"{runner._key!r}: another {who} is acquiring with this lock object "
-                    f"(use one lock object per {who})"
-                )
-            runner._acquiring = True
+        self._runner._begin_acquire()
 
     def __exit__(self, *exc_info: object) -> None:
         self._runner._acquiring = False
@@ -295,12 +314,29 @@ class FlowRunner:
         # What signals and listeners are given as the lock (tests put a synchronous face here).
         self._sender: Any = self
         self._acquiring = False
+        #: The driver makes every store call of this lock here and now, unbounded (a store of
+        #: this machine on threads, an in-process one on a loop): ``_call_straight``.
+        self._straight = False
 
     def _acquisition(self) -> _Acquisition:
         """While an acquire runs (``with self._acquisition():``): a second one with this
         object raises ``LockHeld``. Made per acquire: one kept on the object would be a
-        reference cycle, left for the garbage collector to free."""
+        reference cycle, left for the garbage collector to free. (The lease locks' hot path
+        spells it out: :meth:`_begin_acquire`, then ``_acquiring = False`` in a ``finally``.)"""
         return _Acquisition(self)
+
+    def _begin_acquire(self) -> None:
+        """An acquire begins: mark it, or raise ``LockHeld`` if one is running already."""
+        with self._flags_lock:  # one process-wide lock, held for an instant
+            if self._acquiring:
+                # One lock object is one client: two callers acquiring with it would share its
+                # state. Every store behaves the same here.
+                who = self._who
+                raise LockHeld(
+                    f"{self._key!r}: another {who} is acquiring with this lock object "
+                    f"(use one lock object per {who})"
+                )
+            self._acquiring = True
 
     def _perform_shared(self, effect: effects.Shared) -> Any:
         """Perform an effect any flow may yield. A waiting one (a store call, a sleep, a pause)
@@ -314,6 +350,8 @@ class FlowRunner:
                 sent = self._clock.monotonic()
                 return self._store_call(self._calls.of(effect, sent))
             case effects.Read() | effects.Put():
+                if self._straight:
+                    return self._call_straight(effect)
                 return self._store_call(self._calls.of(effect))
             case effects.Sleep():
                 return self._sleep(effect.seconds)
@@ -385,11 +423,33 @@ class FlowRunner:
         """A store call returned (a write: the ``version`` it made) or raised: a write that
         may have landed (any outcome but ``ConditionFailed``) is a notice to the other locks of
         the process on the document; a request write that landed stamps it (``_wake.Stamp``)."""
-        if call.notify and not isinstance(error, ConditionFailed):  # ``Notices.after_write_at``
+        if call.notify:
+            self._noticed(error, call.sent, version)
+
+    def _noticed(
+        self, error: BaseException | None, sent: float | None = None, version: object = None
+    ) -> None:
+        """:meth:`_after_write` of a write to notice (``sent``: a request's send time)."""
+        if not isinstance(error, ConditionFailed):  # ``Notices.after_write_at``
             stamp = None
-            if call.sent is not None and error is None and isinstance(version, str):
-                stamp = Stamp(version, call.sent, self._clock)
+            if sent is not None and error is None and isinstance(version, str):
+                stamp = Stamp(version, sent, self._clock)
             NOTICES.notice_at(self._place.where, source=self, stamp=stamp)
+
+    def _call_straight(self, effect: effects.Read | effects.Put) -> Any:
+        """Make the store call of ``effect`` here and now, without a :class:`StoreCall`: on a
+        driver that makes it so anyway (:attr:`_straight`), for a plain read or write (not a
+        request: its notice is stamped). A write is noticed as :meth:`_after_write` says."""
+        _op, fn, args = self._calls.pick(effect)
+        if isinstance(effect, effects.Read) or effect.quiet:
+            return fn(*args)
+        try:
+            version = fn(*args)
+        except Exception as exc:
+            self._noticed(exc)
+            raise
+        self._noticed(None)
+        return version
 
     def _after_write_when_done(
         self, call: StoreCall, future: Future[Any] | asyncio.Future[Any]
@@ -448,8 +508,9 @@ class FlowRunner:
     def _unschedule(self, entry: Any) -> None:
         raise NotImplementedError
 
-    def _bring_forward(self, entry: Any) -> None:
-        """Run the scheduled heartbeat ``entry`` now (called from any thread)."""
+    def _bring_forward(self, entry: Any, when: float | None = None) -> None:
+        """Run the scheduled heartbeat ``entry`` now, or at ``when`` if sooner than planned
+        (called from any thread)."""
         raise NotImplementedError
 
     def _tell(self, news: News) -> None:

@@ -218,6 +218,12 @@ class LockState:
         )
 
     def sight(self, lease: Lease | None, now: float) -> None:
+        if lease is not None and lease.holder is None and lease.requestor is None:
+            # A free lock (the commonest read): no heartbeat, no request to sight.
+            self.holder_seen = self.request_seen = None
+            self.free_seen = proto.sight(self.free_seen, proto.free_ident(lease), now)
+            self.sight_line(lease, now)
+            return
         self.holder_seen = proto.sight(self.holder_seen, proto.heartbeat_ident(lease), now)
         self.request_seen = proto.sight(self.request_seen, proto.request_ident(lease), now)
         self.free_seen = proto.sight(self.free_seen, proto.free_ident(lease), now)

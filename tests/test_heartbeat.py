@@ -54,3 +54,51 @@ def test_short_locks_leave_no_pile_of_dead_renewals() -> None:
         lock.unlock()
     assert hb.pending == 0
     assert len(hb._heap) <= 2 * _COMPACT_MIN + 1, len(hb._heap)
+
+
+@pytest.mark.parametrize("ran_out", [False, True], ids=["kept", "kept-then-ran-out"])
+def test_a_heartbeat_kept_past_brief_holdings_still_renews_the_next(ran_out: bool) -> None:
+    """A lock object in a try_lock/unlock loop keeps one scheduled run for its next holding
+    (``_driver.LockBase._end_heartbeat``) rather than one per holding; the holding that stays
+    is renewed all the same, by the kept run or (once that ran and found nothing held) a new
+    one."""
+    clock = FakeClock()
+    hb = Heartbeat(clock, threaded=False)
+    lock = make(MemoryStore("kept"), clock=clock, heartbeat=hb)
+    cfg = lock.config
+    for _ in range(10):  # brief holdings: no time passes
+        assert lock.try_lock()
+        lock.unlock()
+    assert hb.pending == 1  # kept for the next holding, not one per holding
+    if ran_out:
+        clock.advance(2 * cfg.watch_interval)
+        hb.run_due()  # the kept run finds nothing held, and ends
+        assert hb.pending == 0
+    assert lock.try_lock()
+    start, renewals = clock.monotonic(), set()
+    while clock.monotonic() < start + 3 * cfg.lease_timeout:
+        clock.advance(cfg.watch_interval / 2)
+        hb.run_due()
+        assert lock.is_current_owner()
+        info = lock.info()
+        assert info is not None
+        renewals.add(info.renewed_at)
+    assert len(renewals) >= 3 * cfg.lease_timeout / cfg.renew_interval - 2
+    lock.unlock()
+
+
+def test_a_holder_after_brief_holdings_hears_another_locks_write_at_once() -> None:
+    """The kept heartbeat keeps its notice interest too (an in-process store): a force unlock
+    by another lock object of the process brings the new holding's watch forward, with no time
+    passing, and the holder learns it lost the lock."""
+    clock = FakeClock()
+    hb = Heartbeat(clock, threaded=False)
+    store = MemoryStore("kept-notices")
+    lock = make(store, clock=clock, heartbeat=hb)
+    for _ in range(10):
+        assert lock.try_lock()
+        lock.unlock()
+    assert lock.try_lock()
+    make(store, owner="operator", clock=clock, heartbeat=hb).force_unlock("test")
+    hb.run_due()  # due at once: the notice brought it forward
+    assert not lock.is_current_owner()

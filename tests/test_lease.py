@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import string
 from typing import Any
 
 import attrs
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from prioritylock import CorruptLease
+from prioritylock import CorruptLease, _lease
 from prioritylock._lease import (
     EVENT_KINDS,
     FIELDS,
@@ -28,11 +29,14 @@ from prioritylock._lease import (
     Reserve,
     decode,
     encode,
+    new_lock_id,
     new_nonce,
     salvage_fence,
 )
 
 pytestmark = pytest.mark.timeout(60)
+
+_URLSAFE_CHARS = set(string.ascii_letters + string.digits + "-_")
 
 texts = st.text(max_size=40)
 times = st.floats(0, 2e9, allow_nan=False)
@@ -344,3 +348,12 @@ def test_prior_round_trips_is_carried_by_rewrites_and_is_checked() -> None:
             decode("k", json.dumps(body).encode())
     body["prior"] = None
     assert decode("k", json.dumps(body).encode()).prior is None
+
+
+def test_lock_ids_are_unguessable_text_and_never_shared_with_a_forked_child() -> None:
+    ids = [new_lock_id() for _ in range(600)]  # past one batch of ids drawn ahead
+    assert len(set(ids)) == 600
+    assert all(len(i) == 32 and set(i) <= _URLSAFE_CHARS for i in ids)
+    assert _lease._ids  # some drawn ahead ...
+    _lease._reseed_nonces()  # ... which a forked child drops (``os.register_at_fork``)
+    assert not _lease._ids

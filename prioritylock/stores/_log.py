@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from prioritylock._errors import ConditionFailed, PriorityLockError
 from prioritylock.stores._base import NOT_MODIFIED, Versioned
 
-__all__ = ["describe_error", "describe_result", "log", "logged", "why_not_sent"]
+__all__ = ["describe_error", "describe_result", "log", "logged", "unlogged", "why_not_sent"]
 
 log = logging.getLogger("prioritylock.stores")
 
@@ -41,9 +41,19 @@ def logged(op: str) -> Callable[[_F], _F]:
             log.debug("%r %s %r: %s", self, op, key, describe_result(result))
             return result
 
+        call.__unlogged__ = method  # type: ignore[attr-defined]  # (see ``unlogged``)
         return call  # type: ignore[return-value]
 
     return decorate
+
+
+def unlogged(method: object) -> Callable[..., Any] | None:
+    """The store method ``method`` (a class's function) without its DEBUG logging
+    (:func:`logged`), for a caller that checks ``log.isEnabledFor(logging.DEBUG)`` itself and
+    calls it straight when logging is off (a frame the less per request); None if it logs
+    nothing."""
+    raw: Callable[..., Any] | None = getattr(method, "__unlogged__", None)
+    return raw
 
 
 def describe_error(error: PriorityLockError) -> str:

@@ -74,8 +74,7 @@ def test_a_try_lock_stops_retrying_first_and_settles_its_unknown_write() -> None
     script = [
         now(0.0),
         Step(lambda e: isinstance(e, Read) and e.by == 5.0, None),  # absent: free
-        now(0.1),  # decide
-        now(0.1),  # take
+        now(0.1),  # the decision, and the write's deadlines
         Step(
             lambda e: isinstance(e, Put) and e.by == 5.1,
             StoreUnavailable("timed out", outcome_unknown=True),

@@ -25,8 +25,9 @@ from prioritylock import (
 )
 from prioritylock import _alock as alock_module
 from prioritylock import _effects as effects
-from prioritylock.stores import LocalStore, ObjectStore
+from prioritylock.stores import LocalStore, MemoryStore, ObjectStore
 from prioritylock.testing import DelegatingStore
+from prioritylock.testing.faults import FaultyStore
 from tests.conftest import StoreFactory, selected_kinds
 from tests.lock.helpers import builder
 
@@ -72,7 +73,7 @@ class Injector:
         lock._perform = self._perform_and_cancel  # type: ignore[method-assign]
         # An in-process store's calls are made inline, never awaited (no task can be cancelled
         # there): await them here too, so that a cancellation lands at each.
-        lock._inline = False
+        lock._inline = lock._straight = False
 
     async def call(self, op: Callable[[], Awaitable[T]]) -> T:
         self._victim = asyncio.current_task()
@@ -247,6 +248,28 @@ def test_a_cancelled_unlock_still_releases(store_factory: StoreFactory) -> None:
             counted.extend(injector.seen)
 
     assert _cancel_everywhere(scenario) >= 1
+
+
+def test_an_unlock_made_inline_goes_on_through_a_cancellation_in_its_pause() -> None:
+    """An in-process store's unlock runs without a task of its own: cancelled in the pause
+    after its first write failed, it still writes its release, then raises the cancellation."""
+
+    async def main() -> None:
+        store = FaultyStore(MemoryStore("inline-unlock"))
+        lock = alock(store, "victim")
+        assert await lock.try_lock()
+        store.inject("replace", "unavailable")  # the release pauses, then writes again
+        unlocking = asyncio.ensure_future(lock.unlock())
+        while store.injected["unavailable"] == 0:
+            await asyncio.sleep(0)  # until the failed write: the unlock is in its pause
+        unlocking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await unlocking
+        assert not lock.is_current_owner()
+        info = await alock(store, "probe").info()
+        assert info is not None and not info.held and info.last_event == "released"
+
+    asyncio.run(main())
 
 
 def test_leaving_async_with_in_a_cancelled_task_releases(store: ObjectStore) -> None:

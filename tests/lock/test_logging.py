@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from prioritylock import LockLost
+from prioritylock.stores import MemoryStore
 from tests.conftest import StoreFactory
 from tests.lock.helpers import builder, make
 
@@ -52,3 +53,20 @@ def test_operators_read_who_holds_what_with_which_fence(
     ), warnings
     for lock in (worker, ops):
         lock.close()  # no heartbeat outlives the test (ops's may not have heard the unlock yet)
+
+
+def test_a_locks_store_requests_are_logged_only_while_debug_is_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A lock calls its store's methods without their DEBUG wrapper while DEBUG is off
+    (``_runner.StoreCalls.plain``), and with it once DEBUG is turned on, lock made or not."""
+    lock = make(MemoryStore("logged"))
+    caplog.set_level(logging.INFO, logger="prioritylock.stores")
+    assert lock.try_lock()
+    lock.unlock()
+    assert not [r for r in caplog.records if r.name == "prioritylock.stores"]
+    caplog.set_level(logging.DEBUG, logger="prioritylock.stores")
+    assert lock.try_lock()
+    lock.unlock()
+    lines = [r.getMessage() for r in caplog.records if r.name == "prioritylock.stores"]
+    assert len(lines) == 2 and all(" replace " in line for line in lines), lines
