@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -103,6 +104,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("prioritylock")
+
+#: The random draw, uniform in [0, 1), that places a holding's next renewal in its window
+#: (:func:`_protocol.next_renewal`); a test that scripts exact times pins it.
+spread_draw: Callable[[], float] = random.random
 
 
 class Backoff:
@@ -662,7 +667,7 @@ def become_holder(
         lease=lease,
         version=version,
         deadline=started + state.lease_timeout,
-        next_renew=started + state.renew_interval,
+        next_renew=proto.next_renewal(started, state.renew_interval, spread_draw(), first=True),
         next_watch=started + state.watch_interval,
         quiet_since=started,
     )
@@ -797,7 +802,9 @@ def renew(state: LockState, holding: Holding) -> Flow[None]:
             holding.lease, holding.version = result.lease, result.version
             state.seen = Seen(result.lease, result.version)
             holding.deadline = started + state.lease_timeout
-            holding.next_renew = started + state.renew_interval
+            holding.next_renew = proto.next_renewal(
+                started, state.renew_interval, spread_draw(), first=False
+            )
             holding.next_watch = started + state.watch_interval
             if proto.pending_request_for(beat_, state.priority) is None:
                 holding.quiet_since = started
