@@ -137,11 +137,12 @@ class AsyncScheduler:
     async def _loop(self) -> None:
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
-        cpu = time.thread_time
+        cpu, monotonic, pop_due = time.thread_time, self.clock.monotonic, self._heap.pop_due
         last_yield = cpu()
         try:
             while not self._closed:
-                entry = self._pop_due(self.clock.monotonic())
+                now = monotonic()
+                entry = pop_due(now)
                 if entry is None:
                     nxt = self._next_due()
                     if nxt is None and not self._tasks:
@@ -155,8 +156,7 @@ class AsyncScheduler:
                     last_yield = cpu()
                     continue
                 if entry.inline:
-                    behind = self.clock.monotonic() - entry.when > _LATE
-                    turn = _BEHIND_SLICE if behind else _INLINE_SLICE
+                    turn = _BEHIND_SLICE if now - entry.when > _LATE else _INLINE_SLICE
                     await self._run(entry)
                     # In-process renewals take microseconds each, but thousands fall due on the
                     # same grid tick: let the loop breathe every few milliseconds of them.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -103,6 +104,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("prioritylock")
+
+#: The random draw, uniform in [0, 1), that places a holding's next renewal in its window
+#: (:func:`_protocol.next_renewal`); a test that scripts exact times pins it.
+spread_draw: Callable[[], float] = random.random
 
 
 class Backoff:
@@ -748,7 +753,7 @@ def become_holder(
         lease=lease,
         version=version,
         deadline=started + state.lease_timeout,
-        next_renew=started + state.renew_interval,
+        next_renew=proto.next_renewal(started, state.renew_interval, spread_draw(), first=True),
         next_watch=started + state.watch_interval,
         quiet_since=started,
     )
@@ -831,15 +836,17 @@ def beat(state: LockState, holding: Holding) -> Flow[float | None]:
     if holding.ended or holding.lost is not None or state.holding is not holding:
         return None
     mono: float
-    mono, _wall = yield NOW  # (not ``now()``: a generator the less, on every heartbeat)
+    # (Not ``now()``: a generator the less, on every heartbeat; and what it reads is the start
+    # of the renewal or the watch that follows, without a clock read of their own.)
+    mono, wall = yield NOW
     if mono >= holding.deadline:
         yield Lose(holding, "expired")
         return None
     try:
         if mono >= holding.next_renew:
-            yield from renew(state, holding)
+            yield from renew(state, holding, (mono, wall))
         elif mono >= holding.next_watch or holding.poked:
-            yield from watch(state, holding)
+            yield from watch(state, holding, mono)
     except StoreUnavailable as exc:
         log.warning("prioritylock: heartbeat of %r failed (%s); retrying", state.key, exc)
         return min(holding.deadline, mono + min(1.0, state.renew_interval / 4))
@@ -856,9 +863,12 @@ def beat(state: LockState, holding: Holding) -> Flow[float | None]:
     return min(holding.next_renew, holding.next_watch, holding.deadline)
 
 
-def renew(state: LockState, holding: Holding) -> Flow[None]:
+def renew(
+    state: LockState, holding: Holding, clock: tuple[float, float] | None = None
+) -> Flow[None]:
     """Write the next heartbeat, at once again each time it lost its race to waiters only
-    (:func:`_protocol.line_moved`); examine any other loss, up to 8 of them.
+    (:func:`_protocol.line_moved`); examine any other loss, up to 8 of them. ``clock``: the
+    (monotonic, wall) time the caller read just before, taken as the first write's start.
 
     :raises StoreUnavailable: the store failed, or 8 renewals lost to other writers.
     """
@@ -866,7 +876,10 @@ def renew(state: LockState, holding: Holding) -> Flow[None]:
     while races < 8:
         if not holding.active:
             return
-        started, wall = yield NOW
+        if clock is None:
+            started, wall = yield NOW
+        else:
+            (started, wall), clock = clock, None
         if started >= holding.deadline:
             yield Lose(holding, "expired")
             return
@@ -882,7 +895,9 @@ def renew(state: LockState, holding: Holding) -> Flow[None]:
             holding.lease, holding.version = result.lease, result.version
             state.seen = Seen(result.lease, result.version)
             holding.deadline = started + state.lease_timeout
-            holding.next_renew = started + state.renew_interval
+            holding.next_renew = proto.next_renewal(
+                started, state.renew_interval, spread_draw(), first=False
+            )
             holding.next_watch = started + state.watch_interval
             if proto.pending_request_for(beat_, state.priority) is None:
                 holding.quiet_since = started
@@ -915,24 +930,27 @@ def renew_now(state: LockState, holding: Holding) -> Flow[None]:
     raise_if_lost(state.key, holding)
 
 
-def watch(state: LockState, holding: Holding) -> Flow[None]:
+def watch(state: LockState, holding: Holding, started: float) -> Flow[None]:
     """Read the document as holder (at the watch interval, or at once when a notice says it
-    may have changed) and examine what it shows."""
-    started, _wall = yield NOW
+    may have changed) and examine what it shows. ``started``: the time just before, on the
+    monotonic clock."""
     holding.poked = False
     # A failing read must neither outlive the lease nor hold up a renewal that falls due.
     # The request in flight may take until the lease ends (a slow answer is not a failure).
     seen = yield from read(state, min(holding.deadline, holding.next_renew), holding.deadline)
-    read_at, _wall = yield NOW
+    read_at, wall = yield NOW
     holding.next_watch = read_at + state.watch_interval
     if seen.lease is not None and proto.pending_request_for(seen.lease, state.priority) is None:
         holding.quiet_since = started
-    yield from examine(state, holding, seen)
+    yield from examine(state, holding, seen, (read_at, wall))
 
 
-def examine(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
+def examine(
+    state: LockState, holding: Holding, seen: Seen, clock: tuple[float, float] | None = None
+) -> Flow[bool]:
     """Look at a fresh read as holder: still ours? A request to clean up for? True while we
-    still hold the lock."""
+    still hold the lock. ``clock``: the (monotonic, wall) time the caller read when the read
+    returned, if it did."""
     lease = seen.lease
     if lease is None or lease.holder is None or lease.holder.lock_id != holding.lock_id:
         kind = lease.event.kind if lease is not None and lease.event is not None else "released"
@@ -940,7 +958,7 @@ def examine(state: LockState, holding: Holding, seen: Seen) -> Flow[bool]:
         return False
     assert seen.version is not None
     holding.lease, holding.version = lease, seen.version
-    mono, wall = yield NOW
+    mono, wall = (yield NOW) if clock is None else clock
     holding.request_seen = proto.sight(holding.request_seen, proto.request_ident(lease), mono)
     state.sight_line(lease, mono)
     told = holding.told

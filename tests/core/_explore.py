@@ -184,6 +184,10 @@ class _Det:
         return 0.5
 
 
+def _no_spread() -> float:
+    return 0.0
+
+
 def _nonce() -> str:
     return f"N{next(_Det.nonces)}Z"
 
@@ -197,6 +201,9 @@ class Patched:
         self._saved = [getattr(m, n) for m, n in self._names]
         for module, name in self._names:
             setattr(module, name, _nonce)
+        # Renewals at exactly the renew interval (the last moment the spread allows): the
+        # scenarios' ticks are set by it.
+        self._draw, flows.spread_draw = flows.spread_draw, _no_spread
         self._random = getattr(flows, "random")  # noqa: B009 (not exported: mypy)
         setattr(flows, "random", _Det)  # noqa: B010
         self._logging = flows.log.disabled
@@ -206,6 +213,7 @@ class Patched:
         for (module, name), value in zip(self._names, self._saved, strict=True):
             setattr(module, name, value)
         setattr(flows, "random", self._random)  # noqa: B010
+        flows.spread_draw = self._draw
         flows.log.disabled = self._logging
 
 

@@ -668,7 +668,7 @@ def test_beat_on_a_corrupt_document_loses() -> None:
     st = state()
     held = holding_of(MINE, st)
     lost = lose("heartbeat failed", prefix=True)
-    script = [now(11.5), now(11.5), Step(Read, Versioned(b"{not json", "v2")), lost]
+    script = [now(11.5), Step(Read, Versioned(b"{not json", "v2")), lost]
     assert drive(flows.beat(st, held), script)[0] is None
 
 
@@ -676,7 +676,7 @@ def test_beat_retries_later_when_the_store_is_unavailable() -> None:
     st = state()
     held = holding_of(MINE, st)
     # The watch read may retry only until the renewal falls due (13).
-    script = [now(11.5), now(11.5), Step(Read, unavailable()), now(13.0)]
+    script = [now(11.5), Step(Read, unavailable()), now(13.0)]
     again, _ = drive(flows.beat(st, held), script)
     assert again == 11.5 + 0.75  # a quarter of the renew interval, well before the deadline
     assert held.active
@@ -686,10 +686,10 @@ def test_beat_renews_when_due_and_moves_the_deadline() -> None:
     st = state()
     held = holding_of(MINE, st)
     renewed = Step(lambda e: isinstance(e, Renewed) and e.holding is held)
-    script = [now(13.0), now(13.0), Step(Put, "v2"), renewed]
+    script = [now(13.0), Step(Put, "v2"), renewed]
     again, effects = drive(flows.beat(st, held), script)
     assert (held.deadline, held.version, again) == (23.0, "v2", 14.0)
-    sent = put_lease(effects[2])
+    sent = put_lease(effects[1])
     assert sent.holder is not None and sent.holder.beat == 4
 
 
@@ -699,7 +699,6 @@ def test_beat_renewal_refused_by_an_override_loses_overridden() -> None:
     taken = lease(fence=8, holder=holder("x"), event=Event("override", 1.0, "op"))
     lost = lose("overridden")
     script = [
-        now(13.0),
         now(13.0),
         Step(Put, ConditionFailed("jobs/a")),
         Step(Read, doc(taken, "v2")),

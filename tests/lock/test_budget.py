@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from prioritylock import FakeClock, Heartbeat
+from prioritylock import _flows as flows
 from prioritylock.stores import ConditionalReader
 from tests.conftest import StoreFactory
 from tests.lock.helpers import make
@@ -67,8 +68,11 @@ def test_refusal_costs_one_read(store_factory: StoreFactory) -> None:
 
 
 def test_a_watch_is_one_read_and_unchanged_on_conditional_stores(
-    store_factory: StoreFactory,
+    store_factory: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Renewals at the full renew interval, not spread earlier (``_protocol.next_renewal``):
+    # the script counts the watches in between.
+    monkeypatch.setattr(flows, "spread_draw", lambda: 0.0)
     clock = FakeClock()
     heartbeat = Heartbeat(clock, threaded=False)
     store = store_factory()
