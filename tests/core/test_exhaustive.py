@@ -19,6 +19,7 @@ from tests.core._explore import (
     SCENARIOS,
     Bounds,
     Client,
+    Patched,
     Scenario,
     World,
     explore,
@@ -136,6 +137,11 @@ def test_a_hinted_holder_gets_its_whole_window(hinted: bool) -> None:
         Client("A", ("try_lock",), priority=1, hinted=hinted),
         Client("B", ("try_lock",), priority=5, hinted=hinted),
     )
+    with Patched():  # renewals at the renew interval, not drawn earlier (the ticks assume it)
+        _hinted_holders_window(hinted, clients, b)
+
+
+def _hinted_holders_window(hinted: bool, clients: tuple[Client, ...], b: Bounds) -> None:
     world = World(Scenario("window", clients), b, (1.0, 1.0))
     for choice in [("run", 0), ("tick", 15.0), ("run_until_blocked", 1)]:
         world.apply(choice)  # A holds (its last read at 0); 15 s on, B asks
