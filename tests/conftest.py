@@ -14,7 +14,8 @@ How a run is ordered and cut (:func:`pytest_collection_modifyitems`): the module
 a tail after every other worker is done; ``PRIORITYLOCK_SAMPLE=COUNT:SEED`` runs a seeded sample
 of COUNT of the tests collected (tests/lock/test_notices_faults.py replays the lock suites so);
 ``PRIORITYLOCK_SERIAL_IDS=FILE`` writes the ids of the tests marked ``serial`` to FILE, one a
-line, so that scripts/test's pass of them alone collects only their modules.
+line, and those of the tests marked ``load`` to FILE.load, so that scripts/test's passes of them
+after the parallel one collect only their modules.
 """
 
 from __future__ import annotations
@@ -120,14 +121,16 @@ LONG_FIRST = (
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The serial tests' ids when asked; a sample (in node id order) when asked, else long
-    modules first (see the module docstring). Runs before ``-m`` and ``-k`` deselect anything."""
+    """The serial and load tests' ids when asked; a sample (in node id order) when asked, else
+    long modules first (see the module docstring). Runs before ``-m`` and ``-k`` deselect
+    anything."""
     path = os.environ.get("PRIORITYLOCK_SERIAL_IDS")
     if path:
-        ids = "".join(f"{i.nodeid}\n" for i in items if i.get_closest_marker("serial"))
-        written = Path(f"{path}.{os.getpid()}")  # every xdist worker writes the same list
-        written.write_text(ids, encoding="utf-8")
-        written.replace(path)
+        for marker, name in (("serial", path), ("load", f"{path}.load")):
+            ids = "".join(f"{i.nodeid}\n" for i in items if i.get_closest_marker(marker))
+            written = Path(f"{name}.{os.getpid()}")  # every xdist worker writes the same list
+            written.write_text(ids, encoding="utf-8")
+            written.replace(name)
     sample = os.environ.get("PRIORITYLOCK_SAMPLE")
     if sample:
         count, seed = sample.split(":", 1)

@@ -78,7 +78,7 @@ def _lock(store: ObjectStore, owner: str, poll: float = 0.05) -> AsyncLock:
 
 @pytest.mark.slow
 @pytest.mark.soak
-@pytest.mark.serial
+@pytest.mark.load
 @pytest.mark.timeout(HERD_SECONDS + 120)
 @pytest.mark.parametrize("kind", ["memory", "local"])
 def test_a_thousand_tasks_on_one_lock_in_one_loop(kind: str, tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_a_thousand_tasks_on_one_lock_in_one_loop(kind: str, tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.soak
-@pytest.mark.serial
+@pytest.mark.load
 @pytest.mark.timeout(RUN_SECONDS + 120)
 def test_sync_processes_and_async_tasks_share_a_local_lock(tmp_path: Path) -> None:
     """Two processes of sync ``Lock`` clients and twenty async tasks in this one, on the same

@@ -164,7 +164,7 @@ def test_checker_catches_overlaps_and_fence_errors() -> None:
 
 @pytest.mark.slow
 @pytest.mark.soak
-@pytest.mark.serial
+@pytest.mark.load
 @pytest.mark.timeout(THREAD_SECONDS + 60)
 def test_thousand_threads_on_memory_store() -> None:
     store = MemoryStore("stress-threads")
@@ -281,7 +281,7 @@ def _read_results(path: Path, who: str) -> tuple[list[Section], int]:
 
 @pytest.mark.slow
 @pytest.mark.soak
-@pytest.mark.serial
+@pytest.mark.load
 @pytest.mark.timeout(PROCESS_SECONDS + 60)
 def test_eight_processes_on_local_store(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"

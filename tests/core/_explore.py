@@ -41,6 +41,7 @@ Checked at every state:
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -662,12 +663,16 @@ class World:
 
     # -- memoisation ---------------------------------------------------------------------------
 
-    def fingerprint(self) -> str:
+    def fingerprint(self) -> tuple[Any, ...]:
+        """The state as plain, hashable data, nonces, lock ids and versions renamed in order of
+        first appearance (:func:`_norm`)."""
+        _RENAMED.clear()
+        _SEEN.clear()
         parts: list[Any] = [
             self.t,
-            self.doc,
+            _norm(self.doc),
             self.faults,
-            sorted(self.break_glass),
+            tuple(sorted(self.break_glass)),
             self.max_holder_fence,
         ]
         for p in self.procs:
@@ -679,7 +684,7 @@ class World:
                     _norm(p.pending),
                     p.until,
                     p.due,
-                    [_norm(c) for c in p.cleanups],
+                    tuple([_norm(c) for c in p.cleanups]),
                     None if p.bg is None else (_norm(p.bg[0]), p.bg[1]),
                     _norm(p.st.seen),
                     _norm(p.st.holder_seen),
@@ -693,7 +698,7 @@ class World:
                     _frames(p.flow),
                 )
             )
-        return _canonical(repr(parts))
+        return tuple(parts)
 
 
 def _show(doc: tuple[bytes, str] | None) -> str:
@@ -709,82 +714,119 @@ def _show(doc: tuple[bytes, str] | None) -> str:
 
 
 def _norm(v: Any) -> Any:
-    """``v`` as plain data for the fingerprint. Called millions of times per scenario: each type's
-    treatment (and an attrs class's field names) is worked out once, by :func:`_treatment`."""
+    """``v`` as plain data for the fingerprint, its tokens renamed (:func:`_rename`). Called
+    millions of times per scenario: each type's treatment (and an attrs class's field getter) is
+    worked out once, by :func:`_treatment`, and numbers and None are not passed in at all."""
     cls = type(v)
     treatment = _TREATMENTS.get(cls)
     if treatment is None:
         treatment = _TREATMENTS[cls] = _treatment(cls)
-    kind, names = treatment
+    kind, how = treatment
+    if kind == "fields":
+        # The same lease, holding or attempt is met several times in one state (in the lock
+        # state, the holding and the flows' locals): rendered once.
+        seen = _SEEN.get(id(v))
+        if seen is None:
+            tag, fields = how
+            out = (tag, *[x if type(x) in _PLAIN else _norm(x) for x in fields(v)])
+            seen = _SEEN[id(v)] = (v, out)
+        return seen[1]
+    if kind == "text":
+        return _TOKEN.sub(_rename, v) if "Z" in v else v
     if kind == "plain":
         return v
-    if kind == "fields":
-        return (names[0], *[_norm(getattr(v, name)) for name in names[1:]])
     if kind == "sequence":
-        return tuple([_norm(x) for x in v])
+        return tuple([x if type(x) in _PLAIN else _norm(x) for x in v])
+    if kind == "data":
+        return _BYTES_TOKEN.sub(_rename_bytes, v) if b"Z" in v else v
     if kind == "backoff":
         return ("Backoff", v._cap, v._next)
     if kind == "mapping":
-        return tuple(sorted((k, _norm(x)) for k, x in v.items()))
+        return tuple(sorted((_norm(k), _norm(x)) for k, x in v.items()))
     if kind == "error":
-        return (cls.__name__, str(v))
-    return names[0]  # "name": a constant
+        return (cls.__name__, _norm(str(v)))
+    return how  # "name": a constant
 
 
-_Treatment = tuple[str, tuple[str, ...]]
+#: What :func:`_norm` returns as it is (exact types: it is asked about subclasses).
+_PLAIN = frozenset({type(None), bool, int, float})
+_Treatment = tuple[str, Any]
 _TREATMENTS: dict[type, _Treatment] = {}
 
 
 def _treatment(cls: type) -> _Treatment:
-    """How :func:`_norm` renders an instance of ``cls``: ("plain", ()) as it is; ("fields",
-    (tag, field, ...)) as the tag and its fields; ("sequence", ()) item by item; ("mapping",
-    ()) as its sorted items; ("backoff", ()), ("error", ()); or ("name", (constant,))."""
-    if cls is type(None) or issubclass(cls, bool | int | float | str | bytes):
-        return "plain", ()
+    """How :func:`_norm` renders an instance of ``cls``: ("plain", None) as it is; ("text",
+    None) and ("data", None) with their tokens renamed; ("fields", (tag, getter)) as the tag
+    and its fields (the getter returns them, in order); ("sequence", None) item by item;
+    ("mapping", None) as its sorted items; ("backoff", None), ("error", None); or ("name",
+    constant)."""
+    if issubclass(cls, str):
+        return "text", None
+    if issubclass(cls, bytes):
+        return "data", None
+    if cls is type(None) or issubclass(cls, bool | int | float):
+        return "plain", None
     if issubclass(cls, lockstate.LockState):
-        return "name", ("st",)
+        return "name", "st"
     if issubclass(cls, flows.Backoff):
-        return "backoff", ()
+        return "backoff", None
     if issubclass(cls, lockstate.Holding):
-        names = (f.name for f in attrs.fields(lockstate.Holding) if f.name != "entry")
-        return "fields", ("Holding", *names)
+        fields = [f.name for f in attrs.fields(lockstate.Holding) if f.name != "entry"]
+        return "fields", ("Holding", _getter(fields))
     if attrs.has(cls):
-        return "fields", (cls.__name__, *(f.name for f in attrs.fields(cls)))
+        return "fields", (cls.__name__, _getter([f.name for f in attrs.fields(cls)]))
     if issubclass(cls, tuple | list):
-        return "sequence", ()
+        return "sequence", None
     if issubclass(cls, dict):
-        return "mapping", ()
+        return "mapping", None
     if issubclass(cls, BaseException):
-        return "error", ()
-    return "name", (cls.__name__,)
+        return "error", None
+    return "name", cls.__name__
 
 
-def _frames(gen: Any) -> Any:
+def _getter(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """The attributes ``names`` of an object, as a tuple."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    return lambda v: tuple([getattr(v, name) for name in names])
+
+
+def _frames(gen: Any) -> tuple[Any, ...]:
     out = []
     while gen is not None and gen.gi_frame is not None:
         frame = gen.gi_frame
         local = sorted(
             [(k, _norm(v)) for k, v in frame.f_locals.items() if not hasattr(v, "gi_frame")]
         )
-        out.append((gen.gi_code.co_name, frame.f_lasti, local))
+        out.append((gen.gi_code.co_name, frame.f_lasti, tuple(local)))
         gen = gen.gi_yieldfrom
-    return out
+    return tuple(out)
 
 
+#: Nonces (``N7Z``), lock ids (``I0x2Z``) and versions (``V3Z``): counters that differ between
+#: two paths to the same state.
 _TOKEN = re.compile(r"[NIV][0-9x]+Z")
+_BYTES_TOKEN = re.compile(rb"[NIV][0-9x]+Z")
+#: The tokens of the fingerprint being made, by their new names, and the objects it rendered
+#: (kept, so that no ``id`` is reused meanwhile) by ``id``: both cleared for each one.
+_RENAMED: dict[str, str] = {}
+_SEEN: dict[int, tuple[Any, tuple[Any, ...]]] = {}
 
 
-def _canonical(text: str) -> str:
-    """Rename nonces, lock ids and versions in order of first appearance."""
-    names: dict[str, str] = {}
+def _new_name(token: str) -> str:
+    """A token's new name: its initial and the count of tokens seen before it."""
+    name = _RENAMED.get(token)
+    if name is None:
+        name = _RENAMED[token] = f"{token[0]}{len(_RENAMED)}"
+    return name
 
-    def rename(m: re.Match[str]) -> str:
-        tok = m.group(0)
-        if tok not in names:
-            names[tok] = f"{tok[0]}{len(names)}"
-        return names[tok]
 
-    return _TOKEN.sub(rename, text)
+def _rename(m: re.Match[str]) -> str:
+    return _new_name(m.group(0))
+
+
+def _rename_bytes(m: re.Match[bytes]) -> bytes:
+    return _new_name(m.group(0).decode()).encode()
 
 
 # -- the scenarios ------------------------------------------------------------------------------
@@ -1013,7 +1055,7 @@ def _dfs(
     path: list[Choice],
     world: World,
     left: int,
-    memo: dict[str, int],
+    memo: dict[tuple[Any, ...], int],
     result: Result,
     failing: list[Choice],
 ) -> bool:
