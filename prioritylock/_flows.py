@@ -226,9 +226,16 @@ def read(state: LockState, deadline: float | None = None, bound: float | None = 
         seen = cached  # a store without conditional reads, or one that ignored the condition
     else:
         assert isinstance(found, Versioned)
-        seen = Seen(decode(state.key, found.data, name=state.key), found.version)
-        if state.shared is not None:
-            state.shared.put(state.name, seen)
+        shared = state.shared
+        other = None if shared is None else shared.get(state.name)
+        if other is not None and other.version == found.version and other.lease is not None:
+            # Another lock object of this process decoded this version (a version names its
+            # bytes): a release that wakes a line of waiters is decoded once, not by each.
+            seen = other
+        else:
+            seen = Seen(decode(state.key, found.data, name=state.key), found.version)
+            if shared is not None:
+                shared.put(state.name, seen)
     state.seen = seen
     return seen
 

@@ -68,6 +68,28 @@ def test_a_change_since_is_read_whole(store_factory: StoreFactory, decodes: list
     other.unlock()
 
 
+def test_a_version_is_decoded_once_per_process(
+    store_factory: StoreFactory, decodes: list[str]
+) -> None:
+    """Lock objects that had each read an older version, reading a new one another process
+    wrote (a line of waiters woken by a release), decode it once between them."""
+    store = store_factory()
+    readers = [make(store_factory(), owner=f"reader{i}") for i in range(3)]
+    holder = make(store, owner="holder")
+    assert holder.try_lock()
+    for reader in readers:
+        assert reader.info() is not None  # each has seen the document: its own cached version
+    other = make(_Unnamed(store), owner="other")  # another process's write, unseen here
+    holder.unlock()
+    assert other.try_lock()
+    decodes.clear()
+    for reader in readers:
+        info = reader.info()
+        assert info is not None and info.owner == "other"
+    assert len(decodes) == 1, decodes
+    other.unlock()
+
+
 class _Unnamed:
     """A store without a ``namespace``: its lock objects share nothing through the cache."""
 
