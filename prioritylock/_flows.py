@@ -28,6 +28,7 @@ Three rules hold everywhere:
 from __future__ import annotations
 
 import logging
+import os
 import random
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -105,9 +106,17 @@ __all__ = [
 
 log = logging.getLogger("prioritylock")
 
+#: The library's own random numbers (jitter, the renewal spread): never the ``random`` module's
+#: shared generator, whose state belongs to the application (a seeded program, or hypothesis, which
+#: fails a test when a strategy's draw sees that state move under it: a heartbeat thread drawing
+#: beside it did). Reseeded in a forked child, as the module's is, so parent and child differ.
+_random = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_random.seed)
+
 #: The random draw, uniform in [0, 1), that places a holding's next renewal in its window
 #: (:func:`_protocol.next_renewal`); a test that scripts exact times pins it.
-spread_draw: Callable[[], float] = random.random
+spread_draw: Callable[[], float] = _random.random
 
 
 class Backoff:
@@ -121,7 +130,7 @@ class Backoff:
     def next(self) -> float:
         current = self._next
         self._next = min(self._cap, current * 2)
-        return current * (0.5 + random.random())
+        return current * (0.5 + _random.random())
 
     def at_least(self, step: float) -> None:
         """Go on from ``step`` (at most the cap) if this backoff is not that deep yet."""
@@ -665,7 +674,7 @@ def wait_to_retry(
     # release goes to the line's head; a herd woken with it would all read, and all join at the
     # one free place). Closing the lock object or cancelling still ends the wait at once.
     full = step.reason == "full"
-    pause = state.poll_interval * (0.5 + random.random()) if full else attempt.delay.next()
+    pause = state.poll_interval * (0.5 + _random.random()) if full else attempt.delay.next()
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
     if deadline is not None:
