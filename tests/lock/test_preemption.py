@@ -50,12 +50,18 @@ class Background:
 
 
 def holder_with(
-    factory: StoreFactory, rec: Recorder | None, *, priority: int = 1, cleanup: float = 10.0
+    factory: StoreFactory,
+    rec: Recorder | None,
+    *,
+    priority: int = 1,
+    cleanup: float = 10.0,
+    **more: Any,
 ) -> Lock:
     opts: dict[str, Any] = {
         "priority": priority,
         "cleanup_timeout": cleanup,
         "watch_interval": WATCH,
+        **more,
     }
     if rec is not None:
         opts["listener"] = rec
@@ -365,8 +371,11 @@ def test_the_cleanup_deadline_never_outlasts_the_requestors_wait(
 ) -> None:
     never = threading.Event()
     rec = Recorder(cleanup_blocks=never)
-    holder = holder_with(store_factory, rec, cleanup=1.0)
-    high = make(store_factory(), owner="high", priority=9, waiting_timeout=30)
+    # The holder is told only by a read within its window (the cleanup timeout less the drift
+    # allowance) of its last read without the request: a drift allowance of 0.1 s leaves it 0.9 s
+    # of the 1 s (the default 0.5 s left 0.5, which a loaded machine's slow emulator missed once).
+    holder = holder_with(store_factory, rec, cleanup=1.0, max_clock_drift=0.1)
+    high = make(store_factory(), owner="high", priority=9, waiting_timeout=30, max_clock_drift=0.1)
     attempt = Background(high.try_lock)
     assert rec.cleanup.wait(10)
     with pytest.raises(PreemptionTimeout):
