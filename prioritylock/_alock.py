@@ -398,7 +398,7 @@ class AsyncLock(LoopRunner, LockBase):
         cancelled: list[BaseException] = []
         try:
             async with guard:  # (free: taken without waiting)
-                outcome = await self._run(self._release_flow(), cancelled)
+                outcome = await self._run(self._start_release(), cancelled)
             if outcome is not None and (news := self._released_news(outcome)) is not None:
                 await self._announce(news)  # receivers only: nothing awaited
         except Exception:
@@ -409,7 +409,7 @@ class AsyncLock(LoopRunner, LockBase):
 
     async def _unlock(self) -> None:
         async with self._guard():
-            outcome = await self._run(self._release_flow())
+            outcome = await self._run(self._start_release())
         if outcome is not None and (news := self._released_news(outcome)) is not None:
             await self._announce(news)  # (no coroutine made when nobody listens)
 
@@ -490,7 +490,7 @@ class AsyncLock(LoopRunner, LockBase):
                 await guard.acquire()
                 self._guard_held = True
                 try:
-                    got = await self._run(self._acquire_flow(lock_id, blocking, deadline))
+                    got = await self._run(self._start_acquire(lock_id, blocking, deadline))
                 finally:
                     self._armed = None
                     if not got:

@@ -22,7 +22,13 @@ from prioritylock import _flows as flows
 from prioritylock import _state as lockstate
 from prioritylock import signals
 from prioritylock._config import LockConfig
-from prioritylock._errors import ConfigError, LockHeld, LockTimeout
+from prioritylock._errors import (
+    ConditionFailed,
+    ConfigError,
+    LockHeld,
+    LockTimeout,
+    StoreUnavailable,
+)
 from prioritylock._hints import HINTS
 from prioritylock._info import LockInfo
 from prioritylock._lease import MAX_MESSAGE_CHARS, Lease
@@ -31,6 +37,7 @@ from prioritylock._reserve import boot_id
 from prioritylock._runner import (
     MIN_WAIT,
     CallPool,
+    Done,
     FlowRun,
     FlowRunner,
     News,
@@ -212,7 +219,8 @@ class LockBase(FlowRunner):
 
     def _check_not_held(self) -> None:
         self._check_open()
-        if self.is_current_owner():
+        holding = self._st.holding  # (every acquire asks: not held is the common answer)
+        if holding is not None and not holding.ended and self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")
 
     def _deadline(self, timeout: float | None) -> float | None:
@@ -229,6 +237,67 @@ class LockBase(FlowRunner):
 
     def _release_flow(self) -> effects.Flow[lockstate.Released | None]:
         return flows.release(self._st, self._require_holding(), cleanup_done=False)
+
+    # -- the uncontended cycle, made here: no flow to drive ----------------------------------
+
+    def _start_acquire(
+        self, lock_id: str, blocking: bool, deadline: float | None
+    ) -> effects.Flow[bool]:
+        """An acquire's flow, for the driver's ``_run``: ``Done`` when its first round took
+        the lock here and now, else the flow from the start, or from where this left it
+        (``_flows.acquire_after``).
+
+        On a driver that makes its store calls here anyway (:attr:`_straight`) and with the
+        document known, the first round (:func:`_flows.first_write`, the write, then
+        :func:`_flows.took`) is made without a flow: the effects it would yield are done as
+        ``_perform_effect`` does them, in the flow's order. Every decision is the flow's."""
+        st = self._st
+        seen = st.seen
+        if not self._straight or seen is None:
+            return self._acquire_flow(lock_id, blocking, deadline)
+        hint = HINTS.hint_for(lock_id, self._place.where) if self._hinted else None
+        attempt = flows.new_attempt(st, lock_id, blocking, deadline, hint)
+        if blocking:
+            self._perform_shared(effects.ARM)
+        clock = self._clock
+        mono, wall = clock.monotonic(), clock.time()
+        step, write = flows.first_write(st, attempt, seen, mono, wall)
+        if write is None:
+            return flows.acquire_after(st, attempt, seen, step, mono)
+        lease, put = write
+        try:
+            version = self._call_straight(put)
+        except (ConditionFailed, StoreUnavailable) as exc:
+            return flows.acquire_after(st, attempt, seen, step, mono, write=(lease, put, exc))
+        hint_sent, hold = flows.took(st, attempt, seen, lease, version, mono=mono)
+        if hint_sent is not None:
+            self._perform_shared(hint_sent)
+        self._hold(hold)
+        return Done(True)
+
+    def _start_release(self) -> effects.Flow[lockstate.Released | None]:
+        """An unlock's flow, for the driver's ``_run``: ``Done`` (what to announce) when its
+        first write landed here and now, else the flow from the start, or from where this left
+        it (``_flows.release_after``). As :meth:`_start_acquire`: made without a flow on a
+        driver that calls its store here."""
+        holding = self._require_holding()
+        if not self._straight:
+            return flows.release(self._st, holding, cleanup_done=False)
+        st, clock = self._st, self._clock
+        mono, wall = clock.monotonic(), clock.time()
+        first = flows.release_first(st, holding, mono, wall)
+        if first is None:  # expired meanwhile: the flow tells the loss
+            return flows.release(st, holding, cleanup_done=False)
+        deadline, nxt, put = first
+        try:
+            version = self._call_straight(put)
+        except (ConditionFailed, StoreUnavailable) as exc:
+            return flows.release_after(st, holding, deadline, (nxt, put, exc))
+        hint_sent, released = flows.release_landed(st, holding, nxt, version)
+        if hint_sent is not None:
+            self._perform_shared(hint_sent)
+        self._end_heartbeat(holding)  # ``End``
+        return Done(released)
 
     def _renew_flow(self) -> effects.Flow[None]:
         return flows.renew_now(self._st, self._require_holding())

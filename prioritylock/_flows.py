@@ -89,18 +89,25 @@ __all__ = [
     "Backoff",
     "Bounded",
     "acquire",
+    "acquire_after",
     "after_cleanup",
     "background_release",
     "background_settle",
     "beat",
+    "first_write",
     "force_unlock",
     "limit",
+    "new_attempt",
     "now",
     "read",
     "release",
+    "release_after",
+    "release_first",
+    "release_landed",
     "renew_now",
     "retrying",
     "settle_abandoned",
+    "took",
     "write",
 ]
 
@@ -396,7 +403,8 @@ class Attempt:
     claim: proto.Claim
     blocking: bool
     deadline: float | None
-    delay: Backoff
+    #: The backoff between its rounds (:meth:`backoff`: made when first needed).
+    delay: Backoff | None
     # A cached document is only a guess: good enough to attempt a conditional write (the store
     # checks it), never enough to refuse or wait on.
     cached: bool
@@ -410,6 +418,12 @@ class Attempt:
     touched: bool = False
     #: How long a join or beat that lost its race steps back (made at the first such loss).
     joins: JoinBackoff | None = None
+
+    def backoff(self, state: LockState) -> Backoff:
+        """The backoff between this acquire's rounds."""
+        if self.delay is None:
+            self.delay = Backoff(state.poll_interval)
+        return self.delay
 
     def until(self, state: LockState, mono: float) -> float:
         """When a store operation of this acquire starting at ``mono`` stops retrying."""
@@ -442,9 +456,10 @@ def acquire(
     Each round reads the clock once and decides on what was read (:func:`decide`), then does
     what was decided: a write (:func:`take`), a confirmation of a handover, or a wait
     (:func:`wait_to_retry`). The first round's commonest outcome (a free lock taken: one clock
-    read, one write, the holding) runs here without a generator layer; anything else (another
-    step, a write that did not land, a store error) goes on in :func:`_acquire` where that
-    round would have been.
+    read, one write, the holding) is :func:`first_write` and :func:`took`, which a driver may
+    also run itself, without a flow (``LockBase._start_acquire``); anything else (another step,
+    a write that did not land, a store error) goes on in :func:`_acquire` where that round
+    would have been (for such a driver, :func:`acquire_after`).
 
     Deadlines: every store operation (retries and the request in flight included) ends by the
     store timeout from its start or by ``deadline``, whichever comes first (:func:`limit`); a
@@ -460,15 +475,7 @@ def acquire(
     :raises LockTimeout: the store could not be reached before ``deadline``.
     :raises StoreUnavailable: the store failed for a whole store timeout.
     """
-    attempt = Attempt(
-        state.claim(lock_id, hint),
-        blocking,
-        deadline,
-        Backoff(state.poll_interval),
-        cached=state.seen is not None,
-        timeout=state.store_timeout if blocking else min(state.store_timeout, TRY_STORE_TIMEOUT),
-        lining=proto.Lining(hint) if blocking and state.fair else None,
-    )
+    attempt = new_attempt(state, lock_id, blocking, deadline, hint)
     try:
         # Be woken by a release that lands after our read. A try_lock waits only for a
         # handover: it arms when it first has to wait (costing at most one short first pause).
@@ -476,43 +483,127 @@ def acquire(
             yield ARM
         seen = state.seen if state.seen is not None else (yield from attempt.read(state))
         mono, wall = yield NOW
-        step = decide(state, attempt, seen, mono, wall)
-        if not isinstance(step, proto.Write) or step.outcome != "acquired":
+        step, write = first_write(state, attempt, seen, mono, wall)
+        if write is None:
             return (yield from _acquire(state, attempt, seen, step, mono))
-        # ``take`` and ``write``, spelled out for a free lock taken at the first attempt.
-        attempt.cached = False  # the store checked the version; what comes back is fresh
-        attempt.touched = True
-        until, by = attempt.until(state, mono), attempt.bound(state, mono)
-        lease, put = _put(state, step.lease, seen.version, create=step.create, by=by)
+        lease, put = write
         try:
             version = yield put
         except (ConditionFailed, StoreUnavailable) as exc:
-            result = yield from settle(
-                state,
-                lease,
-                seen.version,
-                put,
-                exc,
-                deadline=until,
-                replaced=seen.lease,
-                me=lock_id,
-            )
-            if not isinstance(result, Written):
-                return (yield from _acquire(state, attempt, result))  # lost a race: decide again
-        else:
-            result, sent = _landed_at(state, lease, version, seen.lease, lock_id)
-            if sent is not None:
-                yield sent
-        yield become_holder(state, attempt.claim, result.lease, result.version, mono)
+            return (yield from _settle_first(state, attempt, seen, (lease, put, exc), mono))
+        hint_sent, hold = took(state, attempt, seen, lease, version, mono=mono)
+        if hint_sent is not None:
+            yield hint_sent
+        yield hold
         return True
     except StoreUnavailable as exc:
-        if attempt.touched:
-            yield Unsettled(lock_id)
-        if deadline is None or (yield from now()) < deadline:
+        error = yield from _failed(state, attempt, exc)
+        if error is exc:
             raise
-        raise LockTimeout(
-            f"{state.key!r}: not acquired by the deadline: the store could not be reached ({exc})"
-        ) from exc
+        raise error from exc
+
+
+def new_attempt(
+    state: LockState, lock_id: str, blocking: bool, deadline: float | None, hint: str | None
+) -> Attempt:
+    """An acquire's own knowledge at its start (:func:`acquire`)."""
+    return Attempt(
+        state.claim(lock_id, hint),
+        blocking,
+        deadline,
+        None,
+        cached=state.seen is not None,
+        timeout=state.store_timeout if blocking else min(state.store_timeout, TRY_STORE_TIMEOUT),
+        lining=proto.Lining(hint) if blocking and state.fair else None,
+    )
+
+
+def first_write(
+    state: LockState, attempt: Attempt, seen: Seen, mono: float, wall: float
+) -> tuple[proto.Step, tuple[Lease, Put] | None]:
+    """An acquire's first round up to its write: the step decided on ``seen`` (the clock read
+    at ``mono``, ``wall``) and, when it is a free lock taken, the lease to write and the
+    ``Put`` that writes it (else None: the round goes on in :func:`_acquire`)."""
+    step = decide(state, attempt, seen, mono, wall)
+    if not isinstance(step, proto.Write) or step.outcome != "acquired":
+        return step, None
+    attempt.cached = False  # the store checks the version; what comes back is fresh
+    attempt.touched = True
+    by = attempt.bound(state, mono)
+    return step, _put(state, step.lease, seen.version, create=step.create, by=by)
+
+
+def took(
+    state: LockState, attempt: Attempt, seen: Seen, lease: Lease, version: str, *, mono: float
+) -> tuple[Hint | None, Hold]:
+    """The first round's write of ``lease`` (:func:`first_write`) landed as ``version``: the
+    hint to send first (None: nobody to hint) and the holding's ``Hold``."""
+    written, hint = _landed_at(state, lease, version, seen.lease, attempt.claim.lock_id)
+    return hint, become_holder(state, attempt.claim, written.lease, written.version, mono)
+
+
+def acquire_after(
+    state: LockState,
+    attempt: Attempt,
+    seen: Seen,
+    step: proto.Step,
+    mono: float,
+    *,
+    write: tuple[Lease, Put, ConditionFailed | StoreUnavailable] | None = None,
+) -> Flow[bool]:
+    """An acquire from where a driver that made its first round itself (:func:`first_write`,
+    :func:`took`) left it: ``step`` decided on ``seen`` at ``mono`` was not a free lock taken
+    (``write`` None), or it was and its write raised (``write``: the lease, the ``Put`` and
+    the error). Goes on exactly as :func:`acquire` does from there."""
+    try:
+        if write is None:
+            return (yield from _acquire(state, attempt, seen, step, mono))
+        return (yield from _settle_first(state, attempt, seen, write, mono))
+    except StoreUnavailable as exc:
+        error = yield from _failed(state, attempt, exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+def _settle_first(
+    state: LockState,
+    attempt: Attempt,
+    seen: Seen,
+    write: tuple[Lease, Put, ConditionFailed | StoreUnavailable],
+    mono: float,
+) -> Flow[bool]:
+    """The first round's write (the lease, its ``Put``) raised the error: settle it; lost a
+    race, decide again."""
+    lease, put, error = write
+    result = yield from settle(
+        state,
+        lease,
+        seen.version,
+        put,
+        error,
+        deadline=attempt.until(state, mono),
+        replaced=seen.lease,
+        me=attempt.claim.lock_id,
+    )
+    if not isinstance(result, Written):
+        return (yield from _acquire(state, attempt, result))  # lost a race: decide again
+    yield become_holder(state, attempt.claim, result.lease, result.version, mono)
+    return True
+
+
+def _failed(state: LockState, attempt: Attempt, exc: StoreUnavailable) -> Flow[Exception]:
+    """The store failed an acquire with ``exc``: a claim it may have written is settled later
+    (``Unsettled``); what it raises is ``exc``, or ``LockTimeout`` (from ``exc``) once its
+    deadline passed."""
+    if attempt.touched:
+        yield Unsettled(attempt.claim.lock_id)
+    deadline = attempt.deadline
+    if deadline is None or (yield from now()) < deadline:
+        return exc
+    return LockTimeout(
+        f"{state.key!r}: not acquired by the deadline: the store could not be reached ({exc})"
+    )
 
 
 def _acquire(
@@ -587,7 +678,7 @@ def take(
         # A hinted holder hints us when it hands over: be woken by that (a try_lock is not armed
         # yet), and poll only as the fallback (``_protocol.HINTED_POLL``).
         yield ARM
-        attempt.delay.at_least(proto.HINTED_POLL)
+        attempt.backoff(state).at_least(proto.HINTED_POLL)
         # The window rule (docs/protocol.md): the holder reads now, before our request can
         # land, and counts its cleanup window from that read; then we write.
         yield Hint((early,))
@@ -674,7 +765,9 @@ def wait_to_retry(
     # release goes to the line's head; a herd woken with it would all read, and all join at the
     # one free place). Closing the lock object or cancelling still ends the wait at once.
     full = step.reason == "full"
-    pause = state.poll_interval * (0.5 + _random.random()) if full else attempt.delay.next()
+    pause = (
+        state.poll_interval * (0.5 + _random.random()) if full else attempt.backoff(state).next()
+    )
     if step.until is not None:
         pause = min(pause, max(0.0, step.until - mono))
     if deadline is not None:
@@ -1032,83 +1125,160 @@ def after_cleanup(state: LockState, holding: Holding) -> Flow[Released | None]:
 def release(state: LockState, holding: Holding, *, cleanup_done: bool) -> Flow[Released | None]:
     """Write the release (or the handover, with a request pending). Returns what to announce.
 
+    Its first write is :func:`release_first` and :func:`release_landed`, which a driver may
+    also make itself, without a flow (``LockBase._start_release``); for such a driver, its
+    write raising goes on in :func:`release_after`.
+
     :raises LockLost: the lock was lost before the release.
     :raises StoreUnavailable: the release could not land; it is retried in the background.
     """
     raise_if_lost(state.key, holding)
     holding.releasing = True
-    deadline: float | None = None
-    while True:
-        mono, wall = yield NOW
-        if deadline is None:  # the store timeout counts from the release's first clock read
-            deadline = limit(state, float(mono))
-        if mono >= holding.deadline and not cleanup_done:
-            yield Lose(holding, "expired")
-            raise_if_lost(state.key, holding)
-        nxt = proto.after_cleanup(
-            holding.lease,
-            now=mono,
-            wall=wall,
-            drift=state.drift,
-            request_seen=holding.request_seen,
-            boot=state.boot,
+    return (yield from _releasing(state, holding, cleanup_done))
+
+
+def release_first(
+    state: LockState, holding: Holding, mono: float, wall: float
+) -> tuple[float, Lease, Put] | None:
+    """A release's first write, with the clock read at ``mono``, ``wall``: its deadline (the
+    store timeout from there), the lease to write and the ``Put`` that writes it; None when the
+    holding has expired meanwhile (:func:`release` tells the loss).
+
+    :raises LockLost: the lock was lost before the release.
+    """
+    raise_if_lost(state.key, holding)
+    if mono >= holding.deadline:
+        return None
+    holding.releasing = True
+    deadline = limit(state, mono)
+    nxt, put = _release_put(state, holding, mono, wall, deadline)
+    return deadline, nxt, put
+
+
+def release_landed(
+    state: LockState, holding: Holding, nxt: Lease, version: str
+) -> tuple[Hint | None, Released]:
+    """The release's write of ``nxt`` (:func:`release_first`) landed as ``version``: the hint
+    to send (None: nobody to hint) and what to announce; the driver then ends the heartbeat
+    (``End``)."""
+    _written, hint = _landed_at(state, nxt, version, holding.lease, holding.lock_id)
+    state.seen = Seen(nxt, version)
+    return hint, _released(state, holding, nxt)
+
+
+def release_after(
+    state: LockState,
+    holding: Holding,
+    deadline: float,
+    write: tuple[Lease, Put, ConditionFailed | StoreUnavailable],
+) -> Flow[Released | None]:
+    """A release from where a driver that made its first write itself left it
+    (:func:`release_first`): the write (the lease, its ``Put``) raised the error. Goes on
+    exactly as :func:`release` does from there."""
+    return (yield from _releasing(state, holding, False, deadline, write))
+
+
+def _release_put(
+    state: LockState, holding: Holding, mono: float, wall: float, deadline: float
+) -> tuple[Lease, Put]:
+    """The release (or handover) to write now, and its first attempt."""
+    nxt = proto.after_cleanup(
+        holding.lease,
+        now=mono,
+        wall=wall,
+        drift=state.drift,
+        request_seen=holding.request_seen,
+        boot=state.boot,
+    )
+    return _put(state, nxt, holding.version, create=False, by=deadline)
+
+
+def _released(state: LockState, holding: Holding, nxt: Lease) -> Released:
+    """The release (or handover) ``nxt`` landed: the holding is over."""
+    holding.ended = True
+    if nxt.holder is not None:
+        log.info(
+            "prioritylock: %r handed over by %s to %s, fence %d",
+            state.key,
+            state.owner,
+            nxt.holder.owner,
+            nxt.fence,
         )
-        replaced, version = holding.lease, holding.version
+        return Released(nxt, True)
+    if log.isEnabledFor(logging.INFO):  # every release pays for Logger.info's frame else
+        log.info("prioritylock: %r released by %s, fence %d", state.key, state.owner, nxt.fence)
+    return Released(nxt, False)
+
+
+def _releasing(
+    state: LockState,
+    holding: Holding,
+    cleanup_done: bool,
+    deadline: float | None = None,
+    first: tuple[Lease, Put, ConditionFailed | StoreUnavailable] | None = None,
+) -> Flow[Released | None]:
+    """:func:`release`'s rounds (``first``: the first write, made by the driver, and what it
+    raised)."""
+    while True:
+        replaced = holding.lease
         try:
-            # ``write``, spelled out: a generator layer the less on every release.
-            nxt, put = _put(state, nxt, version, create=False, by=deadline)
-            try:
-                landed = yield put
-            except (ConditionFailed, StoreUnavailable) as exc:
+            if first is None:
+                mono, wall = yield NOW
+                if deadline is None:  # the store timeout counts from the first clock read
+                    deadline = limit(state, float(mono))
+                if mono >= holding.deadline and not cleanup_done:
+                    yield Lose(holding, "expired")
+                    raise_if_lost(state.key, holding)
+                nxt, put = _release_put(state, holding, mono, wall, deadline)
+                try:
+                    landed = yield put
+                except (ConditionFailed, StoreUnavailable) as exc:
+                    error: ConditionFailed | StoreUnavailable | None = exc
+                else:
+                    error = None
+            else:
+                (nxt, put, error), first = first, None
+            if error is None:
+                result: Written | Seen
+                result, sent = _landed_at(state, nxt, landed, replaced, holding.lock_id)
+                if sent is not None:
+                    yield sent
+            else:
+                assert deadline is not None
                 result = yield from settle(
                     state,
                     nxt,
-                    version,
+                    holding.version,
                     put,
-                    exc,
+                    error,
                     deadline=deadline,
                     replaced=replaced,
                     me=holding.lock_id,
                 )
-            else:
-                result, sent = _landed_at(state, nxt, landed, replaced, holding.lock_id)
-                if sent is not None:
-                    yield sent
         except StoreUnavailable:
             holding.ended = True
             yield End(holding)
             yield RetryRelease(holding)
             raise
         if isinstance(result, Written):
-            nxt = result.lease
-            state.seen = Seen(nxt, result.version)
-        elif not proto.release_landed(result.lease, nxt):
-            if (yield from rebased(state, holding, result)):
-                continue  # only waiters wrote: the same release (or handover) again, at once
-            if not (yield from examine(state, holding, result)):
-                raise_if_lost(state.key, holding)
-                return None
+            state.seen = Seen(result.lease, result.version)
+            released = _released(state, holding, result.lease)
+        elif proto.release_landed(result.lease, nxt):
+            # Proven landed: the lock moved on before we could read our write back (its answer
+            # lost, or a retry of it refused with a 412): the release is done, not a loss.
+            released = _released(state, holding, nxt)
+        elif (yield from rebased(state, holding, result)):
+            continue  # only waiters wrote: the same release (or handover) again, at once
+        elif not (yield from examine(state, holding, result)):
+            raise_if_lost(state.key, holding)
+            return None
+        else:
             continue
-        # Landed (or proven landed: the lock moved on before we could read our write back, its
-        # answer lost or a retry of it refused with a 412): the release is done, not a loss.
-        handed = nxt.holder is not None
-        holding.ended = True
-        if handed:
-            assert nxt.holder is not None
-            log.info(
-                "prioritylock: %r handed over by %s to %s, fence %d",
-                state.key,
-                state.owner,
-                nxt.holder.owner,
-                nxt.fence,
-            )
-        elif log.isEnabledFor(logging.INFO):  # every release pays for Logger.info's frame else
-            log.info("prioritylock: %r released by %s, fence %d", state.key, state.owner, nxt.fence)
         yield End(holding)
-        if handed and cleanup_done:
+        if released.handed_over and cleanup_done:
             yield Lose(holding, "preempted", force=True)
             return None
-        return Released(nxt, handed)
+        return released
 
 
 def background_release(state: LockState, holding: Holding) -> Flow[float | None]:

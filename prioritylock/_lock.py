@@ -26,7 +26,7 @@ from prioritylock._driver import LockBase, cleanup_notice
 from prioritylock._errors import NotLockOwner, StoreUnavailable
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
-from prioritylock._runner import CallPool, FlowRunner, News, StoreCall, T, call_pool
+from prioritylock._runner import CallPool, Done, FlowRunner, News, StoreCall, T, call_pool
 from prioritylock._scheduler import ScheduledTask, Scheduler, Task, default_scheduler
 from prioritylock._wake import NOTICES, ThreadWaiter, Waiter
 
@@ -53,6 +53,8 @@ class ThreadRunner(FlowRunner):
     def _run(self, flow: Generator[Any, Any, T]) -> T:
         """Drive ``flow`` to its end: perform each effect it yields, send back the result (or
         throw in the store's error). The caller holds ``_io``; pauses let go of it."""
+        if type(flow) is Done:  # already at its end: its outcome, without a StopIteration
+            return flow.value  # type: ignore[no-any-return]
         # ``FlowRun``, spelled out: this loop runs for every effect of every flow.
         perform = self._perform
         value: Any = None
@@ -251,7 +253,7 @@ class Lock(ThreadRunner, LockBase):
             retried in the background until it lands or the lease is no longer ours.
         """
         with self._io:
-            released = self._run(self._release_flow())
+            released = self._run(self._start_release())
         if released is not None and (news := self._released_news(released)) is not None:
             self._announce(news)
 
@@ -332,7 +334,7 @@ class Lock(ThreadRunner, LockBase):
             with self._io:
                 self._cancel = cancel
                 try:
-                    got = self._run(self._acquire_flow(lock_id, blocking, deadline))
+                    got = self._run(self._start_acquire(lock_id, blocking, deadline))
                 finally:
                     self._armed = self._cancel = None
                     if not got:

@@ -634,6 +634,8 @@ def hinted(before: Lease | None, after: Lease, me: str | None) -> tuple[str, ...
     if before is None:
         return ()
     h, r, nh, nr = before.holder, before.requestor, after.holder, after.requestor
+    if r is None and not before.line and (h is None or h.hint is None or h.lock_id == me):
+        return ()  # nobody named but the writer (every uncontended acquire and release)
     holder_moved = (h is None) != (nh is None) or (
         h is not None and nh is not None and h.lock_id != nh.lock_id
     )

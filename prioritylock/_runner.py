@@ -137,20 +137,21 @@ class StoreCalls:
         quick or native path), and the arguments."""
         key = self.key
         args: tuple[Any, ...]
-        match effect:
-            case effects.Read(known=str(known)) if self.reader is not None:
-                op, args = "read_if_changed", (key, known)
-            case effects.Read():
-                op, args = "read", (key,)
-            case effects.Put(create=True):
+        if isinstance(effect, effects.Put):  # the commonest: first
+            if effect.create:
                 op, args = "create", (key, effect.data)
-            case effects.Put(unsynced=True) if self.unsynced is not None:
+            elif effect.unsynced and self.unsynced is not None:
                 op, args = "replace_unsynced", (key, effect.data, effect.version)
-            case effects.Put():
+            else:
                 op, args = "replace", (key, effect.data, effect.version)
-        raw = self.plain.get(op)
-        if raw is not None and not _store_log.isEnabledFor(logging.DEBUG):
-            return op, MethodType(raw, self.store), args
+        elif effect.known is not None and self.reader is not None:
+            op, args = "read_if_changed", (key, effect.known)
+        else:
+            op, args = "read", (key,)
+        if not _store_log.isEnabledFor(logging.DEBUG):
+            raw = self.plain.get(op)
+            if raw is not None:
+                return op, MethodType(raw, self.store), args
         return op, getattr(self.store, op), args
 
     def of(self, effect: effects.Read | effects.Put, sent: float | None = None) -> StoreCall:
@@ -228,6 +229,26 @@ def call_pool(name: str, size: int) -> CallPool:
         if pool is None:
             pool = _pools[name] = CallPool(size, name)
         return pool
+
+
+class Done(Generator[Any, Any, T]):
+    """A flow already at its end, with its outcome: what a driver's ``LockBase._start_acquire``
+    (or ``_start_release``) gives its ``_run`` when it reached the outcome itself (the
+    uncontended first round), so that every driver runs it as any other flow."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def send(self, value: object, /) -> Any:
+        raise StopIteration(self.value)
+
+    def throw(self, *error: Any) -> Any:
+        raise error[0] if len(error) == 1 else error[1]
+
+    def close(self) -> None:
+        """Nothing to end."""
 
 
 class FlowRun(Generic[T]):
@@ -448,7 +469,7 @@ class FlowRunner:
         except Exception as exc:
             self._noticed(exc)
             raise
-        self._noticed(None)
+        NOTICES.notice_at(self._place.where, source=self)  # ``_noticed(None)``: not a request
         return version
 
     def _after_write_when_done(
