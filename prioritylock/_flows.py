@@ -301,7 +301,7 @@ def _put(
         known = base.lease if not create and base is not None and base.version == version else None
         lease, unsynced = plan_write(lease, known, state.boot)
     creating = create or version is None
-    data = encode(lease)
+    data = encode(lease, state.terms)
     put = Put(data, None if creating else version, creating, unsynced, quiet, by, request)
     return lease, put
 

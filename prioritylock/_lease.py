@@ -34,6 +34,7 @@ __all__ = [
     "MAX_PRIORITY",
     "MAX_READ_FENCE",
     "OVERRIDE_PRIORITY",
+    "SAME",
     "SCHEMA",
     "Entry",
     "Event",
@@ -41,6 +42,7 @@ __all__ = [
     "Lease",
     "Requestor",
     "Reserve",
+    "Terms",
     "decode",
     "encode",
     "encode_line",
@@ -305,13 +307,66 @@ class Lease:
         )
 
 
-def encode(lease: Lease) -> bytes:
+class Terms:
+    """One lock object's own constant fields (its owner, message, priority, timeouts), written
+    out once: :func:`encode` takes their text from here for a holder (or event) made of these
+    very objects, rather than quote and check them on every write."""
+
+    __slots__ = (
+        "by",
+        "cleanup_timeout",
+        "forceful",
+        "held",
+        "lease_timeout",
+        "message",
+        "owner",
+        "priority",
+    )
+
+    def __init__(
+        self,
+        owner: str,
+        message: str,
+        *,
+        priority: int,
+        lease_timeout: float,
+        cleanup_timeout: float,
+        forceful: bool,
+    ) -> None:
+        self.owner, self.message, self.priority = owner, message, priority
+        self.lease_timeout, self.cleanup_timeout = lease_timeout, cleanup_timeout
+        self.forceful = forceful
+        lt, ct, priority = _num(lease_timeout), _num(cleanup_timeout), _int(priority)
+        #: The holder's fields from ``owner`` to ``forceful``, as :func:`encode` writes them.
+        self.held = (
+            f'"owner":{_q(owner)},"message":{_q(message)},"priority":{priority!r},'
+            f'"lease_timeout":{lt!r},"cleanup_timeout":{ct!r},'
+            f'"forceful":{"true" if forceful else "false"}'
+        )
+        #: An event's ``by`` and ``message``, when they are ``owner`` and ``message``.
+        self.by = f'"by":{_q(owner)},"message":{_q(message)}'
+
+    def holds(self, h: Holder) -> bool:
+        """Whether ``h``'s constant fields are these very objects (so their text is ours)."""
+        return (
+            h.owner is self.owner
+            and h.message is self.message
+            and h.priority is self.priority
+            and h.lease_timeout is self.lease_timeout
+            and h.cleanup_timeout is self.cleanup_timeout
+            and h.forceful is self.forceful
+        )
+
+
+def encode(lease: Lease, terms: Terms | None = None) -> bytes:
     """The document's bytes: compact JSON, fields in a fixed order.
 
     Written out with f-strings (strings quoted by the json module's own C escaper, numbers by
     ``repr``): the generic encoder took a fifth of an uncontended acquire. Each section's
     numbers are checked in one call (:func:`_numbers`: finite, of their exact kinds) and only
-    converted one by one when that fails. ``test_lease`` checks the round trip.
+    converted one by one when that fails. ``terms``: the writing lock object's own fields,
+    written out once (:class:`Terms`): the same bytes, fewer steps. ``test_lease`` checks the
+    round trip, and that ``terms`` changes no byte.
 
     :raises ValueError: a number that JSON can't carry (not finite, not a number).
     :raises CorruptLease: a fence beyond :data:`MAX_FENCE`, or a document over the size limit.
@@ -325,6 +380,17 @@ def encode(lease: Lease) -> bytes:
     acquired = renewed = ""
     if h is None:
         holder = "null"
+    elif terms is not None and terms.holds(h):
+        at, rt, beat = h.acquired_at, h.renewed_at, h.beat
+        if not _numbers(at, rt, ints=(beat,)):
+            at, rt, beat = _num(at), _num(rt), _int(beat)
+        acquired = repr(at)
+        renewed = acquired if rt is at else repr(rt)
+        hint = "" if h.hint is None else _hint(h.hint)
+        holder = (
+            f'{{"lock_id":{_q(h.lock_id)},{terms.held},"acquired_at":{acquired},'
+            f'"renewed_at":{renewed},"beat":{beat}{hint}}}'
+        )
     else:
         lt, ct, at, rt = h.lease_timeout, h.cleanup_timeout, h.acquired_at, h.renewed_at
         priority, beat = h.priority, h.beat
@@ -362,9 +428,11 @@ def encode(lease: Lease) -> bytes:
         else:
             finite = when.__class__ is float and when - when == 0.0
             when_text = repr(when if finite else _num(when))
-        event = (
-            f'{{"kind":{_q(e.kind)},"at":{when_text},"by":{_q(e.by)},"message":{_q(e.message)}}}'
-        )
+        if terms is not None and e.by is terms.owner and e.message is terms.message:
+            by = terms.by
+        else:
+            by = f'"by":{_q(e.by)},"message":{_q(e.message)}'
+        event = f'{{"kind":{_q(e.kind)},"at":{when_text},{by}}}'
     v = lease.reserve  # written only when set: documents on the cloud stores never carry one
     if not 0 <= lease.fence <= MAX_FENCE or (v is not None and not 0 <= v.fence <= MAX_FENCE):
         raise CorruptLease(lease.name, f"fence beyond the largest one ({MAX_FENCE})")

@@ -13,7 +13,7 @@ import attrs
 
 from prioritylock import _protocol as proto
 from prioritylock._errors import LockLost, NotLockOwner
-from prioritylock._lease import Lease, Requestor
+from prioritylock._lease import Lease, Requestor, Terms
 
 __all__ = [
     "LOSS_REASONS",
@@ -172,6 +172,15 @@ class LockState:
         self.owner: str = cfg.owner
         self.priority: int = cfg.priority
         self.claim_terms = cfg
+        #: Our own fields, written out once for every document we write (``_lease.Terms``).
+        self.terms = Terms(
+            cfg.owner,
+            cfg.message,
+            priority=cfg.priority,
+            lease_timeout=cfg.lease_timeout,
+            cleanup_timeout=cfg.cleanup_timeout,
+            forceful=cfg.forceful,
+        )
         self.lease_timeout: float = cfg.lease_timeout
         self.renew_interval: float = cfg.renew_interval
         self.watch_interval: float = cfg.watch_interval

@@ -27,6 +27,7 @@ from prioritylock._lease import (
     Lease,
     Requestor,
     Reserve,
+    Terms,
     decode,
     encode,
     new_lock_id,
@@ -100,6 +101,36 @@ def test_round_trip(
 ) -> None:
     lease = Lease("v1/path/x", fence, new_nonce(), holder, requestor, event, line=line)
     assert decode("k", encode(lease), name="v1/path/x") == lease
+
+
+@given(holder=holders, event=events, ours=st.booleans())
+def test_a_lock_objects_own_terms_change_no_byte(holder: Holder, event: Event, ours: bool) -> None:
+    # The encoder writes a holder (and an event) made of the lock object's own fields from the
+    # text it wrote out once (``Terms``): the bytes must be the ones written field by field.
+    terms = Terms(
+        holder.owner,
+        holder.message,
+        priority=holder.priority,
+        lease_timeout=holder.lease_timeout,
+        cleanup_timeout=holder.cleanup_timeout,
+        forceful=holder.forceful,
+    )
+    if ours:
+        event = attrs.evolve(event, by=holder.owner, message=holder.message)
+    lease = Lease("v1/path/x", 3, new_nonce(), holder, None, event)
+    assert terms.holds(holder)
+    assert encode(lease, terms) == encode(lease)
+
+
+def test_equal_terms_of_another_kind_are_written_as_they_are() -> None:
+    # 30 == 30.0 and 1 == True, but they are written "30", "30.0", "1", "true": only the very
+    # objects the terms were written from take their text.
+    terms = Terms("o", "m", priority=1, lease_timeout=30.0, cleanup_timeout=10.0, forceful=False)
+    holder = Holder("id", "o", "m", 1, 30, 10.0, False, 5.0, 5.0)
+    assert not terms.holds(holder)
+    lease = Lease("v1/path/x", 3, new_nonce(), holder, None, None)
+    assert encode(lease, terms) == encode(lease)
+    assert b'"lease_timeout":30,' in encode(lease, terms)
 
 
 def test_every_rewrite_has_a_new_nonce_and_new_bytes() -> None:
