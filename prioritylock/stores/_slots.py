@@ -109,11 +109,8 @@ class Current(NamedTuple):
     data: bytes
     slots: Sequence[Slot | Torn | None]  # by position
     record: int  # the newest synced write's sequence number
+    version: str  # the slot's version, in hex (worked out once: every write compares it)
     layout: Layout | None = None  # the file's headers it was read from, if known
-
-    @property
-    def version(self) -> str:
-        return self.slot.version.hex()
 
 
 class Torn(enum.Enum):
