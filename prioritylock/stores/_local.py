@@ -120,6 +120,7 @@ from prioritylock.stores._slots import (
     capacity_for,
     header_capacity,
     layout,
+    made,
     new_file,
     pack_record,
     packed_slot,
@@ -580,7 +581,8 @@ class LocalStore:
                 if zlib.crc32(data) == slot.data_crc:
                     if version == known:
                         return NOT_MODIFIED
-                    return Current(slot, capacity, data, parsed.slots, record, version, parsed)
+                    fields = (slot, capacity, data, parsed.slots, record, version, parsed)
+                    return made(Current, fields)
                 if not locked:
                     return _UNSETTLED  # its data may still be arriving
         except OSError as exc:

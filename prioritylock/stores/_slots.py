@@ -48,6 +48,7 @@ __all__ = [
     "free_slot",
     "header_capacity",
     "layout",
+    "made",
     "new_file",
     "pack_header",
     "pack_record",
@@ -134,6 +135,13 @@ class Layout(NamedTuple):
     plan: Plan | None  # where a write goes if the newest whole header is the current slot
 
 
+#: Makes a named tuple from a tuple of its fields, unchecked: the class's own ``__new__`` is a
+#: Python function (a frame per object: 0.26 µs against 0.13 here), and a write makes four
+#: (``Slot``, ``Current``, ``Plan``, ``Layout``). For the write path only, whose fields are
+#: known to be whole.
+made = tuple.__new__
+
+
 def capacity_for(length: int) -> int:
     """Slot capacity for a document of ``length`` bytes: room to grow to twice its size."""
     need = 2 * (SLOT_BYTES + length)
@@ -155,7 +163,8 @@ def packed_slot(
     follows them)."""
     crc = zlib.crc32(data)
     head = _SLOT_CHECKED.pack(seq, len(data), version, crc, SYNCED if synced else 0)
-    return Slot(seq, position, version, len(data), crc, synced), head + _CRC.pack(zlib.crc32(head))
+    slot = made(Slot, (seq, position, version, len(data), crc, synced))
+    return slot, head + _CRC.pack(zlib.crc32(head))
 
 
 _SLOT_CHECKED = struct.Struct(SLOT.format[:-1])  # the slot header less its own crc32
@@ -290,13 +299,12 @@ def after_write(before: Layout, slot: Slot, head: bytes, record: int) -> Layout:
         # newest nor kept.
         top, third = written[0], written[1 if written[2].position == slot.position else 2]
         if slot.synced:
-            after = Plan(slot.seq, slot.position, third.position)
+            after = made(Plan, (slot.seq, slot.position, third.position))
         else:
             free = top.position if where.at == third.position else third.position
-            after = Plan(where.kept, where.at, free)
-        return Layout(
-            tuple(raw), before.capacity, record, tuple(slots), [slot, top, third], True, after
-        )
+            after = made(Plan, (where.kept, where.at, free))
+        fields = (tuple(raw), before.capacity, record, tuple(slots), [slot, top, third])
+        return made(Layout, (*fields, True, after))
     return _layout(tuple(raw), before.capacity, record, tuple(slots))
 
 
