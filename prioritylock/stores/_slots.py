@@ -276,36 +276,37 @@ def layout(raw: tuple[bytes, ...], capacity: int) -> Layout:
 def after_write(before: Layout, slot: Slot, head: bytes, record: int) -> Layout:
     """The file of ``before`` once ``slot`` (whose header's bytes are ``head``) was written and
     the record holds ``record``: what :func:`layout` would parse from it, without parsing."""
-    raw = list(before.raw)
-    raw[1 + slot.position] = head
-    if record != before.record:
+    seq, position, _version, _length, _crc, synced = slot  # (unpacked: a write makes one each)
+    before_raw, capacity, before_record, before_slots, written, _settled, where = before
+    raw = list(before_raw)
+    raw[1 + position] = head
+    if record != before_record:
         raw[0] = pack_record(record)
-    slots = list(before.slots)
-    slots[slot.position] = slot
-    where, written = before.plan, before.written
-    if (
-        where is not None
-        and len(written) == SLOTS
-        and slot.position == where.free
-        and slot.seq == written[0].seq + 1
-        and (
-            record == slot.seq if slot.synced else record == where.kept and record <= written[0].seq
-        )
-    ):
-        # A writer's usual write: every slot whole, the new one over the plan's free slot, one
-        # above the newest; the record at the newest synced write (a durable writer moves it
-        # there, a store with durable=False has neither) and not above the newest. Then plan()
-        # would find: kept, the synced write or the same as before; free, the slot neither
-        # newest nor kept.
-        top, third = written[0], written[1 if written[2].position == slot.position else 2]
-        if slot.synced:
-            after = made(Plan, (slot.seq, slot.position, third.position))
-        else:
-            free = top.position if where.at == third.position else third.position
-            after = made(Plan, (where.kept, where.at, free))
-        fields = (tuple(raw), before.capacity, record, tuple(slots), [slot, top, third])
-        return made(Layout, (*fields, True, after))
-    return _layout(tuple(raw), before.capacity, record, tuple(slots))
+    slots = list(before_slots)
+    slots[position] = slot
+    if where is not None and len(written) == SLOTS:
+        kept, at, free = where
+        top = written[0]
+        if (
+            position == free
+            and seq == top.seq + 1
+            and (record == seq if synced else record == kept and record <= top.seq)
+        ):
+            # A writer's usual write: every slot whole, the new one over the plan's free slot,
+            # one above the newest; the record at the newest synced write (a durable writer
+            # moves it there, a store with durable=False has neither) and not above the newest.
+            # Then plan() would find: kept, the synced write or the same as before; free, the
+            # slot neither newest nor kept.
+            third = written[1 if written[2].position == position else 2]
+            if synced:
+                after = made(Plan, (seq, position, third.position))
+            else:
+                after = made(
+                    Plan, (kept, at, top.position if at == third.position else third.position)
+                )
+            fields = (tuple(raw), capacity, record, tuple(slots), [slot, top, third])
+            return made(Layout, (*fields, True, after))
+    return _layout(tuple(raw), capacity, record, tuple(slots))
 
 
 def _layout(
