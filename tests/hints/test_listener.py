@@ -1,7 +1,8 @@
 """The listener on its own: what it takes, what it drops, its rate, a flood.
 
 A :class:`Hints` of the test's own on 127.0.0.2, posting its notices to the test (not to the
-process's board); the hints are real datagrams over loopback.
+process's board); the hints are real datagrams over loopback. What a lock object and a forked
+child record goes through the process's own (:data:`HINTS`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,24 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from prioritylock._hints import BURST, HINTS, MAGIC, RATE, Hints, parse_hint, token_for
+from prioritylock import LockBuilder
+from prioritylock._hints import (
+    BURST,
+    HINTS,
+    MAGIC,
+    RATE,
+    Hints,
+    configure_hints,
+    parse_hint,
+    parse_setting,
+    token_for,
+)
 from prioritylock._wake import NOTICES, Faults
+from prioritylock.stores import LocalStore
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -140,6 +154,30 @@ def test_a_forked_child_never_records_its_parents_token_for_an_acquisition() -> 
     assert os.waitstatus_to_exitcode(status) == 0
     assert _token(hint) == token != _token(parent)
     assert token_for(lock_id) == _token(parent)
+
+
+def test_each_acquisition_of_a_lock_records_its_own_token_heard_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    """On a store other processes share (a LocalStore), a lock object's every acquisition
+    records a hint: a token of its own, heard while it holds and forgotten once released."""
+    configure_hints("127.0.0.2")
+    lock = LockBuilder().store(LocalStore(tmp_path)).path("hints", "own").owner("a").build()
+    try:
+        tokens = []
+        for _ in range(2):
+            assert lock.try_lock()
+            holding = lock._st.holding
+            assert holding is not None and holding.lease.holder is not None
+            token = _token(holding.lease.holder.hint)
+            assert token == token_for(holding.lock_id) and token in HINTS._tokens
+            lock.unlock()
+            assert token not in HINTS._tokens and holding.lock_id not in HINTS._ids
+            tokens.append(token)
+        assert tokens[0] != tokens[1]
+    finally:
+        lock.close()
+        HINTS.configure(parse_setting(os.environ.get("PRIORITYLOCK_HINTS")))
 
 
 def _token(hint: str | None) -> str:
