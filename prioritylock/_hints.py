@@ -4,8 +4,9 @@ lease now.
 A lease records where its holder (and its requestor) hears hints: ``HOST:PORT/TOKEN``
 (:func:`format_hint`), HOST an IPv4 address or a bracketed IPv6 one, TOKEN 22 chars of
 base64url (128 bits, one per acquisition: a keyed hash of its lock id under a per-process
-secret). A client whose write concerns them (``_protocol.hinted``) sends each a datagram of
-:data:`DATAGRAM_BYTES` bytes: :data:`MAGIC` and the token, nothing else.
+secret, worked out once when the acquisition begins and kept until it ends). A client whose
+write concerns them (``_protocol.hinted``) sends each a datagram of :data:`DATAGRAM_BYTES`
+bytes: :data:`MAGIC` and the token, nothing else.
 
 One listener per process (:data:`HINTS`), opened on first use, shared by every lock object
 (sync and asyncio, every store) and by ``prioritylock serve``: one UDP socket and one daemon
@@ -34,7 +35,7 @@ Configuration (:func:`configure_hints`, or ``PRIORITYLOCK_HINTS`` read at import
 
 from __future__ import annotations
 
-import base64
+import binascii
 import contextlib
 import hashlib
 import heapq
@@ -187,13 +188,20 @@ def parse_setting(setting: str | None) -> tuple[Address, Address | None] | None:
 
 
 def token_for(lock_id: str) -> str:
-    """The token of the acquisition ``lock_id``: unguessable without this process's key, and
-    worked out again from the lock id when it ends (nothing to keep per acquisition)."""
-    digest = hashlib.blake2b(lock_id.encode(), key=_key, digest_size=16).digest()
-    return base64.urlsafe_b64encode(digest)[:TOKEN_CHARS].decode()
+    """The token of the acquisition ``lock_id``: unguessable without this process's key (drawn
+    again in a forked child), the same for the same lock id within a process."""
+    hasher = _keyed.copy()  # the key set up once per process: a copy, not a keyed init, per id
+    hasher.update(lock_id.encode())
+    text = binascii.b2a_base64(hasher.digest(), newline=False)[:TOKEN_CHARS]
+    return text.translate(_URLSAFE).decode()
 
 
-_key = secrets.token_bytes(32)
+def _new_key() -> hashlib.blake2b:
+    return hashlib.blake2b(key=secrets.token_bytes(32), digest_size=16)
+
+
+_keyed = _new_key()
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 # -- the listener ---------------------------------------------------------------------------------
@@ -230,6 +238,8 @@ class _Listener:
         self.sock = sock
         self.bound: Address = sock.getsockname()[:2]  # kept: the thread closes the socket
         self.record = record
+        #: ``HOST:PORT/``, what every hint it records begins with.
+        self.prefix = format_hint(record[0], record[1], "")
         self.open = True
         self.thread: threading.Thread | None = None
 
@@ -255,6 +265,7 @@ class Hints:
         self._listener: _Listener | None = None
         self._failed = False  # the listener could not be opened: hints off, said once
         self._tokens: dict[str, object] = {}  # token -> the document's place on the board
+        self._ids: dict[str, str] = {}  # lock id -> token, while its acquisition lasts
         self._senders: dict[int, socket.socket] = {}
         self._forger: tuple[Faults, random.Random] | None = None
         # Only the listener's thread touches these.
@@ -320,16 +331,18 @@ class Hints:
         listener = self._listener or self._open()
         if listener is None:
             return None
-        token = token_for(lock_id)
+        token = self._ids.get(lock_id)
+        if token is None:  # (worked out once: its end needs it again, from ``_ids``)
+            token = self._ids[lock_id] = token_for(lock_id)
         self._tokens[token] = where
-        host, port = listener.record
-        return format_hint(host, port, token)
+        return listener.prefix + token
 
     def forget(self, lock_id: str) -> None:
         """The acquisition ``lock_id`` ended (its holding, or its wait): its token means nothing
         from now on."""
-        if self._tokens:
-            self._tokens.pop(token_for(lock_id), None)
+        token = self._ids.pop(lock_id, None)
+        if token is not None:
+            self._tokens.pop(token, None)
 
     # -- sending -----------------------------------------------------------------------------
 
@@ -512,6 +525,7 @@ class Hints:
         self._lock = threading.Lock()
         self._listener = None
         self._tokens = {}
+        self._ids = {}
         self._rates = {}
         self._due = []
         self._senders = {}
@@ -554,8 +568,8 @@ def hint_stats() -> HintStats:
 
 
 def _reseed() -> None:
-    global _key
-    _key = secrets.token_bytes(32)
+    global _keyed
+    _keyed = _new_key()
     HINTS._after_fork()
 
 

@@ -81,7 +81,8 @@ def plan_write(lease: Lease, base: Lease | None, boot: str | None) -> tuple[Leas
     :param boot: the boot of the machine the writer runs in (None: unknown, every raise synced).
     """
     carried = lease.reserve  # copied from the document the new lease was derived from
-    if base is not None and carried == base.reserve:
+    # (The same object, mostly: ``is`` first spares attrs' ``__eq__`` on every write.)
+    if base is not None and (carried is base.reserve or carried == base.reserve):
         if lease.fence == base.fence:
             return lease, True  # renew, release, request: nothing to lose
         if (

@@ -120,6 +120,7 @@ from prioritylock.stores._slots import (
     capacity_for,
     header_capacity,
     layout,
+    made,
     new_file,
     pack_record,
     packed_slot,
@@ -580,7 +581,8 @@ class LocalStore:
                 if zlib.crc32(data) == slot.data_crc:
                     if version == known:
                         return NOT_MODIFIED
-                    return Current(slot, capacity, data, parsed.slots, record, parsed)
+                    fields = (slot, capacity, data, parsed.slots, record, version, parsed)
+                    return made(Current, fields)
                 if not locked:
                     return _UNSETTLED  # its data may still be arriving
         except OSError as exc:
@@ -706,11 +708,9 @@ class LocalStore:
         blob = head + data
         try:
             written = os.pwrite(fd, blob, offset)
-            rest = memoryview(blob)[written:]
-            while rest:  # a short write (a full disk) leaves a slot that fails its checksum
-                offset += written
-                written = os.pwrite(fd, rest, offset)
-                rest = rest[written:]
+            while written < len(blob):  # a short write (a full disk): the slot fails its checksum
+                blob, offset = blob[written:], offset + written
+                written = os.pwrite(fd, blob, offset)
         except OSError as exc:
             raise self._error(exc, "replace", key) from exc
         if synced:

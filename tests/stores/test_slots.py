@@ -133,7 +133,7 @@ def test_header_capacity_tells_damaged_older_and_foreign_files_apart() -> None:
 def _current(top: int, slots: list[Slot | _slots.Torn | None], record: int = 0) -> Current:
     found = slots[top]
     assert isinstance(found, Slot)
-    return Current(found, MIN_CAPACITY, b"", slots, record)
+    return Current(found, MIN_CAPACITY, b"", slots, record, found.version.hex())
 
 
 def _slot(seq: int, position: int, *, synced: bool = False) -> Slot:
