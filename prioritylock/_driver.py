@@ -218,7 +218,8 @@ class LockBase(FlowRunner):
             raise ConfigError(f"{self._key!r}: this lock object is closed")
 
     def _check_not_held(self) -> None:
-        self._check_open()
+        if self._closed:  # (``_check_open``, spelled out: every acquire asks)
+            raise ConfigError(f"{self._key!r}: this lock object is closed")
         holding = self._st.holding  # (every acquire asks: not held is the common answer)
         if holding is not None and not holding.ended and self.is_current_owner():
             raise LockHeld(f"{self._key!r}: this lock object already holds the lock")

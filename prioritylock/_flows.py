@@ -76,7 +76,6 @@ from prioritylock._state import (
     Written,
     cleanup_deadline,
     guard_failed,
-    heartbeat_tolerance,
     holder_name,
     raise_if_lost,
 )
@@ -256,19 +255,30 @@ def read(state: LockState, deadline: float | None = None, bound: float | None = 
     return seen
 
 
-def _wrote(state: LockState, lease: Lease, version: str) -> Written:
+def _wrote(state: LockState, lease: Lease, version: str) -> Seen:
+    """Our write of ``lease`` landed as ``version``: the document as it now is, shared with the
+    other lock objects of the process."""
+    seen = Seen(lease, version)
     if state.shared is not None:
-        state.shared.put(state.name, Seen(lease, version))
-    return Written(lease, version)
+        state.shared.put(state.name, seen)
+    return seen
+
+
+def _landed_seen(
+    state: LockState, lease: Lease, version: str, replaced: Lease | None, me: str | None
+) -> tuple[Seen, Hint | None]:
+    """Our write of ``lease`` landed as ``version``: the document as it now is, and the hint
+    to send whom it concerns (None: nobody)."""
+    hints = () if replaced is None else proto.hinted(replaced, lease, me)
+    return _wrote(state, lease, version), Hint(hints) if hints else None
 
 
 def _landed_at(
     state: LockState, lease: Lease, version: str, replaced: Lease | None, me: str | None
 ) -> tuple[Written, Hint | None]:
-    """Our write of ``lease`` landed as ``version``: what was written, and the hint to send
-    whom it concerns (None: nobody)."""
-    hints = () if replaced is None else proto.hinted(replaced, lease, me)
-    return _wrote(state, lease, version), Hint(hints) if hints else None
+    """:func:`_landed_seen`, as what was written."""
+    _seen, hint = _landed_seen(state, lease, version, replaced, me)
+    return Written(lease, version), hint
 
 
 def _landed(
@@ -529,7 +539,7 @@ def first_write(
         return step, None
     attempt.cached = False  # the store checks the version; what comes back is fresh
     attempt.touched = True
-    by = attempt.bound(state, mono)
+    by = limit(state, mono, attempt.deadline)  # ``attempt.bound``
     return step, _put(state, step.lease, seen.version, create=step.create, by=by)
 
 
@@ -538,8 +548,8 @@ def took(
 ) -> tuple[Hint | None, Hold]:
     """The first round's write of ``lease`` (:func:`first_write`) landed as ``version``: the
     hint to send first (None: nobody to hint) and the holding's ``Hold``."""
-    written, hint = _landed_at(state, lease, version, seen.lease, attempt.claim.lock_id)
-    return hint, become_holder(state, attempt.claim, written.lease, written.version, mono)
+    now, hint = _landed_seen(state, lease, version, seen.lease, attempt.claim.lock_id)
+    return hint, become_holder(state, attempt.claim, lease, version, mono, seen=now)
 
 
 def acquire_after(
@@ -853,10 +863,17 @@ def leave(state: LockState, attempt: Attempt, seen: Seen) -> Flow[None]:
 
 
 def become_holder(
-    state: LockState, claim: proto.Claim, lease: Lease, version: str, started: float
+    state: LockState,
+    claim: proto.Claim,
+    lease: Lease,
+    version: str,
+    started: float,
+    *,
+    seen: Seen | None = None,
 ) -> Hold:
     """We hold the lock (``lease``, written as ``version`` by a write that started at
-    ``started``): the holding, kept in ``state``; returns the ``Hold`` to yield."""
+    ``started``; ``seen``: the two, if made already): the holding, kept in ``state``; returns
+    the ``Hold`` to yield."""
     holding = Holding(
         lock_id=claim.lock_id,
         lease=lease,
@@ -867,7 +884,7 @@ def become_holder(
         quiet_since=started,
     )
     state.holding = holding
-    state.seen = Seen(lease, version)
+    state.seen = Seen(lease, version) if seen is None else seen
     how = lease.event.kind if lease.event is not None else "acquired"
     level = logging.WARNING if how in ("override", "forceful_takeover") else logging.INFO
     if log.isEnabledFor(level):  # checked here: every acquire pays for Logger.log's frame else
@@ -879,8 +896,7 @@ def become_holder(
             lease.fence,
             how,
         )
-    tolerance = heartbeat_tolerance(state.watch_interval, state.renew_interval)
-    return Hold(holding, min(holding.next_renew, holding.next_watch), tolerance)
+    return Hold(holding, min(holding.next_renew, holding.next_watch), state.tolerance)
 
 
 def settle_abandoned(state: LockState, lock_id: str) -> Flow[None]:
@@ -1161,8 +1177,7 @@ def release_landed(
     """The release's write of ``nxt`` (:func:`release_first`) landed as ``version``: the hint
     to send (None: nobody to hint) and what to announce; the driver then ends the heartbeat
     (``End``)."""
-    _written, hint = _landed_at(state, nxt, version, holding.lease, holding.lock_id)
-    state.seen = Seen(nxt, version)
+    state.seen, hint = _landed_seen(state, nxt, version, holding.lease, holding.lock_id)
     return hint, _released(state, holding, nxt)
 
 

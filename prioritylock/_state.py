@@ -184,6 +184,8 @@ class LockState:
         self.lease_timeout: float = cfg.lease_timeout
         self.renew_interval: float = cfg.renew_interval
         self.watch_interval: float = cfg.watch_interval
+        #: How late the heartbeat may run (:func:`heartbeat_tolerance`).
+        self.tolerance = heartbeat_tolerance(cfg.watch_interval, cfg.renew_interval)
         self.drift: float = cfg.max_clock_drift
         self.poll_interval: float = cfg.poll_interval
         self.store_timeout: float = cfg.store_timeout
