@@ -255,22 +255,17 @@ def read(state: LockState, deadline: float | None = None, bound: float | None = 
     return seen
 
 
-def _wrote(state: LockState, lease: Lease, version: str) -> Seen:
-    """Our write of ``lease`` landed as ``version``: the document as it now is, shared with the
-    other lock objects of the process."""
-    seen = Seen(lease, version)
-    if state.shared is not None:
-        state.shared.put(state.name, seen)
-    return seen
-
-
 def _landed_seen(
     state: LockState, lease: Lease, version: str, replaced: Lease | None, me: str | None
 ) -> tuple[Seen, Hint | None]:
-    """Our write of ``lease`` landed as ``version``: the document as it now is, and the hint
-    to send whom it concerns (None: nobody)."""
+    """Our write of ``lease`` landed as ``version``: the document as it now is (shared with
+    the other lock objects of the process), and the hint to send whom it concerns (None:
+    nobody)."""
+    seen = Seen(lease, version)
+    if state.shared is not None:
+        state.shared.put(state.name, seen)
     hints = () if replaced is None else proto.hinted(replaced, lease, me)
-    return _wrote(state, lease, version), Hint(hints) if hints else None
+    return seen, Hint(hints) if hints else None
 
 
 def _landed_at(
@@ -874,13 +869,13 @@ def become_holder(
     """We hold the lock (``lease``, written as ``version`` by a write that started at
     ``started``; ``seen``: the two, if made already): the holding, kept in ``state``; returns
     the ``Hold`` to yield."""
-    holding = Holding(
-        lock_id=claim.lock_id,
-        lease=lease,
-        version=version,
-        deadline=started + state.lease_timeout,
-        next_renew=proto.next_renewal(started, state.renew_interval, spread_draw(), first=True),
-        next_watch=started + state.watch_interval,
+    holding = Holding(  # (positional, to the first seven fields: made on every acquire)
+        claim.lock_id,
+        lease,
+        version,
+        started + state.lease_timeout,  # deadline
+        proto.next_renewal(started, state.renew_interval, spread_draw(), first=True),
+        started + state.watch_interval,  # next_watch
         quiet_since=started,
     )
     state.holding = holding

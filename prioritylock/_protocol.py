@@ -101,18 +101,18 @@ class Claim:
         return self.priority == OVERRIDE_PRIORITY
 
     def as_holder(self, wall: float) -> Holder:
-        return Holder(
-            lock_id=self.lock_id,
-            owner=self.owner,
-            message=self.message,
-            priority=self.priority,
-            lease_timeout=self.lease_timeout,
-            cleanup_timeout=self.cleanup_timeout,
-            forceful=self.forceful,
-            acquired_at=wall,
-            renewed_at=wall,
-            beat=0,
-            hint=self.hint,
+        return Holder(  # (positional, in the fields' order: made on every acquire)
+            self.lock_id,
+            self.owner,
+            self.message,
+            self.priority,
+            self.lease_timeout,
+            self.cleanup_timeout,
+            self.forceful,
+            wall,  # acquired_at
+            wall,  # renewed_at
+            0,  # beat
+            self.hint,
         )
 
     def as_requestor(self, wall: float) -> Requestor:

@@ -213,19 +213,19 @@ class LockState:
 
     def claim(self, lock_id: str, hint: str | None = None) -> proto.Claim:
         cfg = self.claim_terms
-        return proto.Claim(
-            lock_id=lock_id,
-            owner=cfg.owner,
-            message=cfg.message,
-            priority=cfg.priority,
-            lease_timeout=cfg.lease_timeout,
-            cleanup_timeout=cfg.cleanup_timeout,
-            waiting_timeout=cfg.waiting_timeout,
-            forceful=cfg.forceful,
-            if_fence=cfg.if_fence,
-            if_owner=cfg.if_owner,
-            boot=self.boot,
-            hint=hint,
+        return proto.Claim(  # (positional, in the fields' order: made on every acquire)
+            lock_id,
+            cfg.owner,
+            cfg.message,
+            cfg.priority,
+            cfg.lease_timeout,
+            cfg.cleanup_timeout,
+            cfg.waiting_timeout,
+            cfg.forceful,
+            cfg.if_fence,
+            cfg.if_owner,
+            self.boot,
+            hint,
         )
 
     def sight(self, lease: Lease | None, now: float) -> None:
@@ -233,7 +233,8 @@ class LockState:
             # A free lock (the commonest read): no heartbeat, no request to sight.
             self.holder_seen = self.request_seen = None
             self.free_seen = proto.sight(self.free_seen, proto.free_ident(lease), now)
-            self.sight_line(lease, now)
+            if lease.line or self.line_seen:  # (no line seen, none now: nothing to sight)
+                self.sight_line(lease, now)
             return
         self.holder_seen = proto.sight(self.holder_seen, proto.heartbeat_ident(lease), now)
         self.request_seen = proto.sight(self.request_seen, proto.request_ident(lease), now)
