@@ -82,6 +82,10 @@ def document_name(store: object, key: str) -> tuple[str, str] | None:
     return (namespace, key) if isinstance(namespace, str) and namespace else None
 
 
+#: What ``LockBase._start_acquire`` gives its driver when it took the lock itself.
+_TOOK: Done[bool] = Done(True)
+
+
 class DecodedCache:
     """The document each lock of this process last read or wrote, decoded, with its version.
 
@@ -274,7 +278,7 @@ class LockBase(FlowRunner):
         if hint_sent is not None:
             self._perform_shared(hint_sent)
         self._hold(hold)
-        return Done(True)
+        return _TOOK
 
     def _start_release(self) -> effects.Flow[lockstate.Released | None]:
         """An unlock's flow, for the driver's ``_run``: ``Done`` (what to announce) when its
@@ -524,8 +528,8 @@ class LockBase(FlowRunner):
 
     def _require_holding(self) -> lockstate.Holding:
         holding = self._st.holding
-        if holding is not None and not holding.ended:
-            self.is_current_owner()  # notices an expired lease
+        if holding is not None and lockstate.expired(holding, self._clock.monotonic()):
+            self._lose(holding, "expired")  # (as ``is_current_owner`` notices it)
         return lockstate.require_holding(self._key, holding)
 
     # -- news ----------------------------------------------------------------------------------
