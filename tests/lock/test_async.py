@@ -359,7 +359,9 @@ def test_a_cancelled_async_cleanup_does_not_hand_over(store_factory: StoreFactor
             store_factory(), "holder", listener=rec, cleanup_timeout=5, watch_interval=0.05
         )
         assert await holder.try_lock()
-        urgent = alock(store_factory(), "urgent", priority=9, waiting_timeout=0.8)
+        # The holder is told only if it reads the request before the requestor gives up: 2 s
+        # leave a loaded machine's emulator time for that read (0.8 s once did not, on moto).
+        urgent = alock(store_factory(), "urgent", priority=9, waiting_timeout=2.0)
         attempt = asyncio.create_task(urgent.try_lock())
         await asyncio.wait_for(rec.cleanup_started.wait(), 5)
         cleanups = [t for t in alock_module._background if "_cleanup" in repr(t.get_coro())]
