@@ -343,7 +343,7 @@ class LocalStore:
 
         With ``durable`` it returns once the write is on disk (one ``fdatasync``).
         """
-        return self._replace(key, data, version, synced=self._durable)
+        return self._replace(key, data, version, self._durable, True)
 
     @logged("replace_unsynced")
     def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
@@ -354,7 +354,7 @@ class LocalStore:
         before an earlier unsynced write), whole, but never older than the last :meth:`replace`
         that returned. With ``durable=False`` it is :meth:`replace`.
         """
-        return self._replace(key, data, version, synced=False)
+        return self._replace(key, data, version, False, True)
 
     @logged("delete")
     def delete(self, key: str, version: str) -> None:
@@ -674,10 +674,13 @@ class LocalStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _replace(
-        self, key: str, data: bytes, version: str, *, synced: bool, wait: bool = True
-    ) -> str:
-        k = self._key(key)
+    def _replace(self, key: str, data: bytes, version: str, synced: bool, wait: bool) -> str:
+        """:meth:`replace` (``synced``: then sync it) or :meth:`replace_unsynced`; not ``wait``:
+        see :meth:`_try_nowait`. (Arguments by position: the write path's calls.)"""
+        try:
+            k = self._keys[key]
+        except (KeyError, TypeError):  # not yet, or not a key at all
+            k = self._key(key)
         if wait:
             self._stats.count("replaces")
         lock = self._lock(k, "replace", fcntl.LOCK_EX, wait)
@@ -978,12 +981,12 @@ def _create_nowait(store: LocalStore, key: str, data: bytes) -> str:
 
 @logged("replace")
 def _replace_nowait(store: LocalStore, key: str, data: bytes, version: str) -> str:
-    return store._replace(key, data, version, synced=store._durable, wait=False)
+    return store._replace(key, data, version, store._durable, False)
 
 
 @logged("replace_unsynced")
 def _replace_unsynced_nowait(store: LocalStore, key: str, data: bytes, version: str) -> str:
-    return store._replace(key, data, version, synced=False, wait=False)
+    return store._replace(key, data, version, False, False)
 
 
 @logged("delete")
