@@ -850,7 +850,7 @@ class LocalStore:
         """
         key, stripe = k.key, k.stripe
         deadline = None  # read only when something is held by another
-        if not stripe.acquire(blocking=False):
+        if not stripe.acquire(False):  # (by position: a C method's keywords cost)
             if not wait:
                 raise _WouldBlock
             deadline = time.monotonic() + self._lock_timeout
