@@ -741,6 +741,28 @@ def test_a_tip_whose_headers_another_writer_changed_is_not_trusted(directory: Pa
     assert first._keys["k"].tip == _parsed_tip(first, "k")
 
 
+def test_a_forked_child_makes_versions_its_parent_never_makes(store: LocalStore) -> None:
+    """The random half of a version is drawn again in a forked child: the child's writes and its
+    parent's never make one version (which would let a write go unseen: versions are the
+    conditions of writes)."""
+    version = store.create("fork", b"parent")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one write, its version to the parent
+        try:
+            os.write(write_end, store.replace("fork", b"child", version).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        theirs = pipe.read().decode()
+    os.waitpid(pid, 0)
+    ours = store.replace("fork", b"parent again", theirs)
+    assert len(theirs) == len(ours) == 32
+    assert len({version, theirs, ours}) == 3
+    assert theirs[:16] != ours[:16] == version[:16]  # the random halves
+
+
 def test_read_if_changed_reads_only_the_slot_headers_of_an_unchanged_object(
     store: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
