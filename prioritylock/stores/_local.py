@@ -47,12 +47,14 @@ fence) back. Only synced writes move the record, so damage to a newest slot writ
 by a store with ``durable=False``) reads as the slot before it. Checksums are CRC-32: a torn slot
 passes with a chance of 2**-32 per read that meets one.
 
-**Parsing once.** A file's record and slot headers are parsed into a ``Layout`` (which slots are
-whole, the newest, where the next write goes) once per distinct bytes: a store remembers what its
-own last write of each key left (``LocalStore._left``), and readers share a cache. Every read and
-write still reads the headers and compares their bytes; a file changed since, by anyone, has
-other bytes (every write has a new version), so it is parsed again. The current slot's data is
-checked against its checksum every time.
+**Parsing once.** A file's record and slot headers say which slot is current and where the next
+write goes: its *tip* (``_slots.Tip``). A store keeps, for each key, the tip its own last write
+left or its last read found, with the header bytes it came from (``_Key.tip``); a read or write
+that finds exactly those bytes parses nothing, and a write works out the tip it leaves from the
+one before (``_slots.write_over``, held to a parse of the written bytes by property tests). Every
+read and write still reads the headers and compares their bytes; a file changed since, by anyone,
+has other bytes (every write has a new version), so it is parsed again, once per distinct bytes
+in a cache the readers share. The current slot's data is checked against its checksum every time.
 
 **Without waiting** (``LocalStore._try_nowait``, for the asyncio lock's event loop): the same
 operations, except that the key's lock is only tried (the stripe lock and ``flock`` with
@@ -76,6 +78,7 @@ import hashlib
 import itertools
 import os
 import secrets
+import struct
 import threading
 import time
 import urllib.parse
@@ -116,16 +119,16 @@ from prioritylock.stores._slots import (
     Current,
     FormatError,
     Layout,
-    after_write,
+    Tip,
     capacity_for,
     header_capacity,
     layout,
     made,
     new_file,
     pack_record,
-    packed_slot,
-    plan,
     slot_offset,
+    tip,
+    write_over,
 )
 from prioritylock.stores._url import file_url, redact_url
 
@@ -153,24 +156,18 @@ _LOCK_FREE_ATTEMPTS = 3
 _STRIPES = tuple(threading.Lock() for _ in range(64))
 
 
-def _new_version() -> bytes:
-    """A version no write of any process ever made: 64 random bits per process, and a counter.
-
-    Unique without looking at the file, so they stay unique across delete and create, a file
-    rewritten for a larger document, or a slot damaged and skipped. (No system call per write;
-    the random part is drawn again in a forked child.)
-    """
-    return _version_prefix + next(_version_counter).to_bytes(8, "big")
-
-
 def _reseed_versions() -> None:
-    global _version_prefix, _version_counter
-    _version_prefix = secrets.token_bytes(VERSION_BYTES // 2)
-    _version_counter = itertools.count(1)
+    global _versions
+    random = itertools.repeat(secrets.token_bytes(VERSION_BYTES // 2))
+    _versions = map(_VERSION.pack, random, itertools.count(1))
 
 
-_version_prefix = b""
-_version_counter = itertools.count(1)
+#: Versions no write of any process ever made (``next(_versions)``): 64 random bits per process,
+#: and a counter. Unique without looking at the file, so they stay unique across delete and
+#: create, a file rewritten for a larger document, or a slot damaged and skipped. (No system call
+#: and no Python frame per write; the random part is drawn again in a forked child.)
+_versions: Iterator[bytes]
+_VERSION = struct.Struct(">8sQ")
 _reseed_versions()
 os.register_at_fork(after_in_child=_reseed_versions)
 
@@ -204,13 +201,29 @@ _HEAD_0, _HEAD_1, _HEAD_2 = (
     slice(offset, offset + SLOT_BYTES) for offset in range(BLOCK, FIRST_READ, MIN_CAPACITY)
 )
 
-# Readers mostly find the headers the read before found (a watched lease changes a few times a
-# minute): parsed once per distinct bytes. A process's own writes leave what they wrote in
-# ``LocalStore._left`` instead, so its next write parses nothing.
+# Headers this store's last write of a key left, or its last read found in the usual shape, are
+# the key's ``_Key.tip``; others (another process's write, a file just made) are parsed once per
+# distinct bytes, shared by every store of the process.
 _parsed = functools.lru_cache(maxsize=2048)(layout)
 
-#: Keys whose last write by this store a LocalStore remembers; past it, it forgets them all.
-_LEFT_KEYS = 2048
+#: Keys a LocalStore remembers (their paths and tips); past it, it forgets them all.
+_KEYS = 2048
+
+
+class _Key:
+    """A key of one store: its files and stripe lock, worked out once, and the tip of its file
+    as this store last left or found it (:class:`~prioritylock.stores._slots.Tip`, in the usual
+    shape, or None): a read or write that finds the same headers parses nothing. Any thread sets
+    ``tip``: a tip is true of every file with its headers, so one that lost a race is only a
+    tip whose headers are not found."""
+
+    __slots__ = ("key", "lock_path", "path", "stripe", "tip", "where")
+
+    def __init__(self, store: LocalStore, key: str) -> None:
+        self.path, self.lock_path, self.stripe = _key_paths(store._root, key)
+        self.key = key
+        self.where = (store._namespace, key)  # the key in the own-writes log
+        self.tip: Tip | None = None
 
 
 def _unlock(fd: int, stripe: threading.Lock) -> None:
@@ -274,9 +287,7 @@ class LocalStore:
         self._durable = bool(durable)
         self._namespace = "file:" + os.path.realpath(self._root)
         self._stats = StoreStats()
-        # What this store's last write of a key left in its file (the key's lock held):
-        # its next write (or read) then finds those bytes and parses nothing.
-        self._left: dict[str, Layout] = {}
+        self._keys: dict[str, _Key] = {}
         try:
             os.makedirs(self._locks_dir, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
@@ -332,7 +343,7 @@ class LocalStore:
 
         With ``durable`` it returns once the write is on disk (one ``fdatasync``).
         """
-        return self._replace(key, data, version, synced=self._durable)
+        return self._replace(key, data, version, self._durable, True)
 
     @logged("replace_unsynced")
     def replace_unsynced(self, key: str, data: bytes, version: str) -> str:
@@ -343,7 +354,7 @@ class LocalStore:
         before an earlier unsynced write), whole, but never older than the last :meth:`replace`
         that returned. With ``durable=False`` it is :meth:`replace`.
         """
-        return self._replace(key, data, version, synced=False)
+        return self._replace(key, data, version, False, True)
 
     @logged("delete")
     def delete(self, key: str, version: str) -> None:
@@ -372,7 +383,7 @@ class LocalStore:
         kind, syncs, call = quick
         if syncs and self._durable:
             return WOULD_BLOCK
-        _key_paths(self._root, args[0])  # an invalid key raises here, uncounted as by the method
+        self._key(args[0])  # an invalid key raises here, uncounted as by the method
         try:
             result = call(self, *args)
         except _WouldBlock:
@@ -414,23 +425,22 @@ class LocalStore:
 
         :raises ConfigError: invalid key.
         """
-        path, _, _ = _key_paths(self._root, key)
-        where = (self._namespace, key)
-        return _notices.watch(self._root, where, path, lambda: self._peek(key, path), callback)
+        k = self._key(key)
+        return _notices.watch(self._root, k.where, k.path, lambda: self._peek(k), callback)
 
-    def _peek(self, key: str, path: str) -> str | None:
+    def _peek(self, k: _Key) -> str | None:
         """The object's version now (``ABSENT`` when absent), or ``None`` when unsure (a write
         in flight, an error): one lock-free read, never waiting, not counted in :attr:`stats`
         (it is how a hint is checked, not a request the lock made)."""
         for _ in range(_LOCK_FREE_ATTEMPTS):
             try:
-                found = self._read_once(key, path, None, locked=False)
+                found = self._read_once(k, None, locked=False)
             except StoreError:
                 return None
             if found is None:
                 return _notices.ABSENT
             if isinstance(found, Current):
-                return found.version
+                return found.tip.version
         return None
 
     def close(self) -> None:
@@ -440,41 +450,56 @@ class LocalStore:
         durable = "" if self._durable else ", durable=False"
         return f"LocalStore({self._root!r}{durable})"
 
+    def _key(self, key: str) -> _Key:
+        """``key``'s files, stripe lock and tip (:class:`_Key`).
+
+        :raises ConfigError: invalid key, or a segment too long for a file name.
+        """
+        found = self._keys.get(key) if type(key) is str else None
+        if found is None:
+            found = _Key(self, key)  # validates the key
+            if len(self._keys) >= _KEYS:
+                self._keys.clear()
+            self._keys[key] = found
+        return found
+
     # -- the operations, each ``wait``-ing (counted at the start) or not (see _try_nowait) --
 
     def _get(self, key: str, known: str | None, *, wait: bool = True) -> ReadResult:
-        path, _, _ = _key_paths(self._root, key)
+        k = self._key(key)
         if wait:
             self._stats.count("reads")
-        found = self._read(key, path, known, wait=wait)
+        found = self._read(k, known, wait=wait)
         if found is NOT_MODIFIED:
             self._stats.count_not_modified()
             return NOT_MODIFIED
-        return None if found is None else Versioned(found.data, found.version)
+        return None if found is None else Versioned(found.data, found.tip.version)
 
     def _create(self, key: str, data: bytes, *, wait: bool = True) -> str:
-        path, _, _ = _key_paths(self._root, key)
+        k = self._key(key)
+        path = k.path
         if wait:
             self._stats.count("creates")
         with self._locked(key, "create", wait=wait):
-            if self._locked_current(key, path, "create") is not None:
+            if self._locked_current(k, "create") is not None:
                 raise ConditionFailed(key, "already exists")
-            version = _new_version()
-            _notices.OWN.wrote((self._namespace, key), _notices.ABSENT, version.hex())
+            version = next(_versions)
+            _notices.OWN.wrote(k.where, _notices.ABSENT, version.hex())
             self._write_file(key, path, "create", seq=1, version=version, data=data)
         return version.hex()
 
     def _delete(self, key: str, version: str, *, wait: bool = True) -> None:
-        path, _, _ = _key_paths(self._root, key)
+        k = self._key(key)
+        path = k.path
         if wait:
             self._stats.count("deletes")
         with self._locked(key, "delete", wait=wait):
-            current = self._locked_current(key, path, "delete")
+            current = self._locked_current(k, "delete")
             if current is None:
                 raise ConditionFailed(key, "absent")
-            if current.version != version:
+            if current.tip.version != version:
                 raise ConditionFailed(key, "version changed")
-            _notices.OWN.wrote((self._namespace, key), version, _notices.ABSENT)
+            _notices.OWN.wrote(k.where, version, _notices.ABSENT)
             # A reader that opened the file before the unlink finishes reading the old document
             # (its read overlaps the delete); writers open the path only under the lock, so none
             # can write into the unlinked file.
@@ -491,7 +516,7 @@ class LocalStore:
     # -- reading ----------------------------------------------------------------------------
 
     def _read(
-        self, key: str, path: str, known: str | None, *, wait: bool = True
+        self, k: _Key, known: str | None, *, wait: bool = True
     ) -> Current | NotModified | None:
         """The object (or ``NOT_MODIFIED`` if it is at ``known``), or ``None`` when absent.
 
@@ -499,47 +524,47 @@ class LocalStore:
         (or one left by a killed writer), once more under the key's lock, shared.
         """
         for _ in range(_LOCK_FREE_ATTEMPTS):
-            found = self._read_once(key, path, known, locked=False)
+            found = self._read_once(k, known, locked=False)
             if found is not _UNSETTLED:
                 return found
-        with self._locked(key, "read", fcntl.LOCK_SH, wait=wait):
-            found = self._read_once(key, path, known, locked=True)
+        with self._locked(k.key, "read", fcntl.LOCK_SH, wait=wait):
+            found = self._read_once(k, known, locked=True)
         assert found is not _UNSETTLED
         return found
 
     def _read_once(
-        self, key: str, path: str, known: str | None, *, locked: bool
+        self, k: _Key, known: str | None, *, locked: bool
     ) -> Current | NotModified | _Unsettled | None:
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(k.path, _READ_FLAGS)
         except FileNotFoundError as exc:
-            self._check_root(exc, "read", key)
+            self._check_root(exc, "read", k.key)
             return None
         except OSError as exc:
-            raise self._error(exc, "read", key) from exc
+            raise self._error(exc, "read", k.key) from exc
         try:
-            return self._settle(key, fd, "read", known, locked=locked)
+            return self._settle(k, fd, "read", known, locked)
         finally:
             os.close(fd)
 
-    def _locked_current(self, key: str, path: str, op: str) -> Current | None:
+    def _locked_current(self, k: _Key, op: str) -> Current | None:
         """The object's document, or ``None`` when absent (the key's lock held)."""
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(k.path, _READ_FLAGS)
         except FileNotFoundError as exc:
-            self._check_root(exc, op, key)
+            self._check_root(exc, op, k.key)
             return None
         except OSError as exc:
-            raise self._error(exc, op, key) from exc
+            raise self._error(exc, op, k.key) from exc
         try:
-            current = self._settle(key, fd, op, None, locked=True)
+            current = self._settle(k, fd, op, None, True)
         finally:
             os.close(fd)
         assert isinstance(current, Current)
         return current
 
     def _settle(
-        self, key: str, fd: int, op: str, known: str | None, *, locked: bool
+        self, k: _Key, fd: int, op: str, known: str | None, locked: bool
     ) -> Current | NotModified | _Unsettled:
         """Pick the document in the open object file ``fd``, or :data:`NOT_MODIFIED` if it is
         at version ``known``.
@@ -552,47 +577,66 @@ class LocalStore:
         """
         try:
             buf = os.pread(fd, FIRST_READ, 0)
-            capacity = MIN_CAPACITY if buf.startswith(SMALL_HEADER) else self._capacity(key, buf)
+            capacity = MIN_CAPACITY if buf.startswith(SMALL_HEADER) else self._capacity(k.key, buf)
             raw: tuple[bytes, ...]
             if capacity == MIN_CAPACITY and len(buf) == FIRST_READ:  # a small object's file
                 raw = (buf[_RECORD], buf[_HEAD_0], buf[_HEAD_1], buf[_HEAD_2])
             else:
                 raw = _raw_headers(fd, buf, capacity)
-            parsed = self._left.get(key)
-            if parsed is None or parsed.raw != raw or parsed.capacity != capacity:
-                parsed = _parsed(raw, capacity)
-            record = parsed.record
-            if not locked and not parsed.settled:
-                return _UNSETTLED
-            if record is None:
-                raise self._damaged(key, "its record fails its checksum")
-            for slot in parsed.written:
-                if slot.seq < record:
-                    break  # a synced write is damaged: never read an older one instead
-                version = slot.version.hex()
+            tip = k.tip
+            if tip is not None and tip.raw == raw and tip.capacity == capacity:
+                # The headers this store left or found last: the newest slot is the current one
+                # if its data is whole (else the long way below says what it is).
+                version = tip.version
                 if not locked and version == known:
-                    # Every slot header is whole, so no write newer than this one had finished
-                    # when the read began, and ``known`` came from a write that had finished:
-                    # the object is at ``known``. Its data isn't needed.
-                    return NOT_MODIFIED
-                start = BLOCK + slot.position * capacity + SLOT_BYTES  # slot_offset(), inline
-                end = start + slot.length
-                data = buf[start:end] if end <= len(buf) else os.pread(fd, slot.length, start)
-                if zlib.crc32(data) == slot.data_crc:
-                    if version == known:
-                        return NOT_MODIFIED
-                    fields = (slot, capacity, data, parsed.slots, record, version, parsed)
-                    return made(Current, fields)
-                if not locked:
-                    return _UNSETTLED  # its data may still be arriving
+                    return NOT_MODIFIED  # every header whole: as in _pick
+                start = BLOCK + tip.position * capacity + SLOT_BYTES  # slot_offset(), inline
+                end = start + tip.length
+                data = buf[start:end] if end <= len(buf) else os.pread(fd, tip.length, start)
+                if zlib.crc32(data) == tip.data_crc:
+                    return NOT_MODIFIED if version == known else made(Current, (tip, data))
+            return self._pick(k, fd, buf, _parsed(raw, capacity), known=known, locked=locked)
         except OSError as exc:
-            raise self._error(exc, op, key) from exc
+            raise self._error(exc, op, k.key) from exc
+
+    def _pick(
+        self, k: _Key, fd: int, buf: bytes, parsed: Layout, *, known: str | None, locked: bool
+    ) -> Current | NotModified | _Unsettled:
+        """:meth:`_settle` of a file whose headers are ``parsed``: the newest whole slot, or
+        the newest whose data is whole if ``locked``; in the usual shape it is the key's tip."""
+        record = parsed.record
+        if not locked and not parsed.settled:
+            return _UNSETTLED
+        if record is None:
+            raise self._damaged(k.key, "its record fails its checksum")
+        capacity = parsed.capacity
+        for slot in parsed.written:
+            if slot.seq < record:
+                break  # a synced write is damaged: never read an older one instead
+            version = slot.version.hex()
+            if not locked and version == known:
+                # Every slot header is whole, so no write newer than this one had finished
+                # when the read began, and ``known`` came from a write that had finished:
+                # the object is at ``known``. Its data isn't needed.
+                return NOT_MODIFIED
+            start = BLOCK + slot.position * capacity + SLOT_BYTES  # slot_offset(), inline
+            end = start + slot.length
+            data = buf[start:end] if end <= len(buf) else os.pread(fd, slot.length, start)
+            if zlib.crc32(data) == slot.data_crc:
+                if version == known:
+                    return NOT_MODIFIED
+                found = tip(parsed, slot)
+                if found.usual:
+                    k.tip = found
+                return made(Current, (found, data))
+            if not locked:
+                return _UNSETTLED  # its data may still be arriving
         if not locked:
             return _UNSETTLED
         if not parsed.written:
-            raise self._damaged(key, "none of its slots holds a whole document")
+            raise self._damaged(k.key, "none of its slots holds a whole document")
         raise self._damaged(
-            key,
+            k.key,
             f"its newest synced write (sequence {record}) fails its checksum; reading the"
             " slot before it would roll the object back",
         )
@@ -630,105 +674,71 @@ class LocalStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _replace(
-        self, key: str, data: bytes, version: str, *, synced: bool, wait: bool = True
-    ) -> str:
-        path, lock_path, stripe = _key_paths(self._root, key)
+    def _replace(self, key: str, data: bytes, version: str, synced: bool, wait: bool) -> str:
+        """:meth:`replace` (``synced``: then sync it) or :meth:`replace_unsynced`; not ``wait``:
+        see :meth:`_try_nowait`. (Arguments by position: the write path's calls.)"""
+        try:
+            k = self._keys[key]
+        except (KeyError, TypeError):  # not yet, or not a key at all
+            k = self._key(key)
         if wait:
             self._stats.count("replaces")
-        lock = self._lock(key, lock_path, stripe, "replace", wait=wait)
+        lock = self._lock(k, "replace", fcntl.LOCK_EX, wait)
         try:
             try:
-                fd = os.open(path, _OBJECT_FLAGS)
+                fd = os.open(k.path, _OBJECT_FLAGS)
             except FileNotFoundError as exc:
                 self._check_root(exc, "replace", key)
                 raise ConditionFailed(key, "absent") from None
             except OSError as exc:
                 raise self._error(exc, "replace", key) from exc
             try:
-                current = self._settle(key, fd, "replace", None, locked=True)
+                current = self._settle(k, fd, "replace", None, True)
                 assert isinstance(current, Current)
-                if current.version != version:
+                tip = current.tip
+                if tip.version != version:
                     raise ConditionFailed(key, "version changed")
-                new_version = _new_version()
+                new_version = next(_versions)
                 written = new_version.hex()
-                _notices.OWN.wrote((self._namespace, key), version, written)
-                seq = current.slot.seq + 1
-                if SLOT_BYTES + len(data) <= current.capacity:
-                    self._write_slot(
-                        key,
-                        fd,
-                        current,
-                        seq=seq,
-                        version=new_version,
-                        data=data,
-                        synced=synced,
-                        wait=wait,
-                    )
-                else:
+                _notices.OWN.wrote(k.where, version, written)
+                if SLOT_BYTES + len(data) > tip.capacity:
                     if not wait and self._durable:
                         raise _WouldBlock  # a new file, synced
-                    self._write_file(key, path, "replace", seq=seq, version=new_version, data=data)
+                    self._write_file(
+                        key, k.path, "replace", seq=tip.seq + 1, version=new_version, data=data
+                    )
+                    return written
+                # Overwrite a free slot in place: neither the current one (so a write cut short,
+                # by a kill or a full disk, leaves it whole and a slot whose checksums fail) nor
+                # the kept one (so a power loss leaves the newest synced write whole).
+                if tip.kept > tip.record and self._durable:
+                    self._move_record(key, fd, tip.kept, wait=wait)
+                blob, after = write_over(tip, new_version, written, data, synced)
+                offset = BLOCK + tip.free * tip.capacity  # slot_offset(), inline
+                try:
+                    done = os.pwrite(fd, blob, offset)
+                    while done < len(blob):  # short (a full disk): the slot fails its checksum
+                        blob, offset = blob[done:], offset + done
+                        done = os.pwrite(fd, blob, offset)
+                except OSError as exc:
+                    raise self._error(exc, "replace", key) from exc
+                if synced:
+                    try:
+                        os.fdatasync(fd)
+                        # Only now: a record naming a write that is not on disk yet would, after a
+                        # power loss, make the slot before it look damaged. Written without a sync
+                        # of its own: the next synced write's fdatasync takes it along; until then
+                        # it may lag (see _move_record).
+                        os.pwrite(fd, pack_record(tip.seq + 1), RECORD_AT)
+                    except OSError as exc:
+                        # The slot is whole in the page cache: readers may already see it.
+                        raise self._error(exc, "replace", key, outcome_unknown=True) from exc
+                k.tip = after  # what the next read or write of the key will find
             finally:
                 os.close(fd)
         finally:
-            _unlock(lock, stripe)
+            _unlock(lock, k.stripe)
         return written
-
-    def _write_slot(
-        self,
-        key: str,
-        fd: int,
-        current: Current,
-        *,
-        seq: int,
-        version: bytes,
-        data: bytes,
-        synced: bool,
-        wait: bool = True,
-    ) -> None:
-        """Overwrite a free slot in place (the key's lock held); ``synced``: then sync it and
-        move the record to it. Not ``wait``: raise :class:`_WouldBlock` if the kept slot needs
-        a sync first (before writing anything).
-
-        Free: neither ``current`` (so a write cut short, by a kill or a full disk, leaves it
-        whole and a slot whose checksums fail) nor the kept slot (so a power loss leaves the
-        newest synced write whole).
-        """
-        before = current.layout
-        where = before.plan if before is not None and current.slot is before.written[0] else None
-        if where is None:
-            where = plan(current.slots, current.record, current.slot)
-        record = current.record
-        if where.kept > record and self._durable:
-            self._move_record(key, fd, where.kept, wait=wait)
-            record = where.kept
-        slot, head = packed_slot(seq, where.free, version, data, synced=synced)
-        offset = BLOCK + where.free * current.capacity  # slot_offset(), inline
-        blob = head + data
-        try:
-            written = os.pwrite(fd, blob, offset)
-            while written < len(blob):  # a short write (a full disk): the slot fails its checksum
-                blob, offset = blob[written:], offset + written
-                written = os.pwrite(fd, blob, offset)
-        except OSError as exc:
-            raise self._error(exc, "replace", key) from exc
-        if synced:
-            try:
-                os.fdatasync(fd)
-                # Only now: a record naming a write that is not on disk yet would, after a power
-                # loss, make the slot before it look damaged. Written without a sync of its own:
-                # the next synced write's fdatasync takes it along; until then it may lag (see
-                # _move_record).
-                os.pwrite(fd, pack_record(seq), RECORD_AT)
-            except OSError as exc:
-                # The slot is whole in the page cache: readers may already see it.
-                raise self._error(exc, "replace", key, outcome_unknown=True) from exc
-            record = seq
-        if before is not None:  # what the next read or write of the key will find
-            if len(self._left) >= _LEFT_KEYS:
-                self._left.clear()
-            self._left[key] = after_write(before, slot, head, record)
 
     def _move_record(self, key: str, fd: int, kept: int, *, wait: bool = True) -> None:
         """Move the record to ``kept``, a slot flagged synced that is newer than the record.
@@ -821,34 +831,26 @@ class LocalStore:
     ) -> Iterator[None]:
         """Hold ``key``'s lock (``with self._locked(...):``): :meth:`_lock` and
         :func:`_unlock` around the block."""
-        _, lock_path, stripe = _key_paths(self._root, key)
-        fd = self._lock(key, lock_path, stripe, op, mode=mode, wait=wait)
+        k = self._key(key)
+        fd = self._lock(k, op, mode, wait)
         try:
             yield
         finally:
-            _unlock(fd, stripe)
+            _unlock(fd, k.stripe)
 
-    def _lock(
-        self,
-        key: str,
-        lock_path: str,
-        stripe: threading.Lock,
-        op: str,
-        *,
-        mode: int = fcntl.LOCK_EX,
-        wait: bool = True,
-    ) -> int:
-        """Take ``key``'s lock: this process's ``stripe`` lock, then ``flock`` on its lock file
-        (``lock_path``), exclusive for a write (``mode``), shared for a read that must not meet
-        a write in flight. Returns the lock file's descriptor; :func:`_unlock` releases both.
-        Not ``wait``: raise :class:`_WouldBlock` at once where either is held by another.
+    def _lock(self, k: _Key, op: str, mode: int, wait: bool) -> int:
+        """Take the key's lock: this process's stripe lock, then ``flock`` on its lock file,
+        exclusive for a write (``mode``), shared for a read that must not meet a write in
+        flight. Returns the lock file's descriptor; :func:`_unlock` releases both. Not
+        ``wait``: raise :class:`_WouldBlock` at once where either is held by another.
 
         The flock dies with the process (SIGKILL included), so a killed writer never leaves the
         key locked; the lock file itself stays, empty, and is reused. Each call opens its own file
         description: flock belongs to it, so two calls never share (or convert) one lock.
         """
+        key, stripe = k.key, k.stripe
         deadline = None  # read only when something is held by another
-        if not stripe.acquire(blocking=False):
+        if not stripe.acquire(False):  # (by position: a C method's keywords cost)
             if not wait:
                 raise _WouldBlock
             deadline = time.monotonic() + self._lock_timeout
@@ -856,9 +858,9 @@ class LocalStore:
                 raise self._lock_timed_out(op, key)
         try:
             try:
-                fd = os.open(lock_path, _LOCK_FILE_FLAGS, 0o666)
+                fd = os.open(k.lock_path, _LOCK_FILE_FLAGS, 0o666)
             except OSError as exc:
-                fd = self._open_lock_file(exc, lock_path, key, op)
+                fd = self._open_lock_file(exc, k.lock_path, key, op)
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
             except OSError as exc:
@@ -979,12 +981,12 @@ def _create_nowait(store: LocalStore, key: str, data: bytes) -> str:
 
 @logged("replace")
 def _replace_nowait(store: LocalStore, key: str, data: bytes, version: str) -> str:
-    return store._replace(key, data, version, synced=store._durable, wait=False)
+    return store._replace(key, data, version, store._durable, False)
 
 
 @logged("replace_unsynced")
 def _replace_unsynced_nowait(store: LocalStore, key: str, data: bytes, version: str) -> str:
-    return store._replace(key, data, version, synced=False, wait=False)
+    return store._replace(key, data, version, False, False)
 
 
 @logged("delete")

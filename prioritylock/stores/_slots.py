@@ -43,7 +43,7 @@ __all__ = [
     "FormatError",
     "Slot",
     "Torn",
-    "after_write",
+    "Tip",
     "capacity_for",
     "free_slot",
     "header_capacity",
@@ -53,11 +53,12 @@ __all__ = [
     "pack_header",
     "pack_record",
     "pack_slot",
-    "packed_slot",
     "parse_record",
     "parse_slot",
     "plan",
     "slot_offset",
+    "tip",
+    "write_over",
 ]
 
 MAGIC = b"\x89PLOCK2\n"  # not a hex digit: files of the format before slots start with one
@@ -101,17 +102,32 @@ class Plan(NamedTuple):
     free: int  # the slot the write overwrites
 
 
-class Current(NamedTuple):
-    """The object's document: the valid slot with the highest sequence number; and, for a
-    writer, every slot's header and the record."""
+class Tip(NamedTuple):
+    """A file's current document (its slot) and where a write over it goes, flat: all that a
+    read or a write needs of the file's headers (:func:`tip`)."""
 
-    slot: Slot
+    raw: tuple[bytes, ...]  # the record's bytes, then each slot header's, by position
     capacity: int
-    data: bytes
-    slots: Sequence[Slot | Torn | None]  # by position
     record: int  # the newest synced write's sequence number
-    version: str  # the slot's version, in hex (worked out once: every write compares it)
-    layout: Layout | None = None  # the file's headers it was read from, if known
+    seq: int  # the current slot's sequence number, position, version (in hex: every write
+    position: int  # compares it), data length and data checksum
+    version: str
+    length: int
+    data_crc: int
+    kept: int  # where a write goes: :class:`Plan`'s fields
+    at: int | None
+    free: int
+    # Every slot whole, the current one the newest, the record at the newest synced write: the
+    # tip of any file with these headers (its data checked by each use), and :func:`write_over`
+    # derives the next one.
+    usual: bool
+
+
+class Current(NamedTuple):
+    """The object's document, and the file's tip for a writer."""
+
+    tip: Tip
+    data: bytes
 
 
 class Torn(enum.Enum):
@@ -136,8 +152,8 @@ class Layout(NamedTuple):
 
 
 #: Makes a named tuple from a tuple of its fields, unchecked: the class's own ``__new__`` is a
-#: Python function (a frame per object: 0.26 µs against 0.13 here), and a write makes four
-#: (``Slot``, ``Current``, ``Plan``, ``Layout``). Only where every field is given, in order.
+#: Python function (a frame per object: 0.26 µs against 0.13 here), and a write makes two
+#: (``Current``, ``Tip``). Only where every field is given, in order.
 made = tuple.__new__
 
 
@@ -152,18 +168,9 @@ def slot_offset(index: int, capacity: int) -> int:
 
 
 def pack_slot(seq: int, version: bytes, data: bytes, *, synced: bool) -> bytes:
-    return packed_slot(seq, 0, version, data, synced=synced)[1] + data
-
-
-def packed_slot(
-    seq: int, position: int, version: bytes, data: bytes, *, synced: bool
-) -> tuple[Slot, bytes]:
-    """A slot holding ``data`` at ``position``: its header, and the header's bytes (the data
-    follows them)."""
-    crc = zlib.crc32(data)
-    head = _SLOT_CHECKED.pack(seq, len(data), version, crc, SYNCED if synced else 0)
-    slot = made(Slot, (seq, position, version, len(data), crc, synced))
-    return slot, head + _CRC.pack(zlib.crc32(head))
+    """A slot holding ``data``: its header's bytes, then the data."""
+    head = _SLOT_CHECKED.pack(seq, len(data), version, zlib.crc32(data), SYNCED if synced else 0)
+    return head + _CRC.pack(zlib.crc32(head)) + data
 
 
 _SLOT_CHECKED = struct.Struct(SLOT.format[:-1])  # the slot header less its own crc32
@@ -208,16 +215,12 @@ def _record(raw: bytes) -> int | None:
     return int(synced) if crc == zlib.crc32(raw[:8]) else None
 
 
-def free_slot(current: Current, kept: int | None) -> int:
-    """The slot a write overwrites: neither the current one nor ``kept``. Of two: first a write
-    that never finished (a whole header above the current slot, whose data a kill or a power loss
-    cut short; the lowest, so that the new write's sequence number, one above the current, is
-    never left on two slots), then a slot never written or torn, then the older.
+def free_slot(slots: Sequence[Slot | Torn | None], top: Slot, kept: int | None) -> int:
+    """The slot a write over ``top`` overwrites: neither ``top`` nor ``kept``. Of two: first a
+    write that never finished (a whole header above the current slot, whose data a kill or a
+    power loss cut short; the lowest, so that the new write's sequence number, one above the
+    current, is never left on two slots), then a slot never written or torn, then the older.
     """
-    return _free(current.slots, current.slot, kept)
-
-
-def _free(slots: Sequence[Slot | Torn | None], top: Slot, kept: int | None) -> int:
     taken, free, best = (top.position, kept), -1, _RANKS
     for position, slot in enumerate(slots):
         if position in taken:
@@ -252,7 +255,7 @@ def plan(slots: Sequence[Slot | Torn | None], record: int, top: Slot) -> Plan:
         if isinstance(slot, Slot) and slot.seq == kept:
             at = slot.position
             break
-    return Plan(kept, at, _free(slots, top, at))
+    return Plan(kept, at, free_slot(slots, top, at))
 
 
 def parse_slot(raw: bytes, index: int, capacity: int) -> Slot | Torn | None:
@@ -272,40 +275,56 @@ def layout(raw: tuple[bytes, ...], capacity: int) -> Layout:
     return _layout(raw, capacity, _record(raw[0]), slots)
 
 
-def after_write(before: Layout, slot: Slot, head: bytes, record: int) -> Layout:
-    """The file of ``before`` once ``slot`` (whose header's bytes are ``head``) was written and
-    the record holds ``record``: what :func:`layout` would parse from it, without parsing."""
-    seq, position, _version, _length, _crc, synced = slot  # (unpacked once: every write's path)
-    before_raw, capacity, before_record, before_slots, written, _settled, where = before
-    raw = list(before_raw)
-    raw[1 + position] = head
-    if record != before_record:
-        raw[0] = pack_record(record)
-    slots = list(before_slots)
-    slots[position] = slot
-    if where is not None and len(written) == SLOTS:
-        kept, at, free = where
-        top = written[0]
-        if (
-            position == free
-            and seq == top.seq + 1
-            and (record == seq if synced else record == kept and record <= top.seq)
-        ):
-            # A writer's usual write: every slot whole, the new one over the plan's free slot,
-            # one above the newest; the record at the newest synced write (a durable writer
-            # moves it there, a store with durable=False has neither) and not above the newest.
-            # Then plan() would find: kept, the synced write or the same as before; free, the
-            # slot neither newest nor kept.
-            third = written[1 if written[2].position == position else 2]
-            if synced:
-                after = made(Plan, (seq, position, third.position))
-            else:
-                after = made(
-                    Plan, (kept, at, top.position if at == third.position else third.position)
-                )
-            fields = (tuple(raw), capacity, record, tuple(slots), [slot, top, third])
-            return made(Layout, (*fields, True, after))
-    return _layout(tuple(raw), capacity, record, tuple(slots))
+def tip(parsed: Layout, slot: Slot) -> Tip:
+    """The file of ``parsed`` with ``slot`` (one of its whole headers) its current document, its
+    record passing its checksum."""
+    record = parsed.record
+    assert record is not None
+    written = parsed.written
+    if slot is written[0]:
+        where = parsed.plan
+        assert where is not None
+        usual = len(written) == SLOTS and record == where.kept <= slot.seq
+    else:  # a newer write is damaged or in flight: only a locked read takes this one
+        where, usual = plan(parsed.slots, record, slot), False
+    seq, position, version, length, data_crc, _synced = slot
+    fields = (parsed.raw, parsed.capacity, record, seq, position, version.hex(), length, data_crc)
+    return made(Tip, (*fields, *where, usual))
+
+
+def write_over(
+    tip: Tip, version: bytes, version_hex: str, data: bytes, synced: bool
+) -> tuple[bytes, Tip | None]:
+    """A write of ``data`` at ``version`` over ``tip``'s current slot: the bytes to write at the
+    free slot (:func:`slot_offset` of ``tip.free``; its header, then the data), and the file's tip
+    once they are written and, if ``synced``, the record moved to them: what :func:`tip` of its
+    parsed headers would say, worked out in a few steps. That is for a ``usual`` tip; None for
+    another, whose next tip takes a parse.
+    """
+    seq = tip.seq + 1
+    crc = zlib.crc32(data)
+    head = _SLOT_CHECKED.pack(seq, len(data), version, crc, SYNCED if synced else 0)
+    head += _CRC.pack(zlib.crc32(head))
+    if not tip.usual:
+        return head + data, None
+    raw = list(tip.raw)
+    raw[1 + tip.free] = head
+    # Every slot was whole and stays so; the new slot is the newest, one above the current. Of
+    # the two others, ``third`` (neither the current slot nor the one overwritten) is the older.
+    top, free = tip.position, tip.free
+    third = _POSITIONS - top - free
+    at: int | None
+    if synced:  # the write is kept, the record names it; the oldest is overwritten next
+        raw[0] = pack_record(seq)
+        kept, at, record, after = seq, free, seq, third
+    else:  # the kept slot stays; of the others, the older is overwritten next
+        kept, at, record = tip.kept, tip.at, tip.record
+        after = top if at == third else third
+    fields = (tuple(raw), tip.capacity, record, seq, free, version_hex, len(data), crc)
+    return head + data, made(Tip, (*fields, kept, at, after, True))
+
+
+_POSITIONS = sum(range(SLOTS))  # the three positions' sum: two of them give the third
 
 
 def _layout(

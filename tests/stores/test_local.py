@@ -693,6 +693,76 @@ def test_versions_are_unique_across_writes_deletes_and_creates(store: LocalStore
     assert all(len(v) == 32 and set(v) <= set("0123456789abcdef") for v in versions)
 
 
+def _parsed_tip(store: LocalStore, key: str) -> _slots.Tip:
+    """The tip of ``key``'s file, parsed from its bytes from outside (its current slot whole)."""
+    raw = _object_file(store, key).read_bytes()
+    slots = [_slots.slot_offset(position, _slots.MIN_CAPACITY) for position in range(3)]
+    record = raw[_slots.RECORD_AT : _slots.RECORD_AT + _slots.RECORD.size]
+    heads = (record, *(raw[at : at + _slots.SLOT_BYTES] for at in slots))
+    parsed = _slots.layout(heads, _slots.MIN_CAPACITY)
+    return _slots.tip(parsed, parsed.written[0])
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_the_tip_a_store_keeps_is_the_one_parsed_from_its_file(
+    tmp_path: Path, durable: bool
+) -> None:
+    """After each write, synced or not, what the store keeps of the file (its tip, from which the
+    next write works out where to go without parsing) is what parsing the file gives."""
+    store = LocalStore(tmp_path, durable=durable)
+    version = store.create("k", b"first")
+    kept = []
+    for serial in range(12):
+        write = store.replace if serial % 4 == 3 else store.replace_unsynced
+        version = write("k", b"document %d" % serial, version)
+        tip = store._keys["k"].tip
+        kept.append(tip is not None)
+        assert tip is None or tip == _parsed_tip(store, "k"), serial
+        assert store.read("k") == Versioned(b"document %d" % serial, version)
+    # The two writes that fill a new file's slots leave it to be parsed; from then on every
+    # write works its tip out.
+    assert kept == [False, False] + [True] * 10
+
+
+def test_a_tip_whose_headers_another_writer_changed_is_not_trusted(directory: Path) -> None:
+    """Two stores on one directory, each keeping the tip its last write left: a write by the
+    other changes the headers, so the tip is not used: the stale version fails, and reads and
+    writes see the other's document."""
+    first, second = LocalStore(directory), LocalStore(directory)
+    version = first.create("k", b"one")
+    for serial in range(4):
+        version = first.replace_unsynced("k", b"first %d" % serial, version)
+    theirs = second.replace_unsynced("k", b"second", version)
+    with pytest.raises(ConditionFailed):
+        first.replace_unsynced("k", b"stale", version)
+    assert first.read("k") == Versioned(b"second", theirs)
+    mine = first.replace_unsynced("k", b"first again", theirs)
+    assert second.read("k") == Versioned(b"first again", mine)
+    assert first._keys["k"].tip == _parsed_tip(first, "k")
+
+
+def test_a_forked_child_makes_versions_its_parent_never_makes(store: LocalStore) -> None:
+    """The random half of a version is drawn again in a forked child: the child's writes and its
+    parent's never make one version (which would let a write go unseen: versions are the
+    conditions of writes)."""
+    version = store.create("fork", b"parent")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one write, its version to the parent
+        try:
+            os.write(write_end, store.replace("fork", b"child", version).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        theirs = pipe.read().decode()
+    os.waitpid(pid, 0)
+    ours = store.replace("fork", b"parent again", theirs)
+    assert len(theirs) == len(ours) == 32
+    assert len({version, theirs, ours}) == 3
+    assert theirs[:16] != ours[:16] == version[:16]  # the random halves
+
+
 def test_read_if_changed_reads_only_the_slot_headers_of_an_unchanged_object(
     store: LocalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

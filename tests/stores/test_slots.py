@@ -20,7 +20,6 @@ from prioritylock.stores._slots import (
     SLOTS,
     SMALL_HEADER,
     TORN,
-    Current,
     FormatError,
     Slot,
     capacity_for,
@@ -130,10 +129,10 @@ def test_header_capacity_tells_damaged_older_and_foreign_files_apart() -> None:
     assert problem(b"") == ("foreign", "")
 
 
-def _current(top: int, slots: list[Slot | _slots.Torn | None], record: int = 0) -> Current:
+def _free(top: int, slots: list[Slot | _slots.Torn | None], kept: int | None) -> int:
     found = slots[top]
     assert isinstance(found, Slot)
-    return Current(found, MIN_CAPACITY, b"", slots, record, found.version.hex())
+    return free_slot(slots, found, kept)
 
 
 def _slot(seq: int, position: int, *, synced: bool = False) -> Slot:
@@ -142,23 +141,23 @@ def _slot(seq: int, position: int, *, synced: bool = False) -> Slot:
 
 def test_a_write_takes_neither_the_current_nor_the_kept_slot() -> None:
     slots: list[Slot | _slots.Torn | None] = [_slot(3, 0), _slot(4, 1), _slot(2, 2)]
-    assert free_slot(_current(1, slots), kept=None) == 2  # the older of the two others
-    assert free_slot(_current(1, slots), kept=2) == 0
+    assert _free(1, slots, None) == 2  # the older of the two others
+    assert _free(1, slots, 2) == 0
     never = [_slot(1, 0), None, TORN]
-    assert free_slot(_current(0, never), kept=None) == 1  # never written (or torn) first
-    assert free_slot(_current(0, never), kept=1) == 2
+    assert _free(0, never, None) == 1  # never written (or torn) first
+    assert _free(0, never, 1) == 2
 
 
 def test_an_unfinished_write_above_the_current_slot_is_taken_first() -> None:
     # Slots 1 and 2 hold whole headers above the current one: writes cut short. The lowest is
     # overwritten, so the next write's sequence number never stands in two slots.
     slots: list[Slot | _slots.Torn | None] = [_slot(5, 0), _slot(7, 1), _slot(6, 2)]
-    assert free_slot(_current(0, slots), kept=None) == 2
+    assert _free(0, slots, None) == 2
     # ... before an older whole write, and before a slot never written.
     older: list[Slot | _slots.Torn | None] = [_slot(5, 0), _slot(6, 1), _slot(3, 2)]
-    assert free_slot(_current(0, older), kept=None) == 1
+    assert _free(0, older, None) == 1
     empty: list[Slot | _slots.Torn | None] = [_slot(5, 0), None, _slot(6, 2)]
-    assert free_slot(_current(0, empty), kept=None) == 2
+    assert _free(0, empty, None) == 2
 
 
 _HEADS = st.one_of(
@@ -178,61 +177,77 @@ def _head(slot: tuple[int, bool] | _slots.Torn | None, position: int) -> bytes:
     return pack_slot(seq, bytes([position]) * 16, b"data %d" % seq, synced=synced)[:SLOT_BYTES]
 
 
-@given(
-    heads=st.lists(_HEADS, min_size=SLOTS, max_size=SLOTS),
-    record=st.integers(0, 9),
-    position=st.integers(0, SLOTS - 1),
-    seq=st.integers(1, 10),
-    synced=st.booleans(),
-)
-def test_a_layout_after_a_write_is_the_one_parsed_from_its_bytes(
-    heads: list[tuple[int, bool] | _slots.Torn | None],
-    record: int,
-    position: int,
-    seq: int,
-    synced: bool,
-) -> None:
-    """What a LocalStore remembers of its own write (``after_write``) is exactly what parsing
-    the file's new headers gives, whatever the file held before: its next write trusts it."""
-    raw = (pack_record(record), *(_head(slot, at) for at, slot in enumerate(heads)))
-    before = _slots.layout(raw, MIN_CAPACITY)
-    slot, blob = _slots.packed_slot(seq, position, b"\x07" * 16, b"new", synced=synced)
-    after_record = seq if synced else record
-    written = list(raw)
-    written[1 + position] = blob[:SLOT_BYTES]
-    written[0] = pack_record(after_record)
-    assert _slots.after_write(before, slot, blob[:SLOT_BYTES], after_record) == _slots.layout(
-        tuple(written), MIN_CAPACITY
-    )
+def _tip(raw: list[bytes]) -> _slots.Tip | None:
+    """The tip of a file with these headers, as a read finds it: the newest whole header, when
+    it is not below the record (its data taken as whole)."""
+    parsed = _slots.layout(tuple(raw), MIN_CAPACITY)
+    if parsed.record is None or not parsed.written or parsed.written[0].seq < parsed.record:
+        return None
+    return _slots.tip(parsed, parsed.written[0])
 
 
 @given(
     heads=st.lists(_HEADS, min_size=SLOTS, max_size=SLOTS),
     record=st.integers(0, 9),
     durable=st.booleans(),
-    writes=st.lists(st.booleans(), max_size=8),  # each write: synced or not
+    writes=st.lists(st.booleans(), min_size=1, max_size=8),  # each write: synced or not
 )
-def test_a_writers_run_of_layouts_is_the_one_parsed_from_its_bytes(
+def test_a_writers_run_of_tips_is_the_one_parsed_from_its_bytes(
     heads: list[tuple[int, bool] | _slots.Torn | None],
     record: int,
     durable: bool,
     writes: list[bool],
 ) -> None:
-    """Writes as a LocalStore makes them, one after another over the newest slot where the plan
-    says, the record moved as it moves it: every remembered layout is the parsed one."""
+    """Writes as a LocalStore makes them, one after another over the current slot where its tip
+    says, the record moved as it moves it: every tip it works out (``write_over``) is the one
+    parsed from the file's new headers, whatever the file held before; and every tip found says
+    what the file's parsed headers say (its plan is :func:`plan`'s, ``usual`` as defined)."""
     raw = [pack_record(record), *(_head(slot, at) for at, slot in enumerate(heads))]
-    known = _slots.layout(tuple(raw), MIN_CAPACITY)
+    known = _tip(raw)
     for serial, synced in enumerate(writes):
-        where = known.plan
-        if where is None:
+        if known is None:
             return
-        record = known.record or 0
-        if durable and where.kept > record:
-            record = where.kept
-        seq = known.written[0].seq + 1
-        slot, blob = _slots.packed_slot(seq, where.free, b"%16d" % serial, b"w", synced=synced)
-        record = seq if synced else record
-        raw[1 + where.free] = blob[:SLOT_BYTES]
-        raw[0] = pack_record(record)
-        known = _slots.after_write(known, slot, blob[:SLOT_BYTES], record)
-        assert known == _slots.layout(tuple(raw), MIN_CAPACITY)
+        parsed = _slots.layout(tuple(raw), MIN_CAPACITY)
+        top = parsed.written[0]
+        assert (known.kept, known.at, known.free) == _slots.plan(parsed.slots, known.record, top)
+        assert (known.seq, known.position, known.version) == (
+            top.seq,
+            top.position,
+            top.version.hex(),
+        )
+        whole = len(parsed.written) == SLOTS
+        assert known.usual == (whole and known.record == known.kept <= top.seq)
+        if durable and known.kept > known.record:
+            raw[0] = pack_record(known.kept)  # LocalStore._move_record
+        version = b"%16d" % serial
+        blob, after = _slots.write_over(known, version, version.hex(), b"w" * serial, synced)
+        assert blob == _slots.pack_slot(known.seq + 1, version, b"w" * serial, synced=synced)
+        raw[1 + known.free] = blob[:SLOT_BYTES]
+        if synced:
+            raw[0] = pack_record(known.seq + 1)
+        parsed_after = _tip(raw)
+        if known.usual:
+            assert after == parsed_after
+        else:
+            assert after is None
+        known = parsed_after
+
+
+def test_a_new_files_tip_is_derived_from_its_third_write_on() -> None:
+    """From a new file (one slot written), two writes fill the slots; from then on every
+    write's tip is derived, synced or not, and is the parsed one."""
+    buf = new_file(MIN_CAPACITY, 1, VERSION, b"first", synced=True)
+    raw = [buf[RECORD_AT : RECORD_AT + 12], buf[BLOCK : BLOCK + SLOT_BYTES], EMPTY_SLOT, EMPTY_SLOT]
+    known = _tip(raw)
+    derived = []
+    for serial in range(12):
+        assert known is not None
+        version, synced = b"%16d" % serial, serial % 3 == 2
+        blob, after = _slots.write_over(known, version, version.hex(), b"doc", synced)
+        raw[1 + known.free] = blob[:SLOT_BYTES]
+        if synced:
+            raw[0] = pack_record(known.seq + 1)
+        derived.append(after is not None)
+        known = _tip(raw)
+        assert after is None or after == known
+    assert derived == [False, False] + [True] * 10
