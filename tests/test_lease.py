@@ -122,6 +122,52 @@ def test_a_lock_objects_own_terms_change_no_byte(holder: Holder, event: Event, o
     assert encode(lease, terms) == encode(lease)
 
 
+@given(
+    holder=st.none() | holders,
+    owner=texts,
+    message=texts,
+    kind=st.sampled_from(sorted(EVENT_KINDS)),
+    when=st.sampled_from(["acquired_at", "renewed_at", "own"]),
+    hint=st.none() | st.text(min_size=1, max_size=40),
+    prior=st.none() | texts,
+    reserve=st.none() | st.builds(Reserve, fence=st.integers(1, 2**62), boot=texts),
+    fence=st.integers(1, 2**62),
+)
+def test_a_lock_objects_own_writes_are_written_in_one_piece_with_the_same_bytes(
+    holder: Holder | None,
+    owner: str,
+    message: str,
+    kind: Any,
+    when: str,
+    hint: str | None,
+    prior: str | None,
+    reserve: Reserve | None,
+    fence: int,
+) -> None:
+    # The shape of every uncontended write (``_lease._encode_own``): no request, no line, the
+    # writer's own event at one of its holder's times (or any time, for a free lock).
+    if holder is not None:
+        holder = attrs.evolve(holder, hint=hint)
+        owner, message = holder.owner, holder.message
+    terms = Terms(
+        owner,
+        message,
+        priority=1 if holder is None else holder.priority,
+        lease_timeout=30.0 if holder is None else holder.lease_timeout,
+        cleanup_timeout=10.0 if holder is None else holder.cleanup_timeout,
+        forceful=False if holder is None else holder.forceful,
+    )
+    at = 1.5 if holder is None or when == "own" else getattr(holder, when)
+    event = Event(kind, at, owner, message)
+    lease = Lease("v1/path/x", fence, new_nonce(), holder, None, event, prior=prior)
+    lease = lease.with_reserve(reserve)
+    own = _lease._encode_own(lease, terms)
+    if holder is None or when != "own":
+        assert own is not None
+    assert encode(lease, terms) == encode(lease)
+    assert decode("k", encode(lease, terms), name="v1/path/x") == lease
+
+
 def test_equal_terms_of_another_kind_are_written_as_they_are() -> None:
     # 30 == 30.0 and 1 == True, but they are written "30", "30.0", "1", "true": only the very
     # objects the terms were written from take their text.
