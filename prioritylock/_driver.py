@@ -261,20 +261,24 @@ class LockBase(FlowRunner):
         if not self._straight or seen is None:
             return self._acquire_flow(lock_id, blocking, deadline)
         hint = HINTS.hint_for(lock_id, self._place.where) if self._hinted else None
-        attempt = flows.new_attempt(st, lock_id, blocking, deadline, hint)
+        claim, lining = st.claim(lock_id, hint), flows.new_lining(st, blocking, hint)
         if blocking:
             self._perform_shared(effects.ARM)
         clock = self._clock
         mono, wall = clock.monotonic(), clock.time()
-        step, write = flows.first_write(st, attempt, seen, mono, wall)
+        step, write = flows.first_write(
+            st, claim, seen, mono, wall, lining=lining, deadline=deadline
+        )
         if write is None:
+            attempt = flows.new_attempt(st, claim, blocking, deadline, lining)
             return flows.acquire_after(st, attempt, seen, step, mono)
         lease, put = write
         try:
             version = self._call_straight(put)
         except (ConditionFailed, StoreUnavailable) as exc:
+            attempt = flows.new_attempt(st, claim, blocking, deadline, lining)
             return flows.acquire_after(st, attempt, seen, step, mono, write=(lease, put, exc))
-        hint_sent, hold = flows.took(st, attempt, seen, lease, version, mono=mono)
+        hint_sent, hold = flows.took(st, claim, seen, lease, version, mono=mono)
         if hint_sent is not None:
             self._perform_shared(hint_sent)
         self._hold(hold)

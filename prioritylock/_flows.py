@@ -97,6 +97,7 @@ __all__ = [
     "force_unlock",
     "limit",
     "new_attempt",
+    "new_lining",
     "now",
     "read",
     "release",
@@ -480,7 +481,8 @@ def acquire(
     :raises LockTimeout: the store could not be reached before ``deadline``.
     :raises StoreUnavailable: the store failed for a whole store timeout.
     """
-    attempt = new_attempt(state, lock_id, blocking, deadline, hint)
+    claim, lining = state.claim(lock_id, hint), new_lining(state, blocking, hint)
+    attempt = new_attempt(state, claim, blocking, deadline, lining)
     try:
         # Be woken by a release that lands after our read. A try_lock waits only for a
         # handover: it arms when it first has to wait (costing at most one short first pause).
@@ -488,15 +490,17 @@ def acquire(
             yield ARM
         seen = state.seen if state.seen is not None else (yield from attempt.read(state))
         mono, wall = yield NOW
-        step, write = first_write(state, attempt, seen, mono, wall)
+        step, write = first_write(state, claim, seen, mono, wall, lining=lining, deadline=deadline)
         if write is None:
             return (yield from _acquire(state, attempt, seen, step, mono))
         lease, put = write
+        attempt.cached = False  # the store checks the version; what comes back is fresh
+        attempt.touched = True
         try:
             version = yield put
         except (ConditionFailed, StoreUnavailable) as exc:
             return (yield from _settle_first(state, attempt, seen, (lease, put, exc), mono))
-        hint_sent, hold = took(state, attempt, seen, lease, version, mono=mono)
+        hint_sent, hold = took(state, claim, seen, lease, version, mono=mono)
         if hint_sent is not None:
             yield hint_sent
         yield hold
@@ -508,43 +512,58 @@ def acquire(
         raise error from exc
 
 
+def new_lining(state: LockState, blocking: bool, hint: str | None) -> proto.Lining | None:
+    """An acquire's place in the line: a blocking acquire of a fair lock joins it."""
+    return proto.Lining(hint) if blocking and state.fair else None
+
+
 def new_attempt(
-    state: LockState, lock_id: str, blocking: bool, deadline: float | None, hint: str | None
+    state: LockState,
+    claim: proto.Claim,
+    blocking: bool,
+    deadline: float | None,
+    lining: proto.Lining | None,
 ) -> Attempt:
-    """An acquire's own knowledge at its start (:func:`acquire`)."""
+    """An acquire's own knowledge at its start (:func:`acquire`), before its first write."""
     return Attempt(
-        state.claim(lock_id, hint),
+        claim,
         blocking,
         deadline,
         None,
         cached=state.seen is not None,
         timeout=state.store_timeout if blocking else min(state.store_timeout, TRY_STORE_TIMEOUT),
-        lining=proto.Lining(hint) if blocking and state.fair else None,
+        lining=lining,
     )
 
 
 def first_write(
-    state: LockState, attempt: Attempt, seen: Seen, mono: float, wall: float
+    state: LockState,
+    claim: proto.Claim,
+    seen: Seen,
+    mono: float,
+    wall: float,
+    *,
+    lining: proto.Lining | None,
+    deadline: float | None,
 ) -> tuple[proto.Step, tuple[Lease, Put] | None]:
     """An acquire's first round up to its write: the step decided on ``seen`` (the clock read
-    at ``mono``, ``wall``) and, when it is a free lock taken, the lease to write and the
-    ``Put`` that writes it (else None: the round goes on in :func:`_acquire`)."""
-    step = decide(state, attempt, seen, mono, wall)
+    at ``mono``, ``wall``) for a ``claim`` nothing was written of yet and, when it is a free
+    lock taken, the lease to write and the ``Put`` that writes it (else None: the round goes on
+    in :func:`_acquire`)."""
+    step = _decide(state, claim, seen, mono, wall, lining=lining)
     if not isinstance(step, proto.Write) or step.outcome != "acquired":
         return step, None
-    attempt.cached = False  # the store checks the version; what comes back is fresh
-    attempt.touched = True
-    by = limit(state, mono, attempt.deadline)  # ``attempt.bound``
+    by = limit(state, mono, deadline)  # ``Attempt.bound``
     return step, _put(state, step.lease, seen.version, create=step.create, by=by)
 
 
 def took(
-    state: LockState, attempt: Attempt, seen: Seen, lease: Lease, version: str, *, mono: float
+    state: LockState, claim: proto.Claim, seen: Seen, lease: Lease, version: str, *, mono: float
 ) -> tuple[Hint | None, Hold]:
     """The first round's write of ``lease`` (:func:`first_write`) landed as ``version``: the
     hint to send first (None: nobody to hint) and the holding's ``Hold``."""
-    now, hint = _landed_seen(state, lease, version, seen.lease, attempt.claim.lock_id)
-    return hint, become_holder(state, attempt.claim, lease, version, mono, seen=now)
+    now, hint = _landed_seen(state, lease, version, seen.lease, claim.lock_id)
+    return hint, become_holder(state, claim, lease, version, mono, seen=now)
 
 
 def acquire_after(
@@ -563,6 +582,8 @@ def acquire_after(
     try:
         if write is None:
             return (yield from _acquire(state, attempt, seen, step, mono))
+        attempt.cached = False  # the store checked the version; what comes back is fresh
+        attempt.touched = True
         return (yield from _settle_first(state, attempt, seen, write, mono))
     except StoreUnavailable as exc:
         error = yield from _failed(state, attempt, exc)
@@ -651,21 +672,46 @@ def _acquire(
 def decide(state: LockState, attempt: Attempt, seen: Seen, mono: float, wall: float) -> proto.Step:
     """What to do next on the lease as ``seen``, the clock read at ``mono`` and ``wall`` (the
     decision is ``_protocol``'s; what was sighted is kept in ``state``)."""
+    return _decide(
+        state,
+        attempt.claim,
+        seen,
+        mono,
+        wall,
+        lining=attempt.lining,
+        mine=attempt.mine,
+        may_request=attempt.may_request,
+    )
+
+
+def _decide(
+    state: LockState,
+    claim: proto.Claim,
+    seen: Seen,
+    mono: float,
+    wall: float,
+    *,
+    lining: proto.Lining | None,
+    mine: proto.MyRequest | None = None,
+    may_request: bool = True,
+) -> proto.Step:
+    """:func:`decide`, for ``claim`` (``mine``: its request, if written; ``may_request``:
+    whether it may still write one; ``lining``: its place in the line)."""
     state.sight(seen.lease, mono)
     return proto.acquire_step(
         seen.lease,
         state.key,
-        attempt.claim,
+        claim,
         now=mono,
         wall=wall,
         drift=state.drift,
         holder_seen=state.holder_seen,
         request_seen=state.request_seen,
-        mine=attempt.mine,
-        may_request=attempt.may_request,
+        mine=mine,
+        may_request=may_request,
         free_seen=state.free_seen,
         line_seen=state.line_seen,
-        lining=attempt.lining,
+        lining=lining,
     )
 
 
