@@ -106,13 +106,22 @@ def test_a_holder_whose_lease_ran_out_while_the_server_was_down_is_told(
         store_timeout=0.5,
     )
     rival_store = _open(restartable, prefix, stores)
-    rival = make(rival_store, "jobs/outage", "rival", lease_timeout=1.0, max_clock_drift=0.1)
+    # Up to 30 s for the server to serve again: a loaded machine's ZooKeeper once took longer
+    # than the default store timeout (10 s) after its restart.
+    rival = make(
+        rival_store,
+        "jobs/outage",
+        "rival",
+        lease_timeout=1.0,
+        max_clock_drift=0.1,
+        store_timeout=30.0,
+    )
     try:
         assert holder.try_lock()
         fence = holder.fencing_token
         restartable.restart(down=lambda: _told(recorder.lost))
         assert not holder.is_current_owner()
-        rival.lock(timeout=10)  # the lease it waits out is the one that was stored
+        rival.lock(timeout=30)  # the lease it waits out is the one that was stored
         assert rival.fencing_token == fence + 1
         rival.unlock()
     finally:
