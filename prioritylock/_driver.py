@@ -240,9 +240,6 @@ class LockBase(FlowRunner):
         holder = lockstate.holder_name(seen.lease if seen is not None else None)
         return LockTimeout(f"{self._key!r}: not acquired within {timeout} s (held by {holder})")
 
-    def _release_flow(self) -> effects.Flow[lockstate.Released | None]:
-        return flows.release(self._st, self._require_holding(), cleanup_done=False)
-
     # -- the uncontended cycle, made here: no flow to drive ----------------------------------
 
     def _start_acquire(
