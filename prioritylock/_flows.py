@@ -335,9 +335,12 @@ def write(
     operator): once the write landed, the parties it concerns are hinted (``_protocol.hinted``).
 
     Unknown outcomes are settled by reading back and looking for our nonce (:func:`settle`).
-    The uncontended acquire and the release spell these lines out (a generator layer the less
-    on every cycle): the first attempt (:func:`_put`), its outcome settled by :func:`settle` if
-    it failed, else :func:`_landed_at`.
+    An acquire's first round and a release spell these steps out with their own pieces (a
+    generator layer the less on every cycle, and the same pieces a driver calls when it makes
+    the round itself: :func:`first_write`/:func:`took`, :func:`release_first`/
+    :func:`release_landed`): the first attempt (:func:`_put`), its outcome settled by
+    :func:`settle` if it failed, else landed (:func:`_landed_seen`). This tail is
+    :func:`_landed`, spelled out too: every renewal passes here.
     """
     by = deadline if bound is None else bound
     lease, put = _put(state, lease, version, create=create, by=by, quiet=quiet, request=request)
