@@ -753,11 +753,14 @@ def take(
         me=attempt.claim.lock_id,
     )
     if not isinstance(result, Written):
-        if step.outcome == "joined":
-            # A herd of waiters: step back, then decide on what we read *before* it, so that
-            # our next join lands only if nobody wrote meanwhile (one loop's tasks that read
-            # afresh after the step kept landing joins, and the holder, or the head taking a
-            # freed lock, kept losing to them). The holder writes again at once: it comes first.
+        if step.outcome == "joined" and proto.line_moved(seen.lease, result.lease):
+            # A herd of waiters (only the line moved): step back, then decide on what we read
+            # *before* it, so that our next join lands only if nobody wrote meanwhile (one
+            # loop's tasks that read afresh after the step kept landing joins, and the holder,
+            # or the head taking a freed lock, kept losing to them). The holder writes again at
+            # once: it comes first. A join that lost to a holder's write (a take, a release, a
+            # renewal) decides again at once: under a steady run of holdings a waiter that
+            # stepped back after those never joined, and the lock went to whoever re-took it.
             attempt.joins = attempt.joins or JoinBackoff(state.poll_interval)
             yield Sleep(attempt.joins.next())
         return result  # lost a race: decide again on what is there now

@@ -105,8 +105,8 @@ def test_a_thousand_tasks_on_one_lock_in_one_loop(kind: str, tmp_path: Path) -> 
     # second on the local store's small thread pool. The point is exclusion, not speed.
     assert len(sections) >= 5, f"only {len(sections)} acquisitions"
     assert fences == list(range(fences[0], fences[0] + len(fences)))
-    # There is no waiter queue: a releasing task often takes the lock again at once (printed
-    # above per task). Fairness is not promised; exclusion and fencing are.
+    # The line has room for 32: those take the lock in turn; the rest poll unlined until there
+    # is room (printed above per task). The point here is exclusion and fencing.
 
 
 @pytest.mark.slow
@@ -179,8 +179,10 @@ def test_sync_processes_and_async_tasks_share_a_local_lock(tmp_path: Path) -> No
         describe("2 sync processes + 20 async tasks", sections, RUN_SECONDS, per_client, timeouts)
     )
     assert fences == sorted(set(fences)), "fences must strictly increase"
-    assert any(s.who.startswith("sync") for s in sections)
-    assert any(s.who.startswith("async") for s in sections)
+    # The line serves its 22 waiters in turn, whichever process they are in: each held the lock
+    # (in-process tasks are woken first by a release; before a lost join was retried at once,
+    # the two processes once never held it in 2.5 s while the tasks took it 356 times).
+    assert clients == sorted([f"async-{i}" for i in range(20)] + ["sync-0", "sync-1"]), clients
 
 
 async def _probe(stop: asyncio.Event, lags: list[float], step: float = 0.005) -> None:
