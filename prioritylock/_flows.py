@@ -753,7 +753,11 @@ def take(
         me=attempt.claim.lock_id,
     )
     if not isinstance(result, Written):
-        if step.outcome == "joined" and proto.line_moved(seen.lease, result.lease):
+        if (
+            step.outcome == "joined"
+            and seen.lease is not None  # a join is written on a document
+            and proto.line_moved(seen.lease, result.lease)
+        ):
             # A herd of waiters (only the line moved): step back, then decide on what we read
             # *before* it, so that our next join lands only if nobody wrote meanwhile (one
             # loop's tasks that read afresh after the step kept landing joins, and the holder,
