@@ -44,7 +44,7 @@ from prioritylock._errors import NotLockOwner
 from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
 from prioritylock._runner import FlowRun, FlowRunner, News, StoreCall, T, call_pool, log, send
-from prioritylock._wake import NOTICES, LoopWaiter, Waiter, on_loop
+from prioritylock._wake import LoopWaiter, Waiter, on_loop
 from prioritylock.stores._base import WOULD_BLOCK, ObjectStore
 
 __all__ = ["AsyncLock", "LoopRunner", "shielded"]
@@ -259,7 +259,7 @@ class LoopRunner(FlowRunner):
                     if woken or self._closed:
                         break
                     event.clear()  # a notice, not for us: wait on
-            self._armed = NOTICES.arm_at(self._place, LoopWaiter(self))
+            self._rearm()
         finally:
             await guard.acquire()  # cancelled here: not held, and _acquire knows it
             self._guard_held = True

@@ -156,6 +156,10 @@ class Pause(Waits):
     seconds: float
     #: False: a notice does not end the wait (a full line's waiter polls: ``_flows``).
     woken: bool = True
+    #: A waiter in the line behind its head, who can do nothing before the waiters ahead of it
+    #: have had their turn: its place in the line's order, ``(-priority, since)`` of its entry.
+    #: Of the waiters so placed in this process, a notice wakes only the first (``_wake``).
+    behind: tuple[int, float] | None = None
 
 
 @attrs.frozen

@@ -833,7 +833,8 @@ def wait_to_retry(
         pause = min(pause, max(0.0, step.until - mono))
     if deadline is not None:
         pause = min(pause, max(0.0, deadline - mono))
-    if (yield Pause(pause, woken=not full)):
+    behind = _behind(attempt, seen) if step.reason == "busy" else None
+    if (yield Pause(pause, woken=not full, behind=behind)):
         # The caller gave up (cancelled, or closed the lock object): take our request back,
         # and if the lock came to us meanwhile, let it go again.
         if mine is not None and (yield from withdraw(state, attempt, seen)):
@@ -842,6 +843,22 @@ def wait_to_retry(
         else:
             yield from leave(state, attempt, seen)
         raise LockCancelled(f"{state.key!r}: the wait for the lock was cancelled")
+    return None
+
+
+def _behind(attempt: Attempt, seen: Seen) -> tuple[int, float] | None:
+    """Where a waiter that waits in the line behind its head stands in the line's order
+    (``Pause.behind``), or None: not lined, the head, or one who may act on the holder's or the
+    request's news (a pending request of its own, or a priority above the holder's)."""
+    lease, claim = seen.lease, attempt.claim
+    if attempt.lining is None or attempt.mine is not None or lease is None or not lease.line:
+        return None
+    holder = lease.holder
+    if holder is not None and claim.priority > holder.priority:
+        return None
+    for at, entry in enumerate(lease.line):
+        if entry.entry_id == claim.lock_id:
+            return None if at == 0 else (-entry.priority, entry.since)
     return None
 
 

@@ -28,7 +28,7 @@ from prioritylock._info import LockInfo
 from prioritylock._lease import new_lock_id
 from prioritylock._runner import CallPool, Done, FlowRunner, News, StoreCall, T, call_pool
 from prioritylock._scheduler import ScheduledTask, Scheduler, Task, default_scheduler
-from prioritylock._wake import NOTICES, ThreadWaiter, Waiter
+from prioritylock._wake import ThreadWaiter, Waiter
 
 __all__ = ["Lock", "ThreadRunner"]
 
@@ -137,7 +137,7 @@ class ThreadRunner(FlowRunner):
                     self._clock.wait(event, step)  # close() sets it too
                 if cancel is None and (woken or event is None):
                     break
-            self._armed = NOTICES.arm_at(self._place, ThreadWaiter(self))
+            self._rearm()
         finally:
             self._io.acquire()
         return self._closed or (cancel is not None and cancel.is_set())

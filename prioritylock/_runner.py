@@ -377,14 +377,26 @@ class FlowRunner:
             case effects.Sleep():
                 return self._sleep(effect.seconds)
             case effects.Pause():
+                if self._armed is not None:
+                    self._armed.behind = effect.behind
                 return self._pause(effect.seconds, effect.woken)
             case effects.Arm():
-                self._armed = NOTICES.arm_at(self._place, self._new_waiter())
+                self._rearm()
             case effects.Hint(hints=hints):
                 HINTS.send(hints)
             case _:
                 effects.assert_never(effect)
         return None
+
+    def _rearm(self) -> None:
+        """Arm a new waiter for the next notice, in the place its predecessor had in the line
+        (``Waiter.behind``; None when this acquire armed none yet): while it reads and decides
+        it stays the first of the process's waiters behind the head, so a notice meanwhile
+        wakes it again, not the next one behind it."""
+        waiter = self._new_waiter()
+        if (armed := self._armed) is not None:
+            waiter.behind = armed.behind
+        self._armed = NOTICES.arm_at(self._place, waiter)
 
     def _leaving_with(self, error: Exception, exc: BaseException | None) -> None:
         """The unlock on leaving a ``with`` block raised ``error``: raise it unless the block

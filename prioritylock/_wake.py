@@ -119,12 +119,23 @@ class Stamp(NamedTuple):
 
 
 class Waiter:
-    """One wait for a notice; :meth:`notify` may be called from any thread, more than once."""
+    """One wait for a notice; :meth:`notify` may be called from any thread, more than once.
 
-    __slots__ = ("__weakref__", "owner")
+    ``behind``: set when the waiter waits in the lock's line behind its head and can do nothing
+    before the waiters ahead of it have had their turn (``effects.Pause.behind``: its place in
+    the line's order). A notice wakes every waiter not so placed, and of those so placed only
+    the first in that order: when the lock comes free it goes to the head, and the next of this
+    process is the one to read (the head may be in another process, or gone); the others would
+    read only to find themselves still behind. Each is woken in its turn, as the one before it
+    leaves the line (or by its own pause's end, as every waiter is). The first stays armed
+    while it reads: notices in a burst (a release, the take, the store's own) wake it again
+    rather than each the next one behind."""
+
+    __slots__ = ("__weakref__", "behind", "owner")
 
     def __init__(self, owner: object) -> None:
         self.owner = owner  # the lock object waiting: its own writes don't wake it
+        self.behind: tuple[int, float] | None = None
 
     def notify(self) -> None:
         raise NotImplementedError
@@ -340,9 +351,23 @@ class Notices:
             waiting = self._waiters.get(where)
             woken: list[Waiter] = []
             if waiting:
-                woken = [w for w in waiting if w.owner is not source]
+                first: Waiter | None = None  # of the waiters placed behind in the line
+                first_at: tuple[int, float] | None = None
+                for w in waiting:
+                    if w.owner is source:
+                        continue
+                    at = w.behind
+                    if at is None:
+                        woken.append(w)
+                    elif first_at is None or at < first_at:
+                        first, first_at = w, at
                 for waiter in woken:
                     waiting.discard(waiter)
+                if first is not None:
+                    # It stays armed until its lock arms anew (``FlowRunner._rearm``: in the same
+                    # place) or stops waiting: a notice while it wakes, reads and decides wakes
+                    # it again, not the next one behind it.
+                    woken.append(first)
                 if not waiting:
                     del self._waiters[where]
             watchers = [w for w in self._watchers.get(where, ()) if w.owner is not source]
