@@ -234,10 +234,9 @@ class LoopRunner(FlowRunner):
     def _new_waiter(self) -> Waiter:
         return LoopWaiter(self)
 
-    async def _pause(self, seconds: float, woken: bool = True) -> bool:
+    async def _pause(self, seconds: float, woken: bool, wake: Waiter | None) -> bool:
         """Wait between attempts without holding the guard, woken early by a notice (a release
         in this process) if ``woken``. True when the wait is to end (this object was closed)."""
-        wake = self._armed
         if self._closed:
             return True
         guard = self._guard()

@@ -106,11 +106,10 @@ class ThreadRunner(FlowRunner):
     def _new_waiter(self) -> Waiter:
         return ThreadWaiter(self)
 
-    def _pause(self, seconds: float, woken: bool = True) -> bool:
+    def _pause(self, seconds: float, woken: bool, wake: Waiter | None) -> bool:
         """Wait between attempts without holding ``_io``, woken early by a notice (a release in
         this process) if ``woken``. True when the wait is to end: cancelled, or this object
         closed."""
-        wake = self._armed
         cancel = self._cancel
         if self._closed or (cancel is not None and cancel.is_set()):
             return True

@@ -377,9 +377,9 @@ class FlowRunner:
             case effects.Sleep():
                 return self._sleep(effect.seconds)
             case effects.Pause():
-                if self._armed is not None:
-                    self._armed.behind = effect.behind
-                return self._pause(effect.seconds, effect.woken)
+                if (armed := self._armed) is not None:
+                    armed.behind = effect.behind
+                return self._pause(effect.seconds, effect.woken, armed)
             case effects.Arm():
                 self._rearm()
             case effects.Hint(hints=hints):
@@ -523,9 +523,10 @@ class FlowRunner:
     def _sleep(self, seconds: float) -> Any:
         raise NotImplementedError
 
-    def _pause(self, seconds: float, woken: bool = True) -> Any:
-        """Wait between attempts to acquire, woken early by a notice (if ``woken``); answers
-        whether the wait is to end (cancelled, or this object closed)."""
+    def _pause(self, seconds: float, woken: bool, wake: Waiter | None) -> Any:
+        """Wait between attempts to acquire, woken early by a notice to ``wake`` (the waiter
+        armed, if any) if ``woken``, then arm again (:meth:`_rearm`); answers whether the wait
+        is to end (cancelled, or this object closed)."""
         raise NotImplementedError
 
     def _new_waiter(self) -> Waiter:
