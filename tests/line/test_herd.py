@@ -23,12 +23,14 @@ T = TypeVar("T")
 
 
 class Counting(DelegatingStore):
-    """Counts the reads and writes of the lock objects that use it; ``joins`` > 0: before each
-    of its next ``joins`` writes, a waiter's join lands first (written straight to ``inner``)."""
+    """Counts the reads and writes of the lock objects that use it. ``joins`` > 0: before each
+    of its next ``joins`` writes, a waiter's join lands first; then ``holdings`` > 0: before each
+    of its next ``holdings`` writes, another client's holding lands first (a new holder, the
+    next fence: a release and a take). Each is written straight to ``inner``."""
 
     def __init__(self, inner: ObjectStore) -> None:
         super().__init__(inner)
-        self.reads = self.writes = self.joins = 0
+        self.reads = self.writes = self.joins = self.holdings = 0
 
     def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
         if op.startswith("read"):
@@ -37,14 +39,28 @@ class Counting(DelegatingStore):
             self.writes += 1
             if self.joins:
                 self.joins -= 1
-                found = self.inner.read(key)
-                assert found is not None
-                lease = decode(key, found.data, name=key)
-                joiner = Entry(f"w{len(lease.line)}", "joiner", 0, 1.0, 30.0)
-                self.inner.replace(
-                    key, encode(lease.rewritten(line=(*lease.line, joiner))), found.version
-                )
+                self._first(key, _joined)
+            elif self.holdings:
+                self.holdings -= 1
+                self._first(key, _taken)
         return call()
+
+    def _first(self, key: str, change: Callable[[Lease], Lease]) -> None:
+        found = self.inner.read(key)
+        assert found is not None
+        lease = decode(key, found.data, name=key)
+        self.inner.replace(key, encode(change(lease)), found.version)
+
+
+def _joined(lease: Lease) -> Lease:
+    joiner = Entry(f"w{len(lease.line)}", "joiner", 0, 1.0, 30.0)
+    return lease.rewritten(line=(*lease.line, joiner))
+
+
+def _taken(lease: Lease) -> Lease:
+    assert lease.holder is not None
+    other = attrs.evolve(lease.holder, lock_id=f"h{lease.fence}", owner="other")
+    return lease.rewritten(fence=lease.fence + 1, holder=other)
 
 
 def builder(store: ObjectStore, owner: str, poll: float = 0.05) -> LockBuilder:
@@ -86,30 +102,6 @@ def test_the_holders_write_lands_however_many_joins_beat_it(write: str) -> None:
     assert lease.holder is None or lease.holder.beat == 1
 
 
-class Churning(DelegatingStore):
-    """Before each of its next ``holdings`` writes, another client's holding lands first (a new
-    holder, the next fence: a release and a take, written straight to ``inner``)."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.writes = self.holdings = 0
-
-    def _forward(self, op: str, key: str, call: Callable[[], T]) -> T:
-        if op.startswith("replace"):
-            self.writes += 1
-            if self.holdings:
-                self.holdings -= 1
-                found = self.inner.read(key)
-                assert found is not None
-                lease = decode(key, found.data, name=key)
-                assert lease.holder is not None
-                other = attrs.evolve(lease.holder, lock_id=f"h{lease.fence}", owner="other")
-                self.inner.replace(
-                    key, encode(lease.rewritten(fence=lease.fence + 1, holder=other)), found.version
-                )
-        return call()
-
-
 @pytest.mark.timeout(10)
 def test_a_join_that_lost_to_a_holding_tries_again_at_once() -> None:
     """Under a steady run of holdings (each a holder's write that beats the waiter's join) the
@@ -121,7 +113,7 @@ def test_a_join_that_lost_to_a_holding_tries_again_at_once() -> None:
     inner = MemoryStore(f"herd-{time.time_ns()}")
     holder = builder(inner, "holder").build()
     holder.lock()
-    store = Churning(inner)
+    store = Counting(inner)
     waiter = builder(store, "waiter", poll=5.0).build()
     store.holdings = HOLDINGS
     cancel = threading.Event()
